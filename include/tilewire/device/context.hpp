@@ -1,0 +1,47 @@
+// tilewire/device/context.hpp — what a kernel needs to talk to its peers.
+//
+// tw::DevCtx is trivially copyable and passed by value to kernels (like ncclDevComm, which it
+// carries). The host fills it once per communicator (tw::Comm::dev_ctx()); device code reads it.
+// This header compiles in host and device code.
+#pragma once
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <cstdint>
+#include <type_traits>
+
+namespace tw {
+
+// Written by a device wait that timed out, read by the host after the failing launch. Lives in
+// pinned, mapped host memory so it survives the trap that ends the kernel.
+struct DeviceFault {
+  uint32_t flag;          // 0: no fault; 1: a wait timed out
+  int32_t rank;           // world rank of the waiter
+  int32_t block, thread;  // where it waited
+  uint64_t expected, seen;
+  uint64_t waited_ns;
+  char what[48];          // which wait ("allreduce.ll", "barrier", "signal", ...)
+};
+
+struct DevCtx {
+  ncclDevComm comm;         // NCCL device communicator (LSA team, barriers, GIN contexts)
+  int rank, nranks;         // world
+  int lsa_rank, lsa_size;   // load/store-reachable team (NVLink/PCIe P2P); world ranks
+                            // [rank - lsa_rank, rank - lsa_rank + lsa_size) are its members
+  int gin_contexts;         // 0 when GPU-initiated networking is unavailable
+  int max_blocks;           // LSA barriers and per-block channels sized for this many CTAs
+  uint64_t timeout_ns;      // bound on every device wait (TILEWIRE_TIMEOUT_MS)
+  DeviceFault* fault;       // host-mapped; first timed-out waiter records itself here
+
+  // Signals: a uint64 counter per index, local copy in the control window at signal_offset.
+  ncclWindow_t control;     // library-owned symmetric window (signals, LL staging)
+  uint64_t signal_offset;   // byte offset of signals[0] in `control`
+  int signal_count;
+  uint64_t staging_offset;  // byte offset of the one-shot staging area in `control`
+  uint64_t staging_bytes;   // its size
+  uint32_t* epochs;         // local device memory: one-shot epoch per block
+};
+
+static_assert(std::is_trivially_copyable_v<DevCtx>, "DevCtx is passed to kernels by value");
+
+}  // namespace tw

@@ -1,0 +1,31 @@
+#pragma once
+#include <cstdio>
+
+namespace tw::dev {
+
+__device__ __forceinline__ bool is_lsa_peer(const DevCtx& ctx, int peer) {
+  int lsa0 = ctx.rank - ctx.lsa_rank;
+  return peer >= lsa0 && peer < lsa0 + ctx.lsa_size;
+}
+
+__device__ __forceinline__ int lsa_of_world(const DevCtx& ctx, int peer) {
+  return peer - (ctx.rank - ctx.lsa_rank);
+}
+
+template <class T>
+__device__ __forceinline__ T* lsa_ptr(const DevCtx& ctx, ncclWindow_t w, size_t offset, int lsa_peer) {
+#ifdef TILEWIRE_DEVICE_DEBUG
+  if (lsa_peer < 0 || lsa_peer >= ctx.lsa_size) {
+    printf("tilewire: rank %d block %d: lsa_ptr peer %d is not in the LSA team (size %d)\n",
+           ctx.rank, (int)blockIdx.x, lsa_peer, ctx.lsa_size);
+    __trap();
+  }
+#endif
+  return static_cast<T*>(ncclGetLsaPointer(w, offset, lsa_peer));
+}
+
+__device__ __forceinline__ uint64_t* signal_ptr(const DevCtx& ctx, int index, int lsa_peer) {
+  return lsa_ptr<uint64_t>(ctx, ctx.control, ctx.signal_offset + sizeof(uint64_t) * (size_t)index, lsa_peer);
+}
+
+}  // namespace tw::dev

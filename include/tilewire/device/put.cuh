@@ -1,0 +1,29 @@
+// tilewire/device/put.cuh — one-sided put and put-with-signal.
+//
+// put() copies bytes from this rank's window into a peer's window. For LSA peers the group
+// stores 16-byte vectors through the peer pointer (no NIC, no proxy); for other peers it issues
+// an NCCL GIN put (GPU-initiated networking; needs a NIC with GIN, which our H200 machines do
+// not have: the path compiles and is chosen by capability, it cannot run there).
+//
+// Completion: a put is visible at the peer only after a later signal with release from the same
+// group (or put_signal, or a barrier). put_signal() is put + release add on the peer's signal
+// `index`: when the peer sees the new value, it sees the data.
+#pragma once
+#include "tilewire/device/peer.cuh"
+#include "tilewire/device/signal.cuh"
+
+namespace tw::dev {
+
+// All threads of `coop` call it. Offsets and bytes should be multiples of 16 for the vector
+// path; any other size falls back to a byte loop (LSA). `peer` is a world rank.
+template <class Coop>
+__device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
+                    ncclWindow_t src, size_t src_off, size_t bytes);
+
+template <class Coop>
+__device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
+                           ncclWindow_t src, size_t src_off, size_t bytes, int index, uint64_t add = 1);
+
+}  // namespace tw::dev
+
+#include "tilewire/device/impl/put__funcs.cuh"

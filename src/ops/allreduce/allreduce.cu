@@ -1,0 +1,150 @@
+// Launchers for the all-reduce family: validation, algorithm choice, the one runtime ->
+// compile-time dispatch on dtype, and the launch.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels.cuh"
+#include "tilewire/ops/allreduce.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+namespace {
+
+// The one place a runtime dtype becomes a compile-time type.
+template <class F>
+void dispatch_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kFloat32: f(float{}); return;
+    case DType::kFloat16: f(__half{}); return;
+    case DType::kBFloat16: f(__nv_bfloat16{}); return;
+  }
+  TW_REQUIRE(false, kInvalidArgument, "unsupported dtype");
+}
+
+size_t oneshot_max(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
+
+Status common_checks(const Comm& comm, const char* op) {
+  if (comm.aborted()) return Status{false, std::string(op) + ": communicator was aborted; create a new one"};
+  int dev = -1;
+  cudaGetDevice(&dev);
+  if (dev != comm.device())
+    return Status{false, std::string(op) + ": current CUDA device is " + std::to_string(dev) + " but the communicator is on device " +
+                             std::to_string(comm.device()) + " (call cudaSetDevice first)"};
+  if (!comm.all_lsa())
+    return Status{false, std::string(op) + ": needs every rank load/store reachable (LSA team " +
+                             std::to_string(comm.lsa_size()) + " of " + std::to_string(comm.nranks()) +
+                             " ranks); the GIN collective path is not implemented yet"};
+  if (comm.lsa_size() > ops::kMaxRanks)
+    return Status{false, std::string(op) + ": LSA team of " + std::to_string(comm.lsa_size()) + " exceeds the " +
+                             std::to_string(ops::kMaxRanks) + " ranks the kernels are built for"};
+  return Status{};
+}
+
+Status window_check(const Comm& comm, const void* p, size_t bytes, const char* what, WindowRef* out) {
+  try {
+    *out = comm.find_window(p, bytes, what);
+  } catch (const Error& e) {
+    return Status{false, e.what()};
+  }
+  return Status{};
+}
+
+int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
+  int cap = (int)env::get_int("TILEWIRE_ALLREDUCE_BLOCKS");
+  if (cap <= 0) cap = comm.sm_count();
+  cap = std::min(cap, comm.dev_ctx().max_blocks);
+  const size_t per_block = (size_t)ops::kTwoShotThreads * ops::kTwoShotUnroll;
+  const size_t want = (vectors_per_rank + per_block - 1) / per_block;
+  return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
+}
+
+void check_launch(const Comm& comm, const char* op) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    comm.check_fault();
+    throw_cuda(e, op, __FILE__, __LINE__);
+  }
+}
+
+}  // namespace
+
+Status can_implement(const Comm& comm, const AllReduceArgs& a) {
+  if (Status s = common_checks(comm, "allreduce"); !s) return s;
+  if (Status s = check_allreduce_args(a, comm.nranks(), oneshot_max(comm)); !s) return Status{false, "allreduce: " + s.reason};
+  if (a.count == 0) return Status{};
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  WindowRef w;
+  if (Status s = window_check(comm, a.send, bytes, "send", &w); !s) return Status{false, "allreduce: " + s.reason};
+  if (Status s = window_check(comm, a.recv, bytes, "recv", &w); !s) return Status{false, "allreduce: " + s.reason};
+  return Status{};
+}
+
+void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
+  Status st = can_implement(comm, a);
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  if (a.count == 0) return;
+  const size_t bytes = a.count * dtype_size(a.dtype);
+  AllReduceAlgo algo = a.algo == AllReduceAlgo::kAuto ? choose_allreduce_algo(bytes, comm.nranks(), oneshot_max(comm)) : a.algo;
+  const DevCtx& ctx = comm.dev_ctx();
+  dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (algo == AllReduceAlgo::kOneShot) {
+      ops::OneShotLayout lay;
+      lay.base = ctx.staging_offset;
+      lay.nranks = ctx.lsa_size;
+      lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ops::kOneShotBlocks * 16);
+      ops::oneshot_allreduce<T><<<ops::kOneShotBlocks, ops::kOneShotThreads, 0, stream>>>(
+          ctx, static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
+    } else {
+      WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");
+      const size_t vecs = bytes / 16 / comm.nranks() + 1;
+      ops::twoshot<T, ops::Mode::kAllReduce><<<twoshot_blocks(comm, vecs), ops::kTwoShotThreads, 0, stream>>>(
+          ctx, ws.handle, ws.offset, static_cast<const T*>(a.send), wr.handle, wr.offset, static_cast<T*>(a.recv),
+          a.count);
+    }
+  });
+  check_launch(comm, "allreduce launch");
+}
+
+void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype, cudaStream_t stream) {
+  Status st = common_checks(comm, "reduce_scatter");
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  if (recv_count == 0) return;
+  TW_REQUIRE(send != nullptr && recv != nullptr, kInvalidArgument, "reduce_scatter: send or recv is null");
+  TW_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
+             kInvalidArgument, "reduce_scatter: send and recv must be 16-byte aligned");
+  const size_t bytes = recv_count * dtype_size(dtype);
+  WindowRef ws = comm.find_window(send, bytes * comm.nranks(), "send");
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ops::twoshot<T, ops::Mode::kReduceScatter><<<twoshot_blocks(comm, bytes / 16 + 1), ops::kTwoShotThreads, 0, stream>>>(
+        comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send), nullptr, 0, static_cast<T*>(recv),
+        recv_count);
+  });
+  check_launch(comm, "reduce_scatter launch");
+}
+
+void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream) {
+  Status st = common_checks(comm, "all_gather");
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  if (send_count == 0) return;
+  TW_REQUIRE(send != nullptr && recv != nullptr, kInvalidArgument, "all_gather: send or recv is null");
+  TW_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
+             kInvalidArgument, "all_gather: send and recv must be 16-byte aligned");
+  const size_t bytes = send_count * dtype_size(dtype);
+  WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
+  dispatch_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    ops::twoshot<T, ops::Mode::kAllGather><<<twoshot_blocks(comm, bytes / 16 + 1), ops::kTwoShotThreads, 0, stream>>>(
+        comm.dev_ctx(), nullptr, 0, static_cast<const T*>(send), wr.handle, wr.offset, static_cast<T*>(recv),
+        send_count);
+  });
+  check_launch(comm, "all_gather launch");
+}
+
+}  // namespace tw

@@ -1,0 +1,194 @@
+// All-reduce family kernels. See include/tilewire/ops/allreduce.hpp for the design and
+// docs/allreduce.md for the timeline.
+#pragma once
+#include "pack.cuh"
+#include "tilewire/device.cuh"
+
+namespace tw::ops {
+
+inline constexpr int kOneShotBlocks = 32;   // fixed grid: staging regions and epochs are per block
+inline constexpr int kOneShotThreads = 256;
+inline constexpr int kTwoShotThreads = 512;
+inline constexpr int kTwoShotUnroll = 4;    // 16-byte vectors in flight per thread and rank
+inline constexpr int kMaxRanks = 8;         // LSA team size the kernels are compiled for
+
+// ---------------------------------------------------------------------------------- one-shot
+// LL line: 16 bytes = {w0, flag, w1, flag}; 8 payload bytes, flags = the block's epoch.
+struct OneShotLayout {
+  size_t base;        // byte offset of staging in ctx.control
+  size_t blk_lines;   // lines per (parity, source rank, block)
+  int nranks;
+  __device__ size_t line(int parity, int src, int block, size_t i) const {
+    return base + ((((size_t)parity * nranks + src) * kOneShotBlocks + block) * blk_lines + i) * 16;
+  }
+};
+
+// 8 payload bytes of line i; zero beyond `bytes` (bytes is a multiple of 2).
+__device__ __forceinline__ uint2 load_payload(const char* src, size_t bytes, size_t i) {
+  const size_t at = i * 8;
+  if (at + 8 <= bytes) return *reinterpret_cast<const uint2*>(src + at);
+  uint32_t w[2] = {0, 0};
+  auto* h = reinterpret_cast<uint16_t*>(w);
+  for (size_t b = at; b < bytes; b += 2) h[(b - at) / 2] = *reinterpret_cast<const uint16_t*>(src + b);
+  return make_uint2(w[0], w[1]);
+}
+__device__ __forceinline__ void store_payload(char* dst, size_t bytes, size_t i, uint2 v) {
+  const size_t at = i * 8;
+  if (at + 8 <= bytes) {
+    *reinterpret_cast<uint2*>(dst + at) = v;
+    return;
+  }
+  uint32_t w[2] = {v.x, v.y};
+  auto* h = reinterpret_cast<uint16_t*>(w);
+  for (size_t b = at; b < bytes; b += 2) *reinterpret_cast<uint16_t*>(dst + b) = h[(b - at) / 2];
+}
+
+template <class T>
+__global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(DevCtx ctx, const T* send, T* recv,
+                                                                     size_t count, OneShotLayout lay) {
+  __shared__ uint32_t epoch_sh;
+  const int b = blockIdx.x, P = ctx.lsa_size, me = ctx.lsa_rank;
+  if (threadIdx.x == 0) epoch_sh = ctx.epochs[b] + 1;
+  __syncthreads();
+  const uint32_t epoch = epoch_sh;
+  const int parity = epoch & 1;
+  const size_t bytes = count * sizeof(T);
+  const size_t lines = (bytes + 7) / 8;
+  const size_t per_blk = (lines + kOneShotBlocks - 1) / kOneShotBlocks;
+  const size_t l0 = (size_t)b * per_blk, l1 = min(lines, l0 + per_blk);
+  const char* src = reinterpret_cast<const char*>(send);
+
+  // Push: my payload, LL-encoded, into every peer's staging slot for source `me`.
+  for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+    uint2 v = load_payload(src, bytes, i - 0);
+    uint4 ll = make_uint4(v.x, epoch, v.y, epoch);
+    const size_t off = lay.line(parity, me, b, i - l0);
+    for (int k = 1; k < P; ++k) {
+      int q = me + k < P ? me + k : me + k - P;
+      ptx::st_volatile_v4(dev::lsa_ptr<char>(ctx, ctx.control, off, q), ll);
+    }
+  }
+  // Reduce: sum the P payloads of each line in rank order 0..P-1, in fp32.
+  constexpr int kPerLine = 2 * Elem<T>::kPerWord;
+  const char* stage = static_cast<const char*>(ncclGetLocalPointer(ctx.control, 0));
+  for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
+    float acc[kPerLine];
+    for (int q = 0; q < P; ++q) {
+      uint32_t w[2];
+      if (q == me) {
+        uint2 v = load_payload(src, bytes, i);
+        w[0] = v.x;
+        w[1] = v.y;
+      } else {
+        const char* p = stage + lay.line(parity, q, b, i - l0);
+        uint4 ll = ptx::ld_volatile_v4(p);
+        if (ll.y != epoch || ll.w != epoch) {
+          dev::bounded_spin(
+              ctx, "allreduce.oneshot", epoch,
+              [&] {
+                ll = ptx::ld_volatile_v4(p);
+                return (uint64_t)(ll.y == epoch && ll.w == epoch ? epoch : (ll.y != epoch ? ll.y : ll.w));
+              },
+              [&](uint64_t) { return ll.y == epoch && ll.w == epoch; });
+        }
+        w[0] = ll.x;
+        w[1] = ll.z;
+      }
+      if (q == 0) accumulate<T, 2, true>(acc, w);
+      else accumulate<T, 2, false>(acc, w);
+    }
+    uint32_t out[2];
+    pack_words<T, 2>(acc, out);
+    store_payload(reinterpret_cast<char*>(recv), bytes, i, make_uint2(out[0], out[1]));
+  }
+  if (threadIdx.x == 0) ctx.epochs[b] = epoch;
+}
+
+// ---------------------------------------------------------------------------------- two-shot
+// Sum n elements at src[0..nsrc) (rank order) and store the result at every dst[0..ndst).
+// Work is split over the whole grid. Vector path when every pointer is 16-byte aligned.
+template <class T>
+__device__ __forceinline__ void reduce_bcast(const T* const* src, int nsrc, T* const* dst, int ndst, size_t n,
+                                             int local_src) {
+  constexpr int U = kTwoShotUnroll;
+  constexpr int kPerVec = 16 / sizeof(T);
+  uintptr_t align = 0;
+  for (int q = 0; q < nsrc; ++q) align |= reinterpret_cast<uintptr_t>(src[q]);
+  for (int k = 0; k < ndst; ++k) align |= reinterpret_cast<uintptr_t>(dst[k]);
+  const size_t nvec = (align & 15) == 0 ? n / kPerVec : 0;
+  const size_t T_ = blockDim.x, G = gridDim.x, t = threadIdx.x;
+
+  for (size_t base = (size_t)blockIdx.x * T_ * U; base < nvec; base += G * T_ * U) {
+    float acc[U][kPerVec];
+#pragma unroll 1
+    for (int q = 0; q < nsrc; ++q) {
+      uint4 v[U];
+      const char* s = reinterpret_cast<const char*>(src[q]);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        size_t i = base + u * T_ + t;
+        if (i < nvec) v[u] = (q == local_src) ? ptx::ld_nc_v4(s + 16 * i) : ptx::ld_relaxed_sys_v4(s + 16 * i);
+      }
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[u]);
+        if (q == 0) accumulate<T, 4, true>(acc[u], w);
+        else accumulate<T, 4, false>(acc[u], w);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      size_t i = base + u * T_ + t;
+      if (i >= nvec) continue;
+      uint4 o;
+      pack_words<T, 4>(acc[u], reinterpret_cast<uint32_t*>(&o));
+      for (int k = 0; k < ndst; ++k) ptx::st_v4(reinterpret_cast<char*>(dst[k]) + 16 * i, o);
+    }
+  }
+  // Scalar tail (and the whole range when pointers are misaligned for vectors).
+  for (size_t e = nvec * kPerVec + (size_t)blockIdx.x * T_ + t; e < n; e += G * T_) {
+    float acc = 0.f;
+    for (int q = 0; q < nsrc; ++q) {
+      const volatile T* s = src[q];
+      T x = const_cast<const T&>(s[e]);
+      acc = (q == 0) ? float(x) : acc + float(x);
+    }
+    for (int k = 0; k < ndst; ++k) dst[k][e] = T(acc);
+  }
+}
+
+enum class Mode { kAllReduce, kReduceScatter, kAllGather };
+
+// kAllReduce:     send/recv windows, count elements; rank s owns shard s.
+// kReduceScatter: send window holds count*P, recv is local, count elements.
+// kAllGather:     send local, count elements; recv window holds count*P.
+template <class T, Mode M>
+__global__ void __launch_bounds__(kTwoShotThreads) twoshot(DevCtx ctx, ncclWindow_t swin, size_t soff, const T* send,
+                                                           ncclWindow_t rwin, size_t roff, T* recv, size_t count) {
+  const int P = ctx.lsa_size, me = ctx.lsa_rank;
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.entry");
+  const T* src[kMaxRanks];
+  T* dst[kMaxRanks];
+  if constexpr (M == Mode::kAllReduce) {
+    constexpr size_t kPerVec = 16 / sizeof(T);
+    const size_t nv = count / kPerVec;
+    const size_t v0 = nv * me / P, v1 = nv * (me + 1) / P;
+    const size_t e0 = v0 * kPerVec, e1 = (me == P - 1) ? count : v1 * kPerVec;
+    for (int q = 0; q < P; ++q) {
+      src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + e0;
+      dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + e0;
+    }
+    reduce_bcast<T>(src, P, dst, P, e1 - e0, me);
+  } else if constexpr (M == Mode::kReduceScatter) {
+    for (int q = 0; q < P; ++q) src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + count * me;
+    dst[0] = recv;
+    reduce_bcast<T>(src, P, dst, 1, count, me);
+  } else {
+    src[0] = send;
+    for (int q = 0; q < P; ++q) dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + count * me;
+    reduce_bcast<T>(src, 1, dst, P, count, 0);
+  }
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.exit");
+}
+
+}  // namespace tw::ops

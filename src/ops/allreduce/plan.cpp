@@ -1,0 +1,56 @@
+// Host-side planning for the all-reduce family: algorithm choice and argument checks that need
+// no GPU (unit-tested in tests/cpu/allreduce_plan_test.cpp).
+#include <cstdint>
+
+#include "tilewire/ops/allreduce.hpp"
+
+namespace tw {
+
+const char* algo_name(AllReduceAlgo a) {
+  switch (a) {
+    case AllReduceAlgo::kAuto: return "auto";
+    case AllReduceAlgo::kOneShot: return "oneshot";
+    case AllReduceAlgo::kTwoShot: return "twoshot";
+  }
+  return "?";
+}
+
+std::optional<AllReduceAlgo> parse_algo(const std::string& s) {
+  if (s == "auto") return AllReduceAlgo::kAuto;
+  if (s == "oneshot" || s == "one-shot" || s == "1") return AllReduceAlgo::kOneShot;
+  if (s == "twoshot" || s == "two-shot" || s == "2") return AllReduceAlgo::kTwoShot;
+  return std::nullopt;
+}
+
+AllReduceAlgo choose_allreduce_algo(size_t bytes, int nranks, size_t oneshot_max_bytes) {
+  (void)nranks;
+  return bytes <= oneshot_max_bytes ? AllReduceAlgo::kOneShot : AllReduceAlgo::kTwoShot;
+}
+
+static Status fail(std::string why) { return Status{false, std::move(why)}; }
+
+Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_max_bytes) {
+  if (nranks < 1) return fail("communicator has no ranks");
+  if (a.count == 0) return Status{};  // nothing to do, nothing written
+  if (a.send == nullptr) return fail("send is null");
+  if (a.recv == nullptr) return fail("recv is null");
+  if (a.dtype != DType::kFloat32 && a.dtype != DType::kFloat16 && a.dtype != DType::kBFloat16)
+    return fail("unsupported dtype (supported: float, half, bfloat16)");
+  if (reinterpret_cast<uintptr_t>(a.send) % 16 != 0)
+    return fail("send is not 16-byte aligned (tilewire moves 16-byte vectors; offset the buffer by a multiple of 16)");
+  if (reinterpret_cast<uintptr_t>(a.recv) % 16 != 0)
+    return fail("recv is not 16-byte aligned (tilewire moves 16-byte vectors; offset the buffer by a multiple of 16)");
+  const size_t esize = dtype_size(a.dtype);
+  if (a.count > SIZE_MAX / esize) return fail("count * element size overflows");
+  const size_t bytes = a.count * esize;
+  if (a.algo == AllReduceAlgo::kOneShot && bytes > oneshot_max_bytes)
+    return fail("one-shot forced for " + std::to_string(bytes) + " bytes, above the staging size of " +
+                std::to_string(oneshot_max_bytes) + " bytes (raise TILEWIRE_ONESHOT_MAX_BYTES or use two-shot)");
+  if (a.send != a.recv) {
+    auto s = reinterpret_cast<uintptr_t>(a.send), r = reinterpret_cast<uintptr_t>(a.recv);
+    if (s < r + bytes && r < s + bytes) return fail("send and recv overlap partially (in-place needs send == recv)");
+  }
+  return Status{};
+}
+
+}  // namespace tw

@@ -1,0 +1,311 @@
+// Communicator lifecycle: NCCL comm -> device comm (declared requirements) -> control window.
+// Teardown runs in reverse. Any failure after the NCCL comm exists aborts it.
+#include "tilewire/runtime/comm.hpp"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+#include <nccl_device.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+#include "tilewire/runtime/version.hpp"
+
+namespace tw {
+
+namespace {
+constexpr size_t kAlign = NCCL_WIN_REQUIRED_ALIGNMENT;
+size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+constexpr int kOneShotBlocks = 32;  // must match src/ops/allreduce/kernels.cuh
+}  // namespace
+
+// ------------------------------------------------------------------------------------ Window
+Window::Window(Window&& o) noexcept { *this = std::move(o); }
+Window& Window::operator=(Window&& o) noexcept {
+  if (this != &o) {
+    reset();
+    comm_ = o.comm_;
+    alive_ = o.alive_;
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    handle_ = o.handle_;
+    o.comm_ = nullptr;
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+    o.handle_ = nullptr;
+  }
+  return *this;
+}
+Window::~Window() { reset(); }
+void Window::reset() {
+  if (comm_ != nullptr && ptr_ != nullptr && !alive_.expired()) comm_->release_window(*this);
+  comm_ = nullptr;
+  ptr_ = nullptr;
+  bytes_ = 0;
+  handle_ = nullptr;
+}
+
+// -------------------------------------------------------------------------------------- Comm
+ncclUniqueId Comm::unique_id() {
+  check_nccl_runtime();
+  ncclUniqueId id;
+  TW_NCCL_CHECK(ncclGetUniqueId(&id));
+  return id;
+}
+
+std::unique_ptr<Comm> Comm::create(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg) {
+  TW_REQUIRE(nranks >= 1, kInvalidArgument, "nranks must be >= 1, got " + std::to_string(nranks));
+  TW_REQUIRE(rank >= 0 && rank < nranks, kInvalidArgument,
+             "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  TW_REQUIRE(e == cudaSuccess && ndev > 0, kUnsupported,
+             std::string("no CUDA GPU: ") + (e == cudaSuccess ? "no device visible" : cudaGetErrorString(e)));
+  TW_REQUIRE(device >= 0 && device < ndev, kInvalidArgument,
+             "device " + std::to_string(device) + " is outside the " + std::to_string(ndev) + " visible GPUs");
+  std::unique_ptr<Comm> c(new Comm());
+  try {
+    c->init(id, rank, nranks, device, cfg);
+  } catch (...) {
+    c->abort();
+    throw;
+  }
+  return c;
+}
+
+void Comm::run_local(std::span<const int> devices, const std::function<void(Comm&)>& fn, const CommConfig& cfg) {
+  std::vector<int> devs(devices.begin(), devices.end());
+  if (devs.empty()) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    TW_REQUIRE(e == cudaSuccess && n > 0, kUnsupported,
+               std::string("no CUDA GPU: ") + (e == cudaSuccess ? "no device visible" : cudaGetErrorString(e)));
+    for (int i = 0; i < n; ++i) devs.push_back(i);
+  }
+  ncclUniqueId id = unique_id();
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < (int)devs.size(); ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TW_CUDA_CHECK(cudaSetDevice(devs[r]));
+        auto comm = Comm::create(id, r, (int)devs.size(), devs[r], cfg);
+        try {
+          fn(*comm);
+        } catch (...) {
+          comm->abort();
+          throw;
+        }
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(mu);
+        if (!first) first = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg) {
+  check_nccl_runtime();
+  device_ = device;
+  TW_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  TW_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
+
+  // Agree on the SM count (the grid of every kernel, and so the barrier indices, must match).
+  {
+    int* d = nullptr;
+    TW_CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
+    TW_CUDA_CHECK(cudaMemcpy(d, &prop.multiProcessorCount, sizeof(int), cudaMemcpyHostToDevice));
+    TW_NCCL_CHECK(ncclAllReduce(d, d, 1, ncclInt32, ncclMin, comm_, cudaStreamPerThread));
+    TW_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
+    TW_CUDA_CHECK(cudaMemcpy(&sm_count_, d, sizeof(int), cudaMemcpyDeviceToHost));
+    TW_CUDA_CHECK(cudaFree(d));
+  }
+
+  ctx_.rank = rank;
+  ctx_.nranks = nranks;
+  ncclTeam_t lsa = ncclTeamLsa(comm_);
+  ctx_.lsa_rank = lsa.rank;
+  ctx_.lsa_size = lsa.nRanks;
+
+  int max_blocks = cfg.max_blocks > 0 ? cfg.max_blocks : (int)env::get_int("TILEWIRE_MAX_BLOCKS");
+  if (max_blocks <= 0) max_blocks = 2 * sm_count_;
+  max_blocks = std::max(max_blocks, kOneShotBlocks);
+  ctx_.max_blocks = max_blocks;
+  ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_TIMEOUT_MS")) * 1000000ull;
+  ctx_.signal_count = std::max(1, cfg.signal_count);
+
+  // Device communicator from what the kernels need: one LSA barrier per block; GIN only when
+  // some peer is outside the LSA team (and the user allows it).
+  ncclDevCommRequirements reqs;
+  std::memset(&reqs, 0, sizeof(reqs));
+  reqs.lsaBarrierCount = max_blocks;
+  const bool need_gin = cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
+  if (need_gin) {
+    reqs.ginContextCount = 1;
+    reqs.ginSignalCount = ctx_.signal_count;
+  }
+  TW_NCCL_CHECK(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
+  devcomm_made_ = true;
+  ctx_.gin_contexts = need_gin ? (int)ctx_.comm.ginContextCount : 0;
+
+  // Control window: [signals | one-shot staging (2 parities x P sources x 2 (LL) x max bytes)].
+  size_t oneshot = cfg.oneshot_max_bytes ? cfg.oneshot_max_bytes : env::get_bytes("TILEWIRE_ONESHOT_MAX_BYTES");
+  oneshot = round_up(std::max<size_t>(oneshot, 16 * kOneShotBlocks), 16 * kOneShotBlocks);
+  ctx_.signal_offset = 0;
+  ctx_.staging_offset = round_up(sizeof(uint64_t) * ctx_.signal_count, kAlign);
+  ctx_.staging_bytes = 2 * (size_t)ctx_.lsa_size * 2 * oneshot;
+  control_ = alloc_window(ctx_.staging_offset + ctx_.staging_bytes);
+  ctx_.control = control_.handle();
+  TW_CUDA_CHECK(cudaMemset(control_.data(), 0, control_.bytes()));
+  TW_CUDA_CHECK(cudaMalloc(&ctx_.epochs, sizeof(uint32_t) * kOneShotBlocks));
+  TW_CUDA_CHECK(cudaMemset(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotBlocks));
+
+  TW_CUDA_CHECK(cudaHostAlloc(&fault_host_, sizeof(DeviceFault), cudaHostAllocMapped | cudaHostAllocPortable));
+  std::memset(fault_host_, 0, sizeof(DeviceFault));
+  TW_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&ctx_.fault), fault_host_, 0));
+
+  barrier();  // every rank's control window is zeroed before anyone's kernel writes into it
+
+  if (env::get_bool("TILEWIRE_DEBUG"))
+    std::fprintf(stderr,
+                 "tilewire: rank %d/%d device %d: NCCL %s, LSA team %d (rank %d), GIN contexts %d, SMs %d, "
+                 "max blocks %d, control window %zu bytes\n",
+                 rank, nranks, device, nccl_version_string(nccl_runtime_version()).c_str(), ctx_.lsa_size,
+                 ctx_.lsa_rank, ctx_.gin_contexts, sm_count_, max_blocks, control_.bytes());
+}
+
+Comm::~Comm() {
+  if (device_ >= 0) cudaSetDevice(device_);
+  if (!aborted_ && comm_ != nullptr) cudaDeviceSynchronize();
+  // User windows still registered: release them (their Window objects become empty shells).
+  for (auto& r : windows_) {
+    if (r.base == reinterpret_cast<uintptr_t>(control_.data())) continue;
+    if (!aborted_) ncclCommWindowDeregister(comm_, r.handle);
+    ncclMemFree(reinterpret_cast<void*>(r.base));
+  }
+  windows_.erase(std::remove_if(windows_.begin(), windows_.end(),
+                                [&](const Reg& r) { return r.base != reinterpret_cast<uintptr_t>(control_.data()); }),
+                 windows_.end());
+  control_.reset();
+  if (devcomm_made_ && !aborted_) ncclDevCommDestroy(comm_, &ctx_.comm);
+  if (ctx_.epochs) cudaFree(ctx_.epochs);
+  if (fault_host_) cudaFreeHost(fault_host_);
+  if (barrier_buf_) cudaFree(barrier_buf_);
+  if (comm_ != nullptr && !aborted_) {
+    ncclCommFinalize(comm_);
+    ncclCommDestroy(comm_);
+  }
+}
+
+void Comm::abort() noexcept {
+  if (comm_ != nullptr && !aborted_) ncclCommAbort(comm_);
+  aborted_ = true;
+}
+
+void Comm::require_usable(const char* op) const {
+  TW_REQUIRE(!aborted_, kState, std::string(op) + ": the communicator was aborted; create a new one");
+  int dev = -1;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_REQUIRE(dev == device_, kState,
+             std::string(op) + ": current device " + std::to_string(dev) + " is not the communicator's device " +
+                 std::to_string(device_) + " (cudaSetDevice first)");
+}
+
+Window Comm::alloc_window(size_t bytes) {
+  require_usable("alloc_window");
+  TW_REQUIRE(bytes > 0, kInvalidArgument, "alloc_window: size must be > 0");
+  const size_t size = round_up(bytes, kAlign);
+  Window w;
+  TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
+  ncclWindow_t h = nullptr;
+  ncclResult_t r = ncclCommWindowRegister(comm_, w.ptr_, size, &h, NCCL_WIN_COLL_SYMMETRIC);
+  if (r != ncclSuccess || h == nullptr) {
+    ncclMemFree(w.ptr_);
+    w.ptr_ = nullptr;
+    TW_NCCL_CHECK(r);
+    throw_error(Errc::kUnsupported, __FILE__, __LINE__,
+                "ncclCommWindowRegister returned success but no symmetric window (NCCL fell back to a "
+                "non-symmetric registration: CUMEM disabled, or peers not P2P reachable). tilewire needs "
+                "symmetric windows; check NCCL_CUMEM_ENABLE and NCCL_P2P_DISABLE, NCCL_DEBUG=INFO says why.");
+  }
+  w.comm_ = this;
+  w.alive_ = alive_;
+  w.bytes_ = size;
+  w.handle_ = h;
+  windows_.push_back(Reg{reinterpret_cast<uintptr_t>(w.ptr_), size, h});
+  return w;
+}
+
+void Comm::release_window(Window& w) noexcept {
+  auto it = std::find_if(windows_.begin(), windows_.end(),
+                         [&](const Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
+  if (it == windows_.end()) return;  // already released by ~Comm
+  cudaSetDevice(device_);
+  if (!aborted_) {
+    cudaDeviceSynchronize();
+    ncclCommWindowDeregister(comm_, it->handle);
+  }
+  ncclMemFree(w.ptr_);
+  windows_.erase(it);
+}
+
+WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const {
+  TW_REQUIRE(p != nullptr, kInvalidArgument, std::string(what) + " is null");
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  for (const Reg& r : windows_) {
+    if (r.base == reinterpret_cast<uintptr_t>(control_.data())) continue;
+    if (a >= r.base && a < r.base + r.bytes) {
+      TW_REQUIRE(bytes <= r.base + r.bytes - a, kInvalidArgument,
+                 std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(a - r.base) +
+                     " run past the end of its window (" + std::to_string(r.bytes) +
+                     " bytes); allocate a larger window or send fewer elements");
+      return WindowRef{r.handle, a - r.base};
+    }
+  }
+  throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+              std::string(what) + " (" + std::to_string(a) +
+                  ") is not inside a window of this communicator; allocate it with Comm::alloc_window (peers "
+                  "reach it only through a symmetric window)");
+}
+
+void Comm::check_fault() const {
+  if (fault_host_ == nullptr) return;
+  volatile DeviceFault* f = fault_host_;
+  if (f->flag != 1) return;
+  char what[sizeof(f->what) + 1] = {};
+  for (size_t i = 0; i < sizeof(f->what); ++i) what[i] = f->what[i];
+  throw_error(Errc::kTimeout, __FILE__, __LINE__,
+              "device wait timed out: rank " + std::to_string(f->rank) + " block " + std::to_string(f->block) +
+                  " thread " + std::to_string(f->thread) + " waited " + std::to_string(f->waited_ns / 1000000) +
+                  " ms in '" + what + "' for >= " + std::to_string(f->expected) + ", saw " + std::to_string(f->seen) +
+                  ". A peer never arrived: are all ranks making the same calls in the same order? "
+                  "(TILEWIRE_TIMEOUT_MS sets the bound)");
+}
+
+void Comm::sync(cudaStream_t stream) const {
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    check_fault();
+    throw_cuda(e, "cudaStreamSynchronize", __FILE__, __LINE__);
+  }
+}
+
+void Comm::barrier() {
+  require_usable("barrier");
+  if (barrier_buf_ == nullptr) TW_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int)));
+  TW_NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, cudaStreamPerThread));
+  sync(cudaStreamPerThread);
+}
+
+}  // namespace tw

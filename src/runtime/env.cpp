@@ -1,0 +1,129 @@
+// The one table of tilewire environment variables. Add a knob here and nowhere else.
+#include "tilewire/runtime/env.hpp"
+
+#include <cctype>
+#include <cstdlib>
+
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::env {
+
+static const Var kVars[] = {
+    {"TILEWIRE_TIMEOUT_MS", Type::kInt, "5000",
+     "Bound on every device wait (ms). A wait that exceeds it prints rank/block/what/expected/seen and traps."},
+    {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "512K",
+     "Largest all-reduce (bytes per rank) run one-shot; larger ones run two-shot. Sizes the staging area "
+     "(4 x this x LSA ranks, in the control window)."},
+    {"TILEWIRE_ALLREDUCE_BLOCKS", Type::kInt, "0", "Cap on two-shot CTAs (0: the SM count)."},
+    {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
+     "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
+    {"TILEWIRE_GIN", Type::kBool, "1",
+     "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
+    {"TILEWIRE_DEBUG", Type::kBool, "0", "Print communicator setup (versions, LSA team, windows) to stderr."},
+};
+
+std::span<const Var> table() { return kVars; }
+
+const Var* find(const std::string& name) {
+  for (const Var& v : kVars)
+    if (name == v.name) return &v;
+  return nullptr;
+}
+
+const char* type_name(Type t) {
+  switch (t) {
+    case Type::kBool: return "bool";
+    case Type::kInt: return "int";
+    case Type::kBytes: return "bytes";
+    case Type::kString: return "string";
+  }
+  return "?";
+}
+
+std::string value_of(const Var& v, bool* from_env) {
+  const char* e = std::getenv(v.name);
+  if (from_env) *from_env = e != nullptr && *e != 0;
+  return (e != nullptr && *e != 0) ? std::string(e) : std::string(v.default_value);
+}
+
+std::optional<uint64_t> parse_bytes(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  size_t i = 0;
+  uint64_t n = 0;
+  while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) {
+    uint64_t d = s[i] - '0';
+    if (n > (UINT64_MAX - d) / 10) return std::nullopt;
+    n = n * 10 + d;
+    ++i;
+  }
+  if (i == 0) return std::nullopt;
+  std::string suf = s.substr(i);
+  for (auto& c : suf) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (suf == "B") suf = "";
+  if (!suf.empty() && suf.back() == 'B') suf.pop_back();
+  if (!suf.empty() && suf.back() == 'I') suf.pop_back();  // KiB, MiB
+  int shift = 0;
+  if (suf.empty()) shift = 0;
+  else if (suf == "K") shift = 10;
+  else if (suf == "M") shift = 20;
+  else if (suf == "G") shift = 30;
+  else if (suf == "T") shift = 40;
+  else return std::nullopt;
+  if (shift && n > (UINT64_MAX >> shift)) return std::nullopt;
+  return n << shift;
+}
+
+std::optional<bool> parse_bool(const std::string& s) {
+  std::string l;
+  for (char c : s) l += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
+  if (l == "0" || l == "false" || l == "no" || l == "off") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  if (s.empty()) return std::nullopt;
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != 0) return std::nullopt;
+  return v;
+}
+
+static const Var& lookup(const char* name, Type want) {
+  const Var* v = find(name);
+  TW_REQUIRE(v != nullptr, kInvalidArgument, std::string("unknown tilewire variable ") + name);
+  TW_REQUIRE(v->type == want, kInvalidArgument, std::string(name) + " is not of type " + type_name(want));
+  return *v;
+}
+
+static std::string malformed(const Var& v, const std::string& val, const char* form) {
+  return std::string(v.name) + "='" + val + "' is not a valid " + type_name(v.type) + " (expected " + form + ")";
+}
+
+bool get_bool(const char* name) {
+  const Var& v = lookup(name, Type::kBool);
+  std::string s = value_of(v);
+  auto r = parse_bool(s);
+  TW_REQUIRE(r.has_value(), kInvalidArgument, malformed(v, s, "0/1/true/false"));
+  return *r;
+}
+
+int64_t get_int(const char* name) {
+  const Var& v = lookup(name, Type::kInt);
+  std::string s = value_of(v);
+  auto r = parse_int(s);
+  TW_REQUIRE(r.has_value(), kInvalidArgument, malformed(v, s, "an integer"));
+  return *r;
+}
+
+uint64_t get_bytes(const char* name) {
+  const Var& v = lookup(name, Type::kBytes);
+  std::string s = value_of(v);
+  auto r = parse_bytes(s);
+  TW_REQUIRE(r.has_value(), kInvalidArgument, malformed(v, s, "a size like 4096, 64K, 8M, 1G"));
+  return *r;
+}
+
+std::string get_string(const char* name) { return value_of(lookup(name, Type::kString)); }
+
+}  // namespace tw::env
