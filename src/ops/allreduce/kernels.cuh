@@ -44,7 +44,7 @@ __device__ __forceinline__ void store_payload(char* dst, size_t bytes, size_t i,
 }
 
 template <class T>
-__global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(DevCtx ctx, const T* send, T* recv,
+__global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(const __grid_constant__ DevCtx ctx, const T* send, T* recv,
                                                                      size_t count, OneShotLayout lay) {
   __shared__ uint32_t epoch_sh;
   const int b = blockIdx.x, P = ctx.lsa_size, me = ctx.lsa_rank;
@@ -163,29 +163,40 @@ enum class Mode { kAllReduce, kReduceScatter, kAllGather };
 // kReduceScatter: send window holds count*P, recv is local, count elements.
 // kAllGather:     send local, count elements; recv window holds count*P.
 template <class T, Mode M>
-__global__ void __launch_bounds__(kTwoShotThreads) twoshot(DevCtx ctx, ncclWindow_t swin, size_t soff, const T* send,
+__global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant__ DevCtx ctx, ncclWindow_t swin, size_t soff, const T* send,
                                                            ncclWindow_t rwin, size_t roff, T* recv, size_t count) {
   const int P = ctx.lsa_size, me = ctx.lsa_rank;
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.entry");
-  const T* src[kMaxRanks];
-  T* dst[kMaxRanks];
+  // Peer pointers in shared memory: indexed by a run-time rank, registers would spill to local.
+  __shared__ const T* src[kMaxRanks];
+  __shared__ T* dst[kMaxRanks];
   if constexpr (M == Mode::kAllReduce) {
     constexpr size_t kPerVec = 16 / sizeof(T);
     const size_t nv = count / kPerVec;
     const size_t v0 = nv * me / P, v1 = nv * (me + 1) / P;
     const size_t e0 = v0 * kPerVec, e1 = (me == P - 1) ? count : v1 * kPerVec;
-    for (int q = 0; q < P; ++q) {
+    if (threadIdx.x < P) {
+      const int q = threadIdx.x;
       src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + e0;
       dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + e0;
     }
+    __syncthreads();
     reduce_bcast<T>(src, P, dst, P, e1 - e0, me);
   } else if constexpr (M == Mode::kReduceScatter) {
-    for (int q = 0; q < P; ++q) src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + count * me;
-    dst[0] = recv;
+    if (threadIdx.x < P) {
+      const int q = threadIdx.x;
+      src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + count * me;
+    }
+    if (threadIdx.x == 0) dst[0] = recv;
+    __syncthreads();
     reduce_bcast<T>(src, P, dst, 1, count, me);
   } else {
-    src[0] = send;
-    for (int q = 0; q < P; ++q) dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + count * me;
+    if (threadIdx.x == 0) src[0] = send;
+    if (threadIdx.x < P) {
+      const int q = threadIdx.x;
+      dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + count * me;
+    }
+    __syncthreads();
     reduce_bcast<T>(src, 1, dst, P, count, 0);
   }
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.exit");
