@@ -11,10 +11,14 @@ namespace tw::env {
 static const Var kVars[] = {
     {"TILEWIRE_TIMEOUT_MS", Type::kInt, "5000",
      "Bound on every device wait (ms). A wait that exceeds it prints rank/block/what/expected/seen and traps."},
-    {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "512K",
+    {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "256K",
      "Largest all-reduce (bytes per rank) run one-shot; larger ones run two-shot. Sizes the staging area "
      "(4 x this x LSA ranks, in the control window)."},
     {"TILEWIRE_ALLREDUCE_BLOCKS", Type::kInt, "0", "Cap on two-shot CTAs (0: the SM count)."},
+    {"TILEWIRE_ALLREDUCE_THREADS", Type::kInt, "512", "Threads per two-shot CTA (multiple of 32, 64..512)."},
+    {"TILEWIRE_TWOSHOT_VARIANT", Type::kString, "auto",
+     "Two-shot all-reduce data path: load (owner loads peers' shards), push (2 ranks, out-of-place: stores "
+     "only), auto (push where it applies)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_GIN", Type::kBool, "1",

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels.cuh"
 #include "tilewire/ops/allreduce.hpp"
@@ -24,6 +25,15 @@ void dispatch_dtype(DType t, F&& f) {
     case DType::kBFloat16: f(__nv_bfloat16{}); return;
   }
   TW_REQUIRE(false, kInvalidArgument, "unsupported dtype");
+}
+
+// The one place the LSA team size becomes a compile-time bound on the sources.
+template <class F>
+void dispatch_ranks(int P, F&& f) {
+  if (P <= 1) f(std::integral_constant<int, 1>{});
+  else if (P == 2) f(std::integral_constant<int, 2>{});
+  else if (P <= 4) f(std::integral_constant<int, 4>{});
+  else f(std::integral_constant<int, 8>{});
 }
 
 size_t oneshot_max(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
@@ -54,11 +64,18 @@ Status window_check(const Comm& comm, const void* p, size_t bytes, const char* w
   return Status{};
 }
 
+int twoshot_threads() {
+  const int64_t t = env::get_int("TILEWIRE_ALLREDUCE_THREADS");
+  TW_REQUIRE(t >= 64 && t <= ops::kTwoShotThreads && t % 32 == 0, kInvalidArgument,
+             "TILEWIRE_ALLREDUCE_THREADS must be a multiple of 32 in [64, " + std::to_string(ops::kTwoShotThreads) + "]");
+  return (int)t;
+}
+
 int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
   int cap = (int)env::get_int("TILEWIRE_ALLREDUCE_BLOCKS");
   if (cap <= 0) cap = comm.sm_count();
   cap = std::min(cap, comm.dev_ctx().max_blocks);
-  const size_t per_block = (size_t)ops::kTwoShotThreads * ops::kTwoShotUnroll;
+  const size_t per_block = (size_t)twoshot_threads() * 4;
   const size_t want = (vectors_per_rank + per_block - 1) / per_block;
   return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
 }
@@ -103,9 +120,15 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
     } else {
       WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");
       const size_t vecs = bytes / 16 / comm.nranks() + 1;
-      ops::twoshot<T, ops::Mode::kAllReduce><<<twoshot_blocks(comm, vecs), ops::kTwoShotThreads, 0, stream>>>(
-          ctx, ws.handle, ws.offset, static_cast<const T*>(a.send), wr.handle, wr.offset, static_cast<T*>(a.recv),
-          a.count);
+      const int grid = twoshot_blocks(comm, vecs);
+      const std::string variant = env::get_string("TILEWIRE_TWOSHOT_VARIANT");
+      const bool push = comm.lsa_size() == 2 && a.send != a.recv && variant != "load";
+      dispatch_ranks(comm.lsa_size(), [&](auto kp) {
+        constexpr int kP = decltype(kp)::value;
+        auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
+        kernel<<<grid, twoshot_threads(), 0, stream>>>(ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
+                                                         wr.handle, wr.offset, static_cast<T*>(a.recv), a.count);
+      });
     }
   });
   check_launch(comm, "allreduce launch");
@@ -122,9 +145,12 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   WindowRef ws = comm.find_window(send, bytes * comm.nranks(), "send");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ops::twoshot<T, ops::Mode::kReduceScatter><<<twoshot_blocks(comm, bytes / 16 + 1), ops::kTwoShotThreads, 0, stream>>>(
-        comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send), nullptr, 0, static_cast<T*>(recv),
-        recv_count);
+    dispatch_ranks(comm.lsa_size(), [&](auto kp) {
+      ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>
+          <<<twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), 0, stream>>>(
+              comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send), nullptr, 0, static_cast<T*>(recv),
+              recv_count);
+    });
   });
   check_launch(comm, "reduce_scatter launch");
 }
@@ -140,7 +166,7 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ops::twoshot<T, ops::Mode::kAllGather><<<twoshot_blocks(comm, bytes / 16 + 1), ops::kTwoShotThreads, 0, stream>>>(
+    ops::twoshot<T, 1, ops::Mode::kAllGather><<<twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), 0, stream>>>(
         comm.dev_ctx(), nullptr, 0, static_cast<const T*>(send), wr.handle, wr.offset, static_cast<T*>(recv),
         send_count);
   });

@@ -9,7 +9,6 @@ namespace tw::ops {
 inline constexpr int kOneShotBlocks = 32;   // fixed grid: staging regions and epochs are per block
 inline constexpr int kOneShotThreads = 256;
 inline constexpr int kTwoShotThreads = 512;
-inline constexpr int kTwoShotUnroll = 4;    // 16-byte vectors in flight per thread and rank
 inline constexpr int kMaxRanks = 8;         // LSA team size the kernels are compiled for
 
 // ---------------------------------------------------------------------------------- one-shot
@@ -106,11 +105,13 @@ __global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(const __gri
 
 // ---------------------------------------------------------------------------------- two-shot
 // Sum n elements at src[0..nsrc) (rank order) and store the result at every dst[0..ndst).
-// Work is split over the whole grid. Vector path when every pointer is 16-byte aligned.
-template <class T>
+// Work is split over the whole grid; block b always handles the same vector indices for the
+// same n and grid, on every rank (the per-block barriers rely on it).
+// kP >= nsrc bounds the sources at compile time so all U*nsrc loads of an iteration are in
+// flight before the first add; U vectors per thread per source.
+template <class T, int kP, int U>
 __device__ __forceinline__ void reduce_bcast(const T* const* src, int nsrc, T* const* dst, int ndst, size_t n,
                                              int local_src) {
-  constexpr int U = kTwoShotUnroll;
   constexpr int kPerVec = 16 / sizeof(T);
   uintptr_t align = 0;
   for (int q = 0; q < nsrc; ++q) align |= reinterpret_cast<uintptr_t>(src[q]);
@@ -119,29 +120,28 @@ __device__ __forceinline__ void reduce_bcast(const T* const* src, int nsrc, T* c
   const size_t T_ = blockDim.x, G = gridDim.x, t = threadIdx.x;
 
   for (size_t base = (size_t)blockIdx.x * T_ * U; base < nvec; base += G * T_ * U) {
-    float acc[U][kPerVec];
-#pragma unroll 1
-    for (int q = 0; q < nsrc; ++q) {
-      uint4 v[U];
+    uint4 v[kP][U];
+#pragma unroll
+    for (int q = 0; q < kP; ++q) {
+      if (q >= nsrc) break;
       const char* s = reinterpret_cast<const char*>(src[q]);
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         size_t i = base + u * T_ + t;
-        if (i < nvec) v[u] = (q == local_src) ? ptx::ld_nc_v4(s + 16 * i) : ptx::ld_relaxed_sys_v4(s + 16 * i);
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(&v[u]);
-        if (q == 0) accumulate<T, 4, true>(acc[u], w);
-        else accumulate<T, 4, false>(acc[u], w);
+        if (i < nvec) v[q][u] = (q == local_src) ? ptx::ld_nc_v4(s + 16 * i) : ptx::ld_relaxed_sys_v4(s + 16 * i);
       }
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       size_t i = base + u * T_ + t;
       if (i >= nvec) continue;
+      float acc[kPerVec];
+      accumulate<T, 4, true>(acc, reinterpret_cast<const uint32_t*>(&v[0][u]));
+#pragma unroll
+      for (int q = 1; q < kP; ++q)
+        if (q < nsrc) accumulate<T, 4, false>(acc, reinterpret_cast<const uint32_t*>(&v[q][u]));
       uint4 o;
-      pack_words<T, 4>(acc[u], reinterpret_cast<uint32_t*>(&o));
+      pack_words<T, 4>(acc, reinterpret_cast<uint32_t*>(&o));
       for (int k = 0; k < ndst; ++k) ptx::st_v4(reinterpret_cast<char*>(dst[k]) + 16 * i, o);
     }
   }
@@ -157,31 +157,70 @@ __device__ __forceinline__ void reduce_bcast(const T* const* src, int nsrc, T* c
   }
 }
 
-enum class Mode { kAllReduce, kReduceScatter, kAllGather };
+// Vectors in flight per thread and source, by compile-time source bound.
+template <int kP> inline constexpr int kUnrollFor = kP <= 1 ? 8 : (kP == 2 ? 4 : (kP == 4 ? 2 : 1));
 
-// kAllReduce:     send/recv windows, count elements; rank s owns shard s.
+enum class Mode { kAllReduce, kReduceScatter, kAllGather, kAllReducePush };
+
+// Element range [e0, e1) of shard `s` of `count` elements over P ranks: vector-aligned splits,
+// the last shard takes the tail.
+template <class T>
+__device__ __forceinline__ void shard_range(size_t count, int s, int P, size_t* e0, size_t* e1) {
+  constexpr size_t kPerVec = 16 / sizeof(T);
+  const size_t nv = count / kPerVec;
+  *e0 = nv * s / P * kPerVec;
+  *e1 = (s == P - 1) ? count : nv * (s + 1) / P * kPerVec;
+}
+
+// kAllReduce:     send/recv windows, count elements; rank s loads shard s from every rank,
+//                 sums, stores it into every rank's recv.
+// kAllReducePush: two ranks, out-of-place. Phase A: store my input of the peer's shard into the
+//                 peer's recv (its own result slot, not yet written). Barrier. Phase B: owner
+//                 sums its own input and that partial (rank order) from local memory and stores
+//                 the result locally and into the peer's recv. Stores only on NVLink.
 // kReduceScatter: send window holds count*P, recv is local, count elements.
 // kAllGather:     send local, count elements; recv window holds count*P.
-template <class T, Mode M>
-__global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant__ DevCtx ctx, ncclWindow_t swin, size_t soff, const T* send,
-                                                           ncclWindow_t rwin, size_t roff, T* recv, size_t count) {
+template <class T, int kP, Mode M>
+__global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant__ DevCtx ctx, ncclWindow_t swin,
+                                                           size_t soff, const T* send, ncclWindow_t rwin, size_t roff,
+                                                           T* recv, size_t count) {
+  constexpr int U = kUnrollFor<kP>;
   const int P = ctx.lsa_size, me = ctx.lsa_rank;
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.entry");
   // Peer pointers in shared memory: indexed by a run-time rank, registers would spill to local.
   __shared__ const T* src[kMaxRanks];
   __shared__ T* dst[kMaxRanks];
   if constexpr (M == Mode::kAllReduce) {
-    constexpr size_t kPerVec = 16 / sizeof(T);
-    const size_t nv = count / kPerVec;
-    const size_t v0 = nv * me / P, v1 = nv * (me + 1) / P;
-    const size_t e0 = v0 * kPerVec, e1 = (me == P - 1) ? count : v1 * kPerVec;
+    size_t e0, e1;
+    shard_range<T>(count, me, P, &e0, &e1);
     if (threadIdx.x < P) {
       const int q = threadIdx.x;
       src[q] = (q == me ? send : dev::lsa_ptr<const T>(ctx, swin, soff, q)) + e0;
       dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + e0;
     }
     __syncthreads();
-    reduce_bcast<T>(src, P, dst, P, e1 - e0, me);
+    reduce_bcast<T, kP, U>(src, P, dst, P, e1 - e0, me);
+  } else if constexpr (M == Mode::kAllReducePush) {
+    const int peer = 1 - me;
+    size_t e0, e1;
+    shard_range<T>(count, peer, 2, &e0, &e1);
+    if (threadIdx.x == 0) {
+      src[0] = send + e0;
+      dst[0] = dev::lsa_ptr<T>(ctx, rwin, roff, peer) + e0;
+    }
+    __syncthreads();
+    reduce_bcast<T, 1, 4>(src, 1, dst, 1, e1 - e0, 0);  // phase A: a copy, same block mapping as B
+    dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.push");
+    shard_range<T>(count, me, 2, &e0, &e1);
+    if (threadIdx.x == 0) {
+      // Rank order: rank 0's input first. The peer's partial sits in my recv.
+      src[me] = send + e0;
+      src[peer] = recv + e0;
+      dst[0] = recv + e0;
+      dst[1] = dev::lsa_ptr<T>(ctx, rwin, roff, peer) + e0;
+    }
+    __syncthreads();
+    reduce_bcast<T, 2, 4>(src, 2, dst, 2, e1 - e0, /*local_src=*/me);
   } else if constexpr (M == Mode::kReduceScatter) {
     if (threadIdx.x < P) {
       const int q = threadIdx.x;
@@ -189,7 +228,7 @@ __global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant
     }
     if (threadIdx.x == 0) dst[0] = recv;
     __syncthreads();
-    reduce_bcast<T>(src, P, dst, 1, count, me);
+    reduce_bcast<T, kP, U>(src, P, dst, 1, count, me);
   } else {
     if (threadIdx.x == 0) src[0] = send;
     if (threadIdx.x < P) {
@@ -197,7 +236,7 @@ __global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant
       dst[q] = (q == me ? recv : dev::lsa_ptr<T>(ctx, rwin, roff, q)) + count * me;
     }
     __syncthreads();
-    reduce_bcast<T>(src, 1, dst, P, count, 0);
+    reduce_bcast<T, 1, 8>(src, 1, dst, P, count, 0);
   }
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.exit");
 }
