@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# scripts/setup.sh — make this machine able to build tilewire. Idempotent, and fast when
+# everything is already there (no package manager call, no network).
+#
+#   scripts/setup.sh [--no-gtest] [--nccl-wheel]
+#     --no-gtest    GoogleTest is optional (the demo needs no tests): neither installed nor required
+#     --nccl-wheel  use the PyPI wheel nvidia-nccl-cu13==2.28.9 even if another NCCL fits
+#
+# What it checks, and installs when missing:
+#   cmake >= 3.25, ninja, GoogleTest (libgtest-dev)   apt-get (sudo only when not root)
+#   nvcc                                              checked only: install the CUDA 13 toolkit yourself
+#   NCCL headers >= 2.28.9 with the device API        $TILEWIRE_NCCL_ROOT, $NCCL_ROOT, the CUDA toolkit,
+#                                                     the GPU boxes' torch venv; else the PyPI wheel
+#                                                     into build-deps/ (a venv, or pip --target)
+# It writes build-deps/build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, LD_LIBRARY_PATH), which
+# scripts/test.sh and scripts/demo.sh source. build-deps/ is git-ignored (/build*/).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/build-deps"
+ENV_FILE="$DEPS/build-env.sh"
+NCCL_WANT="2.28.9"
+CMAKE_WANT="3.25"
+TORCH_NCCL="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
+
+need_gtest=1
+force_wheel=0
+for a in "$@"; do
+  case "$a" in
+    --no-gtest) need_gtest=0 ;;
+    --nccl-wheel) force_wheel=1 ;;
+    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    *) echo "setup: unknown argument '$a' (try --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "setup: $*"; }
+die() { echo "setup: ERROR: $*" >&2; exit 1; }
+# ver_ge A B: is version A >= version B?
+ver_ge() { [ "$(printf '%s\n%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]; }
+
+# ------------------------------------------------------------------ apt packages
+cmake_version() { cmake --version 2>/dev/null | head -n1 | awk '{print $3}'; }
+
+have_gtest() {
+  [ -n "${GTEST_ROOT:-}" ] || [ -n "${GTest_DIR:-}" ] && return 0
+  local inc="" lib=""
+  for d in /usr/include /usr/local/include; do [ -f "$d/gtest/gtest.h" ] && inc=1; done
+  for d in /usr/lib /usr/lib64 /usr/local/lib /usr/lib/x86_64-linux-gnu /usr/lib/aarch64-linux-gnu; do
+    compgen -G "$d/libgtest.*" >/dev/null && lib=1
+  done
+  [ -n "$inc" ] && [ -n "$lib" ]
+}
+
+apt_pkgs=()
+if ! command -v cmake >/dev/null || ! ver_ge "$(cmake_version)" "$CMAKE_WANT"; then apt_pkgs+=(cmake); fi
+if ! command -v ninja >/dev/null; then apt_pkgs+=(ninja-build); fi
+# With --no-gtest nothing is installed for it (the GPU machines may have no package mirror).
+if ! have_gtest && [ "$need_gtest" = 1 ]; then apt_pkgs+=(libgtest-dev); fi
+
+apt_install() {
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+      sudo=(sudo -n)
+    else
+      echo "setup: need root to install: $*; run: sudo apt-get install -y $*" >&2
+      return 1
+    fi
+  fi
+  command -v apt-get >/dev/null || { echo "setup: no apt-get here; install yourself: $*" >&2; return 1; }
+  say "installing $* (apt-get)"
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
+  apt_install "${apt_pkgs[@]}" || die "could not install ${apt_pkgs[*]}"
+fi
+
+# apt's cmake may still be too old (older distributions): fall back to the PyPI cmake.
+extra_path=""
+if ! ver_ge "$(cmake_version)" "$CMAKE_WANT"; then
+  say "cmake $(cmake_version) < $CMAKE_WANT; installing cmake from PyPI into $DEPS/cmake"
+  python3 -m pip install -q --target "$DEPS/cmake" "cmake>=$CMAKE_WANT,<4" ||
+    die "cmake >= $CMAKE_WANT is required and could not be installed"
+  extra_path="$DEPS/cmake/bin"
+  export PATH="$extra_path:$PATH"
+  export PYTHONPATH="$DEPS/cmake${PYTHONPATH:+:$PYTHONPATH}"
+  ver_ge "$(cmake_version)" "$CMAKE_WANT" || die "cmake from PyPI did not run"
+fi
+command -v ninja >/dev/null || die "ninja is required (apt-get install ninja-build)"
+gtest=0
+have_gtest && gtest=1
+[ "$gtest" = 1 ] || [ "$need_gtest" = 0 ] || die "GoogleTest is required (apt-get install libgtest-dev)"
+[ "$gtest" = 1 ] || say "GoogleTest not found: tests will not be configured"
+
+# ------------------------------------------------------------------ nvcc
+NVCC="${CUDACXX:-}"
+[ -n "$NVCC" ] && [ -x "$NVCC" ] || NVCC="$(command -v nvcc || true)"
+for c in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+  [ -z "$NVCC" ] && [ -n "$c" ] && [ -x "$c/bin/nvcc" ] && NVCC="$c/bin/nvcc"
+done
+[ -n "$NVCC" ] || die "nvcc not found (PATH, \$CUDACXX, \$CUDA_HOME, /usr/local/cuda/bin). tilewire needs the CUDA 13 \
+toolkit: install it (https://developer.nvidia.com/cuda-downloads) or put its bin/ on PATH."
+NVCC="$(readlink -f "$NVCC")"
+CUDA_ROOT="$(dirname "$(dirname "$NVCC")")"
+NVCC_VERSION="$("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
+ver_ge "$NVCC_VERSION" 13.0 || say "WARNING: nvcc $NVCC_VERSION; tilewire is developed with CUDA 13.0"
+
+# ------------------------------------------------------------------ NCCL
+# nccl_version DIR: "2.28.9" from DIR/include/nccl.h, or nothing.
+nccl_version() {
+  local h="$1/include/nccl.h"
+  [ -f "$h" ] || return 0
+  local ma mi pa
+  ma="$(sed -n 's/^#define NCCL_MAJOR *\([0-9]*\).*/\1/p' "$h")"
+  mi="$(sed -n 's/^#define NCCL_MINOR *\([0-9]*\).*/\1/p' "$h")"
+  pa="$(sed -n 's/^#define NCCL_PATCH *\([0-9]*\).*/\1/p' "$h")"
+  [ -n "$ma" ] && [ -n "$mi" ] && [ -n "$pa" ] && echo "$ma.$mi.$pa"
+}
+# nccl_libdir DIR: the folder holding libnccl.so(.2), or nothing.
+nccl_libdir() {
+  local d
+  for d in "$1/lib" "$1/lib64" "$1/lib/x86_64-linux-gnu"; do
+    if [ -e "$d/libnccl.so.2" ] || [ -e "$d/libnccl.so" ]; then echo "$d"; return 0; fi
+  done
+}
+# nccl_ok DIR: headers >= 2.28.9 with the device API, and a library next to them.
+nccl_ok() {
+  local v
+  v="$(nccl_version "$1")"
+  [ -n "$v" ] && ver_ge "$v" "$NCCL_WANT" && [ -f "$1/include/nccl_device.h" ] && [ -n "$(nccl_libdir "$1")" ]
+}
+
+WHEEL_DIR="$DEPS/nccl-$NCCL_WANT"  # pip --target layout: $WHEEL_DIR/nvidia/nccl
+VENV="$DEPS/venv"
+wheel_root() {  # where an earlier run put the wheel, if it did
+  local sp
+  for sp in "$VENV"/lib/python3*/site-packages "$WHEEL_DIR"; do
+    [ -d "$sp/nvidia/nccl" ] && nccl_ok "$sp/nvidia/nccl" && { echo "$sp/nvidia/nccl"; return 0; }
+  done
+}
+
+NCCL_ROOT_FOUND=""
+if [ "$force_wheel" = 0 ]; then
+  for c in "${TILEWIRE_NCCL_ROOT:-}" "${NCCL_ROOT:-}" "$CUDA_ROOT" /usr/local/cuda "$TORCH_NCCL"; do
+    [ -n "$c" ] || continue
+    if nccl_ok "$c"; then NCCL_ROOT_FOUND="$(readlink -f "$c")"; break; fi
+    if [ -n "$(nccl_version "$c")" ]; then
+      say "NCCL $(nccl_version "$c") at $c does not fit (need >= $NCCL_WANT with nccl_device.h and libnccl)"
+    fi
+  done
+fi
+[ -n "$NCCL_ROOT_FOUND" ] || NCCL_ROOT_FOUND="$(wheel_root || true)"
+if [ -z "$NCCL_ROOT_FOUND" ]; then
+  say "installing NCCL $NCCL_WANT from PyPI (nvidia-nccl-cu13==$NCCL_WANT) under $DEPS"
+  mkdir -p "$DEPS"
+  export PIP_ROOT_USER_ACTION=ignore
+  if python3 -m venv "$VENV" >/dev/null 2>&1 && "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "nvidia-nccl-cu13==$NCCL_WANT" ||
+      die "pip install nvidia-nccl-cu13==$NCCL_WANT failed (is PyPI reachable?)"
+  else
+    rm -rf "$VENV"
+    { command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; } ||
+      die "need python3 with pip (apt-get install python3-pip python3-venv) to fetch NCCL $NCCL_WANT"
+    python3 -m pip install -q --disable-pip-version-check --target "$WHEEL_DIR" "nvidia-nccl-cu13==$NCCL_WANT" ||
+      die "pip install nvidia-nccl-cu13==$NCCL_WANT failed (is PyPI reachable?)"
+  fi
+  NCCL_ROOT_FOUND="$(wheel_root || true)"
+  [ -n "$NCCL_ROOT_FOUND" ] || die "the nvidia-nccl-cu13 wheel installed, but no usable include/nccl.h + lib/libnccl.so.2 in it"
+fi
+NCCL_VERSION="$(nccl_version "$NCCL_ROOT_FOUND")"
+NCCL_LIBDIR="$(nccl_libdir "$NCCL_ROOT_FOUND")"
+
+# ------------------------------------------------------------------ build-env.sh
+mkdir -p "$DEPS"
+py_line="# (cmake from the system)"
+[ -z "$extra_path" ] || py_line="export PYTHONPATH=\"$DEPS/cmake\${PYTHONPATH:+:\$PYTHONPATH}\""
+new_env="$(cat <<EOF
+# Written by scripts/setup.sh; sourced by scripts/test.sh and scripts/demo.sh. Do not edit.
+export PATH="$(dirname "$NVCC")${extra_path:+:$extra_path}:\$PATH"
+$py_line
+export CUDACXX="$NVCC"
+export TILEWIRE_NCCL_ROOT="$NCCL_ROOT_FOUND"
+# The NCCL runtime must be the NCCL the headers came from (device-API structs change per patch).
+export LD_LIBRARY_PATH="$NCCL_LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+export TILEWIRE_HAVE_GTEST=$gtest
+EOF
+)"
+if [ ! -f "$ENV_FILE" ] || [ "$(cat "$ENV_FILE")" != "$new_env" ]; then
+  printf '%s\n' "$new_env" >"$ENV_FILE.tmp" && mv "$ENV_FILE.tmp" "$ENV_FILE"
+fi
+
+say "cmake $(cmake_version), ninja $(ninja --version), nvcc $NVCC_VERSION ($CUDA_ROOT), \
+NCCL $NCCL_VERSION ($NCCL_ROOT_FOUND), GoogleTest $([ "$gtest" = 1 ] && echo yes || echo no)"
+say "export TILEWIRE_NCCL_ROOT=$NCCL_ROOT_FOUND   (all of it in ${ENV_FILE#"$ROOT"/})"

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# scripts/test.sh — set up, build, run the tests; CI runs this (.ci/run).
+#
+#   1. scripts/setup.sh                       tools, GoogleTest, NCCL >= 2.28.9
+#   2. configure + build into build/          Release, Ninja, tests on
+#   3. ctest                                  CPU tests; GPU tests SKIP without a GPU
+#   4. cmake --install into a temp prefix, then build and run tests/install_consumer
+#      against it (find_package(tilewire) + tilewire::tilewire, a .cpp and a .cu)
+#
+# Environment: TILEWIRE_BUILD_DIR (default build), CMAKE_BUILD_PARALLEL_LEVEL, extra configure
+# flags in TILEWIRE_CMAKE_ARGS (e.g. -DCMAKE_CUDA_ARCHITECTURES=90a).
+# Exits non-zero on the first failure.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+BUILD="${TILEWIRE_BUILD_DIR:-build}"
+step() { printf '\n== test: %s\n' "$*"; }
+
+step "setup"
+scripts/setup.sh
+# shellcheck source=/dev/null
+source build-deps/build-env.sh
+
+step "configure ($BUILD)"
+fresh=()
+if [ -f "$BUILD/CMakeCache.txt" ] && ! grep -q '^CMAKE_GENERATOR:INTERNAL=Ninja$' "$BUILD/CMakeCache.txt"; then
+  fresh=(--fresh)  # an older configure with another generator: start the cache over
+fi
+# shellcheck disable=SC2086
+cmake "${fresh[@]}" -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DTILEWIRE_BUILD_TESTS=ON -DTILEWIRE_BUILD_TOOLS=ON ${TILEWIRE_CMAKE_ARGS:-}
+
+step "build"
+cmake --build "$BUILD"
+
+step "ctest"
+# --no-tests=error: a build that registered no tests is a broken build, not a pass.
+ctest --test-dir "$BUILD" --output-on-failure --no-tests=error
+
+step "install + consumer"
+TMP="$(mktemp -d "${TMPDIR:-/tmp}/tilewire-test.XXXXXX")"
+trap 'rm -rf "$TMP"' EXIT
+cmake --install "$BUILD" --prefix "$TMP/install" >/dev/null
+echo "installed into $TMP/install"
+# shellcheck disable=SC2086
+cmake -S tests/install_consumer -B "$TMP/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$TMP/install" ${TILEWIRE_CMAKE_ARGS:-}
+cmake --build "$TMP/consumer"
+"$TMP/consumer/tilewire_consumer"
+
+printf '\ntest: all passed\n'
