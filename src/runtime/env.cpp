@@ -21,6 +21,9 @@ static const Var kVars[] = {
      "only), auto (push where it applies)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
+    {"TILEWIRE_PDL", Type::kBool, "1",
+     "Launch tilewire kernels with programmatic dependent launch (they start while the previous kernel "
+     "drains and wait for it on the device)."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
     {"TILEWIRE_DEBUG", Type::kBool, "0", "Print communicator setup (versions, LSA team, windows) to stderr."},

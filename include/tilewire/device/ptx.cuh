@@ -73,6 +73,11 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
+// Programmatic dependent launch (sm_90): wait until the preceding kernel in the stream has
+// completed and its memory is visible; let the next kernel in the stream launch early.
+__device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void griddep_launch_dependents() { asm volatile("griddepcontrol.launch_dependents;" :::); }
+
 __device__ __forceinline__ void nanosleep(uint32_t ns) { asm volatile("nanosleep.u32 %0;" :: "r"(ns)); }
 
 }  // namespace tw::ptx

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "kernels.cuh"
 #include "tilewire/ops/allreduce.hpp"
@@ -34,6 +35,23 @@ void dispatch_ranks(int P, F&& f) {
   else if (P == 2) f(std::integral_constant<int, 2>{});
   else if (P <= 4) f(std::integral_constant<int, 4>{});
   else f(std::integral_constant<int, 8>{});
+}
+
+// Launch with programmatic dependent launch (TILEWIRE_PDL): the kernel may start while the
+// previous one in the stream drains; it calls griddepcontrol.wait before touching memory.
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  static const bool pdl = env::get_bool("TILEWIRE_PDL");
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
 size_t oneshot_max(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
@@ -115,8 +133,8 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       lay.base = ctx.staging_offset;
       lay.nranks = ctx.lsa_size;
       lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ops::kOneShotBlocks * 16);
-      ops::oneshot_allreduce<T><<<ops::kOneShotBlocks, ops::kOneShotThreads, 0, stream>>>(
-          ctx, static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
+      launch(ops::oneshot_allreduce<T>, ops::kOneShotBlocks, ops::kOneShotThreads, stream, ctx,
+             static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
     } else {
       WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");
       const size_t vecs = bytes / 16 / comm.nranks() + 1;
@@ -126,8 +144,8 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       dispatch_ranks(comm.lsa_size(), [&](auto kp) {
         constexpr int kP = decltype(kp)::value;
         auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
-        kernel<<<grid, twoshot_threads(), 0, stream>>>(ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
-                                                         wr.handle, wr.offset, static_cast<T*>(a.recv), a.count);
+        launch(kernel, grid, twoshot_threads(), stream, ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
+               wr.handle, wr.offset, static_cast<T*>(a.recv), a.count);
       });
     }
   });
@@ -146,10 +164,9 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
-      ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>
-          <<<twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), 0, stream>>>(
-              comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send), nullptr, 0, static_cast<T*>(recv),
-              recv_count);
+      launch(ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>, twoshot_blocks(comm, bytes / 16 + 1),
+             twoshot_threads(), stream, comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send),
+             ncclWindow_t{nullptr}, size_t{0}, static_cast<T*>(recv), recv_count);
     });
   });
   check_launch(comm, "reduce_scatter launch");
@@ -166,9 +183,9 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    ops::twoshot<T, 1, ops::Mode::kAllGather><<<twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), 0, stream>>>(
-        comm.dev_ctx(), nullptr, 0, static_cast<const T*>(send), wr.handle, wr.offset, static_cast<T*>(recv),
-        send_count);
+    launch(ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), stream,
+           comm.dev_ctx(), ncclWindow_t{nullptr}, size_t{0}, static_cast<const T*>(send), wr.handle, wr.offset,
+           static_cast<T*>(recv), send_count);
   });
   check_launch(comm, "all_gather launch");
 }

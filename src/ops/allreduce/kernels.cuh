@@ -47,19 +47,25 @@ __global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(const __gri
                                                                      size_t count, OneShotLayout lay) {
   __shared__ uint32_t epoch_sh;
   const int b = blockIdx.x, P = ctx.lsa_size, me = ctx.lsa_rank;
-  if (threadIdx.x == 0) epoch_sh = ctx.epochs[b] + 1;
-  __syncthreads();
-  const uint32_t epoch = epoch_sh;
-  const int parity = epoch & 1;
   const size_t bytes = count * sizeof(T);
   const size_t lines = (bytes + 7) / 8;
   const size_t per_blk = (lines + kOneShotBlocks - 1) / kOneShotBlocks;
   const size_t l0 = (size_t)b * per_blk, l1 = min(lines, l0 + per_blk);
   const char* src = reinterpret_cast<const char*>(send);
 
+  // Launched early (PDL): nothing the previous kernel touches is read before this.
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
+  // The epoch load (thread 0) and each thread's first payload load are in flight together.
+  uint2 first = l0 + threadIdx.x < l1 ? load_payload(src, bytes, l0 + threadIdx.x) : make_uint2(0, 0);
+  if (threadIdx.x == 0) epoch_sh = ctx.epochs[b] + 1;
+  __syncthreads();
+  const uint32_t epoch = epoch_sh;
+  const int parity = epoch & 1;
+
   // Push: my payload, LL-encoded, into every peer's staging slot for source `me`.
   for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
-    uint2 v = load_payload(src, bytes, i - 0);
+    uint2 v = i == l0 + threadIdx.x ? first : load_payload(src, bytes, i);
     uint4 ll = make_uint4(v.x, epoch, v.y, epoch);
     const size_t off = lay.line(parity, me, b, i - l0);
     for (int k = 1; k < P; ++k) {
@@ -186,6 +192,8 @@ __global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant
                                                            T* recv, size_t count) {
   constexpr int U = kUnrollFor<kP>;
   const int P = ctx.lsa_size, me = ctx.lsa_rank;
+  ptx::griddep_wait();  // launched early (PDL): wait for the previous kernel before any access
+  ptx::griddep_launch_dependents();
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "twoshot.entry");
   // Peer pointers in shared memory: indexed by a run-time rank, registers would spill to local.
   __shared__ const T* src[kMaxRanks];

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The one script that runs tilewire's GPU work in a single device call: topology and `tilewire
+# info`, the GPU test binary, the benches, and compute-sanitizer (memcheck + racecheck) on the
+# tests. Everything lands in $OUT (at most 8 files: the device tool brings back no more).
+#
+# Build here first (scripts/pack_dist.sh puts the binaries and libtilewire into dist/), then on
+# the GPU machine, from the repo root:   OUT=/some/dir scripts/gpu_run.sh [full|quick]
+# Results are committed under bench/results/ with scripts/collect_results.py.
+set -uo pipefail
+MODE=${1:-full}
+OUT=${OUT:-$PWD/gpu-out}
+DIST=${DIST:-$PWD/dist}
+mkdir -p "$OUT"
+LOG=$OUT/run.log
+: >"$LOG"
+
+# Policy: never NVLink multicast. NCCL runtime must be 2.28.9 (the system one there is 2.28.3).
+export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+VENV_NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+export LD_LIBRARY_PATH=$DIST/lib${VENV_NCCL:+:$VENV_NCCL}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export TILEWIRE_COMMIT=$(cat "$DIST/COMMIT" 2>/dev/null || echo unknown)
+TW=$DIST/bin/tilewire
+TESTS=$DIST/bin/tilewire_gpu_tests
+FAIL=0
+
+step() { echo "=== $* ($(date -u +%T))" | tee -a "$LOG"; }
+run() {  # run <limit_s> cmd...: log output, remember failures
+  local lim=$1; shift
+  timeout "$lim" "$@" >>"$LOG" 2>&1
+  local rc=$?
+  [ $rc -ne 0 ] && { echo "!!! rc=$rc: $*" | tee -a "$LOG"; FAIL=1; }
+  return $rc
+}
+
+step "machine"
+{ nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
+  nvidia-smi topo -m; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+step "tilewire info"
+run 120 "$TW" info
+"$TW" info --json >"$OUT/info.json" 2>>"$LOG"
+run 30 "$TW" info --env
+
+step "GPU tests"
+run 600 "$TESTS" --gtest_output=json:"$OUT/gpu_tests.json"
+
+step "bench allreduce bf16 (out-of-place, back-to-back)"
+run 300 "$TW" bench allreduce -b 8K -e 1G -f 2 -d bf16 --json "$OUT/bench_allreduce_bf16.json"
+if [ "$MODE" = full ]; then
+  step "bench allreduce fp16 / fp32 (correctness across dtypes), bf16 in-place, bf16 CUDA graph"
+  run 300 "$TW" bench allreduce -b 8K -e 256M -f 4 -d fp16 --json "$OUT/bench_allreduce_fp16.json"
+  run 300 "$TW" bench allreduce -b 8K -e 256M -f 4 -d fp32 --json "$OUT/bench_allreduce_fp32.json"
+  run 300 "$TW" bench allreduce -b 8K -e 1G -f 4 -d bf16 -i 1 --json "$OUT/bench_allreduce_bf16_inplace.json"
+  run 300 "$TW" bench allreduce -b 8K -e 4M -f 2 -d bf16 -G 1 >>"$LOG" 2>&1
+fi
+
+step "compute-sanitizer memcheck + racecheck on the GPU tests"
+SAN_FILTER='-*Timeout*:*Drift*:*Large*:*MultiProcess*'
+export TILEWIRE_TIMEOUT_MS=120000   # the sanitizer slows kernels; waits stay bounded
+{
+  timeout 900 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+    "$TESTS" --gtest_filter="$SAN_FILTER"; echo "memcheck rc=$?"
+  timeout 900 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$TESTS" --gtest_filter="$SAN_FILTER"; echo "racecheck rc=$?"
+} >"$OUT/sanitizer.log" 2>&1
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$OUT/sanitizer.log" | tee -a "$LOG"
+grep -qE "memcheck rc=0" "$OUT/sanitizer.log" && grep -qE "racecheck rc=0" "$OUT/sanitizer.log" || FAIL=1
+
+step "done: $([ $FAIL = 0 ] && echo ALL PASSED || echo FAILURES, see run.log)"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |^#|!!!" "$LOG" | tail -40
+exit $FAIL

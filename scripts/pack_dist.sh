@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Build what a GPU run needs and gather it into dist/ (git-ignored; carried to the device by
+# the device tool's `carry`): libtilewire, the CLI, the GPU test binary, the examples.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -f build-env.sh ] && . ./build-env.sh
+BUILD=${BUILD:-build}
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$BUILD" --target tilewire tilewire_cli tilewire_gpu_tests 02_allreduce
+rm -rf dist && mkdir -p dist/bin dist/lib
+cp -a "$BUILD"/libtilewire.so* dist/lib/
+cp "$BUILD"/tools/tilewire "$BUILD"/tests/tilewire_gpu_tests "$BUILD"/examples/02_allreduce dist/bin/
+git rev-parse --short HEAD >dist/COMMIT
+git diff --quiet HEAD -- src include tools tests examples || echo "$(cat dist/COMMIT)+dirty" >dist/COMMIT
+du -sh dist
