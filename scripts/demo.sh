@@ -19,7 +19,7 @@ TORCH_NCCL_LIB="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib"
 
 scripts/setup.sh --no-gtest
 # shellcheck source=/dev/null
-source build-deps/build-env.sh
+source ./build-env.sh
 
 # Same cache as scripts/test.sh; tests are configured only where GoogleTest exists (the GPU boxes
 # may lack it), and never built here.

@@ -12,13 +12,14 @@
 #   NCCL headers >= 2.28.9 with the device API        $TILEWIRE_NCCL_ROOT, $NCCL_ROOT, the CUDA toolkit,
 #                                                     the GPU boxes' torch venv; else the PyPI wheel
 #                                                     into build-deps/ (a venv, or pip --target)
-# It writes build-deps/build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, LD_LIBRARY_PATH), which
-# scripts/test.sh and scripts/demo.sh source. build-deps/ is git-ignored (/build*/).
+# It writes ./build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, LD_LIBRARY_PATH), which
+# scripts/test.sh, scripts/demo.sh and scripts/pack_dist.sh source. Downloads go to build-deps/
+# (git-ignored by /build*/).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/build-deps"
-ENV_FILE="$DEPS/build-env.sh"
+ENV_FILE="$ROOT/build-env.sh"
 NCCL_WANT="2.28.9"
 CMAKE_WANT="3.25"
 TORCH_NCCL="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
@@ -29,7 +30,7 @@ for a in "$@"; do
   case "$a" in
     --no-gtest) need_gtest=0 ;;
     --nccl-wheel) force_wheel=1 ;;
-    -h | --help) sed -n '2,17p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "setup: unknown argument '$a' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -174,11 +175,10 @@ NCCL_VERSION="$(nccl_version "$NCCL_ROOT_FOUND")"
 NCCL_LIBDIR="$(nccl_libdir "$NCCL_ROOT_FOUND")"
 
 # ------------------------------------------------------------------ build-env.sh
-mkdir -p "$DEPS"
 py_line="# (cmake from the system)"
 [ -z "$extra_path" ] || py_line="export PYTHONPATH=\"$DEPS/cmake\${PYTHONPATH:+:\$PYTHONPATH}\""
 new_env="$(cat <<EOF
-# Written by scripts/setup.sh; sourced by scripts/test.sh and scripts/demo.sh. Do not edit.
+# Written by scripts/setup.sh; sourced by scripts/test.sh, demo.sh, pack_dist.sh. Do not edit.
 export PATH="$(dirname "$NVCC")${extra_path:+:$extra_path}:\$PATH"
 $py_line
 export CUDACXX="$NVCC"

@@ -20,7 +20,7 @@ step() { printf '\n== test: %s\n' "$*"; }
 step "setup"
 scripts/setup.sh
 # shellcheck source=/dev/null
-source build-deps/build-env.sh
+source ./build-env.sh
 
 step "configure ($BUILD)"
 fresh=()
