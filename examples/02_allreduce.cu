@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
           TW_CUDA_CHECK(cudaMemcpyAsync(&w, wrong, sizeof(w), cudaMemcpyDeviceToHost, s));
           comm.sync(s);
           // Time: 20 warm-up, 100 timed back-to-back, tilewire then NCCL on the same windows.
-          const int iters = 100;
+          const int iters = std::getenv("EX_ITERS") ? std::atoi(std::getenv("EX_ITERS")) : 100;
           float tw_ms = 0, nccl_ms = 0;
           for (int i = 0; i < 20; ++i) tw::allreduce(comm, a, s);
           cudaEventRecord(e0, s);

@@ -22,7 +22,7 @@ namespace tw {
 namespace {
 constexpr size_t kAlign = NCCL_WIN_REQUIRED_ALIGNMENT;
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-constexpr int kOneShotBlocks = 32;  // must match src/ops/allreduce/kernels.cuh
+constexpr int kOneShotMaxBlocks = 128;  // must match src/ops/allreduce/kernels.cuh
 }  // namespace
 
 // ------------------------------------------------------------------------------------ Window
@@ -140,7 +140,8 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
 
   int max_blocks = cfg.max_blocks > 0 ? cfg.max_blocks : (int)env::get_int("TILEWIRE_MAX_BLOCKS");
   if (max_blocks <= 0) max_blocks = 2 * sm_count_;
-  max_blocks = std::max(max_blocks, kOneShotBlocks);
+  ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1, kOneShotMaxBlocks);
+  max_blocks = std::max(max_blocks, ctx_.oneshot_blocks);
   ctx_.max_blocks = max_blocks;
   ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_TIMEOUT_MS")) * 1000000ull;
   ctx_.signal_count = std::max(1, cfg.signal_count);
@@ -161,15 +162,15 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
 
   // Control window: [signals | one-shot staging (2 parities x P sources x 2 (LL) x max bytes)].
   size_t oneshot = cfg.oneshot_max_bytes ? cfg.oneshot_max_bytes : env::get_bytes("TILEWIRE_ONESHOT_MAX_BYTES");
-  oneshot = round_up(std::max<size_t>(oneshot, 16 * kOneShotBlocks), 16 * kOneShotBlocks);
+  oneshot = round_up(std::max<size_t>(oneshot, 16 * ctx_.oneshot_blocks), 16 * ctx_.oneshot_blocks);
   ctx_.signal_offset = 0;
   ctx_.staging_offset = round_up(sizeof(uint64_t) * ctx_.signal_count, kAlign);
   ctx_.staging_bytes = 2 * (size_t)ctx_.lsa_size * 2 * oneshot;
   control_ = alloc_window(ctx_.staging_offset + ctx_.staging_bytes);
   ctx_.control = control_.handle();
   TW_CUDA_CHECK(cudaMemset(control_.data(), 0, control_.bytes()));
-  TW_CUDA_CHECK(cudaMalloc(&ctx_.epochs, sizeof(uint32_t) * kOneShotBlocks));
-  TW_CUDA_CHECK(cudaMemset(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotBlocks));
+  TW_CUDA_CHECK(cudaMalloc(&ctx_.epochs, sizeof(uint32_t) * kOneShotMaxBlocks));
+  TW_CUDA_CHECK(cudaMemset(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotMaxBlocks));
 
   TW_CUDA_CHECK(cudaHostAlloc(&fault_host_, sizeof(DeviceFault), cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(fault_host_, 0, sizeof(DeviceFault));

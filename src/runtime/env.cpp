@@ -14,6 +14,9 @@ static const Var kVars[] = {
     {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "256K",
      "Largest all-reduce (bytes per rank) run one-shot; larger ones run two-shot. Sizes the staging area "
      "(4 x this x LSA ranks, in the control window)."},
+    {"TILEWIRE_ONESHOT_BLOCKS", Type::kInt, "64",
+     "One-shot all-reduce CTAs, fixed per communicator (1..128; read at communicator creation)."},
+    {"TILEWIRE_ONESHOT_THREADS", Type::kInt, "256", "Threads per one-shot CTA (32..512)."},
     {"TILEWIRE_ALLREDUCE_BLOCKS", Type::kInt, "0", "Cap on two-shot CTAs (0: the SM count)."},
     {"TILEWIRE_ALLREDUCE_THREADS", Type::kInt, "512", "Threads per two-shot CTA (multiple of 32, 64..512)."},
     {"TILEWIRE_TWOSHOT_VARIANT", Type::kString, "auto",

@@ -40,6 +40,7 @@ struct DevCtx {
   uint64_t staging_offset;  // byte offset of the one-shot staging area in `control`
   uint64_t staging_bytes;   // its size
   uint32_t* epochs;         // local device memory: one-shot epoch per block
+  int oneshot_blocks;       // one-shot grid, fixed for the communicator's life
 };
 
 static_assert(std::is_trivially_copyable_v<DevCtx>, "DevCtx is passed to kernels by value");

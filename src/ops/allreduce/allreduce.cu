@@ -132,8 +132,11 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       ops::OneShotLayout lay;
       lay.base = ctx.staging_offset;
       lay.nranks = ctx.lsa_size;
-      lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ops::kOneShotBlocks * 16);
-      launch(ops::oneshot_allreduce<T>, ops::kOneShotBlocks, ops::kOneShotThreads, stream, ctx,
+      lay.blocks = ctx.oneshot_blocks;
+      lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ctx.oneshot_blocks * 16);
+      static const int threads = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_THREADS") / 32 * 32, 32,
+                                                          ops::kOneShotMaxThreads);
+      launch(ops::oneshot_allreduce<T>, ctx.oneshot_blocks, threads, stream, ctx,
              static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
     } else {
       WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");

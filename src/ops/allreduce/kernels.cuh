@@ -6,8 +6,9 @@
 
 namespace tw::ops {
 
-inline constexpr int kOneShotBlocks = 32;   // fixed grid: staging regions and epochs are per block
-inline constexpr int kOneShotThreads = 256;
+inline constexpr int kOneShotMaxBlocks = 128;  // grid is ctx.oneshot_blocks, fixed per communicator:
+                                               // staging regions and epochs are per block
+inline constexpr int kOneShotMaxThreads = 512;
 inline constexpr int kTwoShotThreads = 512;
 inline constexpr int kMaxRanks = 8;         // LSA team size the kernels are compiled for
 
@@ -17,8 +18,9 @@ struct OneShotLayout {
   size_t base;        // byte offset of staging in ctx.control
   size_t blk_lines;   // lines per (parity, source rank, block)
   int nranks;
+  int blocks;
   __device__ size_t line(int parity, int src, int block, size_t i) const {
-    return base + ((((size_t)parity * nranks + src) * kOneShotBlocks + block) * blk_lines + i) * 16;
+    return base + ((((size_t)parity * nranks + src) * blocks + block) * blk_lines + i) * 16;
   }
 };
 
@@ -43,13 +45,13 @@ __device__ __forceinline__ void store_payload(char* dst, size_t bytes, size_t i,
 }
 
 template <class T>
-__global__ void __launch_bounds__(kOneShotThreads) oneshot_allreduce(const __grid_constant__ DevCtx ctx, const T* send, T* recv,
+__global__ void __launch_bounds__(kOneShotMaxThreads) oneshot_allreduce(const __grid_constant__ DevCtx ctx, const T* send, T* recv,
                                                                      size_t count, OneShotLayout lay) {
   __shared__ uint32_t epoch_sh;
   const int b = blockIdx.x, P = ctx.lsa_size, me = ctx.lsa_rank;
   const size_t bytes = count * sizeof(T);
   const size_t lines = (bytes + 7) / 8;
-  const size_t per_blk = (lines + kOneShotBlocks - 1) / kOneShotBlocks;
+  const size_t per_blk = (lines + gridDim.x - 1) / gridDim.x;
   const size_t l0 = (size_t)b * per_blk, l1 = min(lines, l0 + per_blk);
   const char* src = reinterpret_cast<const char*>(send);
 
