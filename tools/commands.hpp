@@ -1,0 +1,13 @@
+// tools/commands.hpp — the subcommands of the `tilewire` CLI, as main.cpp dispatches them.
+// Each returns the process exit status or throws (main turns an exception into one line).
+#pragma once
+#include "bench_args.hpp"
+
+namespace tw::cli {
+
+// `tilewire bench allreduce`: tilewire vs NCCL over all local GPUs, one thread per GPU.
+// 0: every result correct and bit-identical across ranks; 1: some were not.
+// Throws tw::Error (kUnsupported with no GPU, kTimeout when a device wait expired, ...).
+int bench_allreduce(const BenchArgs& args);
+
+}  // namespace tw::cli
