@@ -91,21 +91,35 @@ void Comm::run_local(std::span<const int> devices, const std::function<void(Comm
   ncclUniqueId id = unique_id();
   std::mutex mu;
   std::exception_ptr first;
+  std::vector<Comm*> live(devs.size(), nullptr);  // guarded by mu
+  bool failed = false;
+  auto fail_all = [&](std::exception_ptr e) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!first) first = e;
+    failed = true;
+    for (Comm* c : live)
+      if (c) c->abort();
+  };
   std::vector<std::thread> threads;
   for (int r = 0; r < (int)devs.size(); ++r) {
     threads.emplace_back([&, r] {
       try {
         TW_CUDA_CHECK(cudaSetDevice(devs[r]));
         auto comm = Comm::create(id, r, (int)devs.size(), devs[r], cfg);
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          live[r] = comm.get();
+          if (failed) comm->abort();
+        }
         try {
           fn(*comm);
         } catch (...) {
-          comm->abort();
-          throw;
+          fail_all(std::current_exception());
         }
-      } catch (...) {
         std::lock_guard<std::mutex> lk(mu);
-        if (!first) first = std::current_exception();
+        live[r] = nullptr;  // destroyed below, outside the lock
+      } catch (...) {
+        fail_all(std::current_exception());
       }
     });
   }

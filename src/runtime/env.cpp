@@ -21,7 +21,7 @@ static const Var kVars[] = {
     {"TILEWIRE_ALLREDUCE_THREADS", Type::kInt, "512", "Threads per two-shot CTA (multiple of 32, 64..512)."},
     {"TILEWIRE_TWOSHOT_VARIANT", Type::kString, "auto",
      "Two-shot all-reduce data path: load (owner loads peers' shards), push (2 ranks, out-of-place: stores "
-     "only), auto (push where it applies)."},
+     "only), auto (push from 8 MiB where it applies)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",
@@ -29,6 +29,7 @@ static const Var kVars[] = {
      "drains and wait for it on the device)."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
+    {"TILEWIRE_COMMIT", Type::kString, "", "Commit id recorded in bench JSON (set by scripts/gpu_run.sh)."},
     {"TILEWIRE_DEBUG", Type::kBool, "0", "Print communicator setup (versions, LSA team, windows) to stderr."},
 };
 

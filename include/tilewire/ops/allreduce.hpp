@@ -65,6 +65,11 @@ struct Status {
 // else two-shot. `nranks` is part of the rule for the day it depends on it.
 AllReduceAlgo choose_allreduce_algo(size_t bytes, int nranks, size_t oneshot_max_bytes);
 
+// Largest all-reduce (bytes per rank) `comm` runs one-shot (its staging size).
+size_t oneshot_max_bytes(const Comm& comm);
+// The algorithm allreduce(comm, a, ...) will run (a.algo unless kAuto).
+AllReduceAlgo resolve_allreduce_algo(const Comm& comm, const AllReduceArgs& a);
+
 // Checks that need no communicator: nulls, alignment, count, forced algorithm vs limits.
 Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_max_bytes);
 

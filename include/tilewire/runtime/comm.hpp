@@ -11,6 +11,7 @@
 #pragma once
 #include <nccl.h>
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -71,7 +72,9 @@ class Comm {
   static ncclUniqueId unique_id();
   static std::unique_ptr<Comm> create(const ncclUniqueId& id, int rank, int nranks, int device,
                                       const CommConfig& cfg = {});
-  // devices empty: every visible GPU.
+  // devices empty: every visible GPU. If one rank throws, the others' communicators are aborted
+  // (their NCCL calls and bounded waits then fail instead of waiting for the lost rank) and the
+  // first exception is rethrown after every thread has joined.
   static void run_local(std::span<const int> devices, const std::function<void(Comm&)>& fn,
                         const CommConfig& cfg = {});
 
@@ -107,7 +110,7 @@ class Comm {
 
   // Abort NCCL (ncclCommAbort) and mark the comm unusable; used on fatal errors.
   void abort() noexcept;
-  bool aborted() const { return aborted_; }
+  bool aborted() const { return aborted_.load(); }
   // Throws kState if the comm was aborted or the calling thread's device is not this comm's.
   void require_usable(const char* op) const;
 
@@ -120,7 +123,7 @@ class Comm {
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   int device_ = -1;
   int sm_count_ = 0;
-  bool aborted_ = false;
+  std::atomic<bool> aborted_{false};
   ncclComm_t comm_ = nullptr;
   bool devcomm_made_ = false;
   DevCtx ctx_{};

@@ -54,7 +54,6 @@ void launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream,
   TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 
-size_t oneshot_max(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
 
 Status common_checks(const Comm& comm, const char* op) {
   if (comm.aborted()) return Status{false, std::string(op) + ": communicator was aborted; create a new one"};
@@ -108,9 +107,16 @@ void check_launch(const Comm& comm, const char* op) {
 
 }  // namespace
 
+size_t oneshot_max_bytes(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
+
+AllReduceAlgo resolve_allreduce_algo(const Comm& comm, const AllReduceArgs& a) {
+  if (a.algo != AllReduceAlgo::kAuto) return a.algo;
+  return choose_allreduce_algo(a.count * dtype_size(a.dtype), comm.nranks(), oneshot_max_bytes(comm));
+}
+
 Status can_implement(const Comm& comm, const AllReduceArgs& a) {
   if (Status s = common_checks(comm, "allreduce"); !s) return s;
-  if (Status s = check_allreduce_args(a, comm.nranks(), oneshot_max(comm)); !s) return Status{false, "allreduce: " + s.reason};
+  if (Status s = check_allreduce_args(a, comm.nranks(), oneshot_max_bytes(comm)); !s) return Status{false, "allreduce: " + s.reason};
   if (a.count == 0) return Status{};
   const size_t bytes = a.count * dtype_size(a.dtype);
   WindowRef w;
@@ -124,7 +130,7 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (a.count == 0) return;
   const size_t bytes = a.count * dtype_size(a.dtype);
-  AllReduceAlgo algo = a.algo == AllReduceAlgo::kAuto ? choose_allreduce_algo(bytes, comm.nranks(), oneshot_max(comm)) : a.algo;
+  const AllReduceAlgo algo = resolve_allreduce_algo(comm, a);
   const DevCtx& ctx = comm.dev_ctx();
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -143,7 +149,10 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       const size_t vecs = bytes / 16 / comm.nranks() + 1;
       const int grid = twoshot_blocks(comm, vecs);
       const std::string variant = env::get_string("TILEWIRE_TWOSHOT_VARIANT");
-      const bool push = comm.lsa_size() == 2 && a.send != a.recv && variant != "load";
+      // Push (stores only) wins from ~8 MiB (364 vs 343 GB/s at 1 GiB); below, its extra barrier
+      // costs more than it saves (measured on 2xH200, see docs/allreduce.md).
+      const bool push = comm.lsa_size() == 2 && a.send != a.recv &&
+                        (variant == "push" || (variant != "load" && bytes >= (size_t(8) << 20)));
       dispatch_ranks(comm.lsa_size(), [&](auto kp) {
         constexpr int kP = decltype(kp)::value;
         auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
