@@ -1,0 +1,183 @@
+// tests/gpu/common.cuh — what every GPU test file shares: skipping without GPUs, RAII device
+// buffers and streams, seeded fill kernels, poisoning, copies back, and error expectations.
+//
+// Conventions of the GPU tests:
+//   * inputs are seeded (host_ref.hpp) and never all zero; outputs are poisoned with 0xFF bytes
+//     (NaN in fp32, fp16 and bf16) before every run, so "nothing written" is visible;
+//   * references are computed on the host, independently of the kernels under test;
+//   * inside Comm::run_local every rank makes the same collective calls and never returns early
+//     (a rank that leaves while its peers wait in a collective hangs the run): use EXPECT_*, not
+//     ASSERT_*, inside the per-rank function.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "../scoped_env.hpp"
+#include "host_ref.hpp"
+#include "tilewire/ops/allreduce.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw_test {
+
+// ------------------------------------------------------------------------------ skipping
+// Visible CUDA GPUs; 0 (and why, in *why) when there are none or no usable driver.
+inline int gpu_count(std::string* why = nullptr) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    return 0;
+  }
+  if (n == 0 && why) *why = "the driver reports 0 devices";
+  return n;
+}
+
+// "" when `n` GPUs are visible, else the reason a test needing them is skipped.
+inline std::string gpu_skip_reason(int n) {
+  std::string why;
+  const int have = gpu_count(&why);
+  if (have == 0) return "no CUDA GPU (" + why + ")";
+  if (have < n) return "needs " + std::to_string(n) + " GPUs, " + std::to_string(have) + " visible";
+  return "";
+}
+
+}  // namespace tw_test
+
+// Skip the calling test (GTEST_SKIP returns from it) unless `n` GPUs are visible.
+#define TW_SKIP_UNLESS_GPUS(n)                                      \
+  do {                                                              \
+    const std::string tw_skip_why_ = ::tw_test::gpu_skip_reason(n); \
+    if (!tw_skip_why_.empty()) GTEST_SKIP() << tw_skip_why_;        \
+  } while (0)
+
+namespace tw_test {
+
+// -------------------------------------------------------------------------------- RAII
+struct Stream {
+  cudaStream_t s = nullptr;
+  Stream() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s) cudaStreamDestroy(s);
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  operator cudaStream_t() const { return s; }
+};
+
+// Plain device memory (cudaMalloc): deliberately *not* a window.
+struct DeviceBuffer {
+  void* p = nullptr;
+  size_t bytes = 0;
+  explicit DeviceBuffer(size_t n) : bytes(n) { TW_CUDA_CHECK(cudaMalloc(&p, n)); }
+  ~DeviceBuffer() {
+    if (p) cudaFree(p);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return p; }
+};
+
+// ------------------------------------------------------------------------ seeded fills
+template <class T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) {
+  return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// p[i] = input_value(f, seed, rank, first + i) as T (exact: the values are representable).
+template <class T>
+__global__ void fill_kernel(T* p, size_t n, Fill f, uint64_t seed, int rank, uint64_t first, tw::DType t) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = from_float<T>(input_value(f, seed, rank, first + i, t));
+}
+
+// The tests' one runtime dtype -> type dispatch.
+template <class F>
+void with_type(tw::DType t, F&& f) {
+  switch (t) {
+    case tw::DType::kFloat32:
+      f(float{});
+      return;
+    case tw::DType::kFloat16:
+      f(__half{});
+      return;
+    case tw::DType::kBFloat16:
+      f(__nv_bfloat16{});
+      return;
+  }
+}
+
+inline void fill(void* p, tw::DType t, size_t n, Fill f, uint64_t seed, int rank, cudaStream_t s, uint64_t first = 0) {
+  if (n == 0) return;
+  with_type(t, [&](auto tag) {
+    using T = decltype(tag);
+    const int grid = (int)std::min<size_t>((n + 255) / 256, 4096);
+    fill_kernel<T><<<grid, 256, 0, s>>>(static_cast<T*>(p), n, f, seed, rank, first, t);
+  });
+  TW_CUDA_CHECK(cudaGetLastError());
+}
+
+inline constexpr uint8_t kPoison = 0xFF;  // 0xFFFF / 0xFFFFFFFF: NaN in every tilewire dtype
+inline void poison(void* p, size_t bytes, cudaStream_t s) { TW_CUDA_CHECK(cudaMemsetAsync(p, kPoison, bytes, s)); }
+
+// Copy `bytes` of device memory back, ordered after the work already on `s`.
+inline Bytes to_host(const void* p, size_t bytes, cudaStream_t s) {
+  Bytes b(bytes);
+  TW_CUDA_CHECK(cudaMemcpyAsync(b.data(), p, bytes, cudaMemcpyDeviceToHost, s));
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  return b;
+}
+
+// "" when every rank's first `bytes` equal rank 0's, else the first difference.
+inline std::string compare_ranks(const std::vector<Bytes>& per_rank, size_t bytes) {
+  for (size_t r = 1; r < per_rank.size(); ++r)
+    for (size_t i = 0; i < bytes; ++i)
+      if (per_rank[r][i] != per_rank[0][i])
+        return "rank " + std::to_string(r) + " differs from rank 0 at byte " + std::to_string(i) + ": " +
+               hex(per_rank[r][i]) + " vs " + hex(per_rank[0][i]);
+  return "";
+}
+
+// ------------------------------------------------------------------------- expectations
+// Success when f() throws tw::Error with `code` and a message containing every needle.
+template <class F>
+::testing::AssertionResult throws_tw(F&& f, tw::Errc code, const std::vector<const char*>& needles) {
+  try {
+    f();
+  } catch (const tw::Error& e) {
+    const std::string m = e.what();
+    if (e.code() != code)
+      return ::testing::AssertionFailure()
+             << "threw '" << tw::errc_name(e.code()) << "', expected '" << tw::errc_name(code) << "': " << m;
+    for (const char* n : needles)
+      if (m.find(n) == std::string::npos)
+        return ::testing::AssertionFailure() << "message lacks \"" << n << "\": " << m;
+    return ::testing::AssertionSuccess() << m;
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw a non-tilewire exception: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+inline const char* name(tw::DType t) { return tw::dtype_name(t); }
+inline const char* name(tw::AllReduceAlgo a) { return tw::algo_name(a); }
+
+}  // namespace tw_test

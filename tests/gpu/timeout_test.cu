@@ -1,0 +1,143 @@
+// tests/gpu/timeout_test.cu — device waits end; they never hang.
+//
+// A wait that can never be satisfied must end within TILEWIRE_TIMEOUT_MS with a tw::Error
+// (kTimeout) carrying the diagnostic (rank, block, thread, what, expected, seen). The wait traps
+// its kernel, which leaves the CUDA context unusable, so every case runs in a child process: a
+// GoogleTest death test in the "threadsafe" style (the child re-executes this binary and runs only
+// this test). The child prints what happened to stderr and _exit()s with a code saying what it
+// was; the parent matches code and message and bounds the elapsed time.
+//
+//   TimeoutDeathTest.UnsignalledWaitTimesOut   1 GPU: wait_signal on a signal nobody sets
+//   TimeoutDeathTest.LoneBarrierTimesOut       2 GPUs: rank 0 enters lsa_barrier, rank 1 never does
+//   TimeoutDeathTest.OneLaneWaitReturns        lane 0 alone waits (Thread group) on a signal that is
+//                                              already satisfied while its warp's other lanes sit in
+//                                              __syncthreads: it must return, not deadlock
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <thread>
+
+#include "common.cuh"
+#include "tilewire/device.cuh"
+
+namespace {
+using namespace tw_test;
+namespace dev = tw::dev;
+
+// How a child ended.
+enum ChildExit { kCaughtTimeout = 3, kOtherError = 4, kWaitReturned = 5, kSetupFailed = 6, kHung = 9 };
+
+__global__ void wait_unsignalled(const __grid_constant__ tw::DevCtx ctx, int sig) {
+  dev::wait_signal(dev::Thread{}, ctx, sig, 1, cuda::memory_order_acquire, "test.never_signalled");
+}
+__global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
+  dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel, "test.lone_barrier");
+}
+
+// Child body: a communicator over `ngpus` GPUs with a 500 ms bound; rank 0 runs `launch` and syncs,
+// the other ranks never take part (they sleep until rank 0 ends the process). Never returns.
+[[noreturn]] void timeout_child(int ngpus, const std::function<void(tw::Comm&, cudaStream_t)>& launch) {
+  alarm(40);  // backstop: should the timeout itself fail, SIGALRM ends the child (and the test fails)
+  setenv("TILEWIRE_TIMEOUT_MS", "500", 1);  // read when the communicator is made
+  std::vector<int> devs(ngpus);
+  std::iota(devs.begin(), devs.end(), 0);
+  try {
+    tw::Comm::run_local(devs, [&](tw::Comm& comm) {
+      if (comm.rank() != 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        return;
+      }
+      Stream s;
+      launch(comm, s);
+      try {
+        comm.sync(s);
+      } catch (const tw::Error& e) {
+        const bool timeout = e.code() == tw::Errc::kTimeout;
+        std::fprintf(stderr, "%s (%s): %s\n", timeout ? "TIMEOUT" : "ERROR", tw::errc_name(e.code()), e.what());
+        std::fflush(stderr);
+        _exit(timeout ? kCaughtTimeout : kOtherError);
+      }
+      std::fprintf(stderr, "the wait returned\n");
+      _exit(kWaitReturned);
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "setup failed: %s\n", e.what());
+  }
+  _exit(kSetupFailed);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// "waited N ms" with N >= 500: the bound was honoured, not cut short.
+#define TW_WAITED_500 "waited (5[0-9][0-9]|[6-9][0-9][0-9]|[0-9][0-9][0-9][0-9]+) ms"
+
+TEST(TimeoutDeathTest, UnsignalledWaitTimesOut) {
+  TW_SKIP_UNLESS_GPUS(1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(timeout_child(1, [](tw::Comm& c, cudaStream_t s) { wait_unsignalled<<<1, 1, 0, s>>>(c.dev_ctx(), 7); }),
+              ::testing::ExitedWithCode(kCaughtTimeout),
+              "TIMEOUT.*rank 0 block 0 thread 0 " TW_WAITED_500 " in 'test.never_signalled' for >= 1, saw 0");
+  EXPECT_LT(seconds_since(t0), 10.0) << "child start, NCCL init and a 500 ms timeout";
+}
+
+TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
+  TW_SKIP_UNLESS_GPUS(2);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(timeout_child(2, [](tw::Comm& c, cudaStream_t s) { lone_barrier<<<1, 128, 0, s>>>(c.dev_ctx()); }),
+              ::testing::ExitedWithCode(kCaughtTimeout),
+              "TIMEOUT.*rank 0 block 0 thread 0 " TW_WAITED_500 " in 'test.lone_barrier' for >= 1, saw 0");
+  EXPECT_LT(seconds_since(t0), 10.0);
+}
+
+// ---------------------------------------------------------------- a lone lane must not deadlock
+// Lane 0 waits with the single-thread group on a signal already >= 0; lanes 1..31 go straight to
+// __syncthreads. A wait that needs the whole warp (a full-mask shuffle) would deadlock here.
+__global__ void one_lane_wait(const __grid_constant__ tw::DevCtx ctx, int* done) {
+  if (threadIdx.x == 0) dev::wait_signal(dev::Thread{}, ctx, 9, 0);
+  __syncthreads();
+  if (threadIdx.x == 0) *done = 1;
+}
+
+[[noreturn]] void one_lane_child() {
+  alarm(40);
+  try {
+    const int dev0[] = {0};
+    tw::Comm::run_local(dev0, [&](tw::Comm& comm) {
+      Stream s;
+      DeviceBuffer done(sizeof(int));
+      one_lane_wait<<<1, 32, 0, s>>>(comm.dev_ctx(), static_cast<int*>(done.data()));
+      const auto t0 = std::chrono::steady_clock::now();
+      cudaError_t e;
+      while ((e = cudaStreamQuery(s)) == cudaErrorNotReady && seconds_since(t0) < 5.0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (e == cudaErrorNotReady) {
+        std::fprintf(stderr, "HANG: lane 0's wait_signal(Thread) did not return within 5 s\n");
+        _exit(kHung);
+      }
+      if (e != cudaSuccess) {
+        std::fprintf(stderr, "kernel failed: %s\n", cudaGetErrorString(e));
+        _exit(kOtherError);
+      }
+      std::fprintf(stderr, "one-lane wait returned\n");
+      _exit(0);
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "setup failed: %s\n", e.what());
+  }
+  _exit(kSetupFailed);
+}
+
+TEST(TimeoutDeathTest, OneLaneWaitReturns) {
+  TW_SKIP_UNLESS_GPUS(1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(one_lane_child(), ::testing::ExitedWithCode(0), "one-lane wait returned");
+}
+
+}  // namespace
