@@ -44,6 +44,9 @@ Window& Window::operator=(Window&& o) noexcept {
 }
 Window::~Window() { reset(); }
 void Window::reset() {
+  // Unwinding from an error: peers may be in another call, and deregistration could wait on
+  // them. Abort the communicator first (the error is fatal to it anyway); memory is still freed.
+  if (comm_ != nullptr && ptr_ != nullptr && !alive_.expired() && std::uncaught_exceptions() > 0) comm_->abort();
   if (comm_ != nullptr && ptr_ != nullptr && !alive_.expired()) comm_->release_window(*this);
   comm_ = nullptr;
   ptr_ = nullptr;

@@ -2,6 +2,7 @@
 #include "tilewire/runtime/env.hpp"
 
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 
 #include "tilewire/runtime/errors.hpp"
@@ -70,9 +71,8 @@ std::optional<uint64_t> parse_bytes(const std::string& s) {
   if (i == 0) return std::nullopt;
   std::string suf = s.substr(i);
   for (auto& c : suf) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  if (suf == "B") suf = "";
-  if (!suf.empty() && suf.back() == 'B') suf.pop_back();
-  if (!suf.empty() && suf.back() == 'I') suf.pop_back();  // KiB, MiB
+  if (!suf.empty() && suf.back() == 'B') suf.pop_back();       // 8KB, 8KiB, 4096B
+  if (suf.size() == 2 && suf[1] == 'I') suf.pop_back();       // KiB, MiB (only after a unit)
   int shift = 0;
   if (suf.empty()) shift = 0;
   else if (suf == "K") shift = 10;
@@ -93,10 +93,11 @@ std::optional<bool> parse_bool(const std::string& s) {
 }
 
 std::optional<int64_t> parse_int(const std::string& s) {
-  if (s.empty()) return std::nullopt;
+  if (s.empty() || !(s[0] == '-' || std::isdigit(static_cast<unsigned char>(s[0])))) return std::nullopt;
   char* end = nullptr;
+  errno = 0;
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != 0) return std::nullopt;
+  if (end == s.c_str() || *end != 0 || errno == ERANGE) return std::nullopt;
   return v;
 }
 

@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
@@ -76,9 +77,16 @@ bool multicast_supported(int dev) {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') { o += "\\n"; continue; }
-    o += c;
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
   }
   return o;
 }

@@ -126,6 +126,7 @@ Status can_implement(const Comm& comm, const AllReduceArgs& a) {
 }
 
 void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
+  comm.require_usable("allreduce");  // kState: aborted, or the wrong device
   Status st = can_implement(comm, a);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (a.count == 0) return;
@@ -165,6 +166,7 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
 }
 
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype, cudaStream_t stream) {
+  comm.require_usable("reduce_scatter");
   Status st = common_checks(comm, "reduce_scatter");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (recv_count == 0) return;
@@ -185,6 +187,7 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
 }
 
 void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream) {
+  comm.require_usable("all_gather");
   Status st = common_checks(comm, "all_gather");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (send_count == 0) return;

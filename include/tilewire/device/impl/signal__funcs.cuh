@@ -1,5 +1,6 @@
 #pragma once
 #include <cstdio>
+#include <type_traits>
 
 namespace tw::dev {
 
@@ -56,8 +57,12 @@ __device__ uint64_t wait_signal(Coop coop, const DevCtx& ctx, int index, uint64_
     seen = bounded_spin(ctx, what, expected, [&] { return read_signal(ctx, index, order); },
                         [&](uint64_t v) { return rolling_ge(v, expected); });
   }
-  coop.sync();  // orders the group after the waiter's acquire
-  return ncclCoopBcast(coop, seen, 0, /*entrySync=*/false);
+  if constexpr (std::is_same_v<Coop, ncclCoopThread>) {
+    return seen;  // a lone thread: no broadcast (a full-warp shuffle would need the other lanes)
+  } else {
+    coop.sync();  // orders the group after the waiter's acquire
+    return ncclCoopBcast(coop, seen, 0, /*entrySync=*/false);
+  }
 }
 
 template <class Coop>
@@ -70,8 +75,12 @@ __device__ uint64_t wait_flag(Coop coop, const DevCtx& ctx, const uint64_t* flag
         [&] { return is_acquire(order) ? ptx::ld_acquire_sys(flag) : ptx::ld_relaxed_sys(flag); },
         [&](uint64_t v) { return rolling_ge(v, expected); });
   }
-  coop.sync();  // orders the group after the waiter's acquire
-  return ncclCoopBcast(coop, seen, 0, /*entrySync=*/false);
+  if constexpr (std::is_same_v<Coop, ncclCoopThread>) {
+    return seen;  // a lone thread: no broadcast (a full-warp shuffle would need the other lanes)
+  } else {
+    coop.sync();  // orders the group after the waiter's acquire
+    return ncclCoopBcast(coop, seen, 0, /*entrySync=*/false);
+  }
 }
 
 }  // namespace tw::dev
