@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,13 @@ namespace tw_test {
 
 // ------------------------------------------------------------------------------ skipping
 // Visible CUDA GPUs; 0 (and why, in *why) when there are none or no usable driver.
+// Largest element count the tests use: TW_TEST_MAX_COUNT caps it (compute-sanitizer runs set
+// it, instrumented kernels on 64M elements would not fit the device call).
+inline size_t max_test_count() {
+  const char* e = std::getenv("TW_TEST_MAX_COUNT");
+  return e ? std::strtoull(e, nullptr, 10) : ~size_t{0};
+}
+
 inline int gpu_count(std::string* why = nullptr) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
