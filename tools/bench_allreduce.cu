@@ -7,7 +7,11 @@
 //   (B) nccl       ncclAllReduce(sum) on plain cudaMalloc memory nc_send -> nc_recv
 //   (C) nccl-symm  ncclAllReduce(sum) on the windows of (A)      tw_send -> tw_recv
 //
-//   each variant:  [checked run (-c 1)] -> w warmups -> R x { barrier; ev0; n iterations; ev1 }
+//   each variant:  [checked run (-c 1)] -> w warmups -> R x { gate; ev0; n iterations; ev1 }
+//                  gate: every rank enqueues a kernel that spins on one host-mapped flag, and the
+//                  flag is raised only after all ranks have enqueued their whole repeat, so all
+//                  GPUs start the timed region together (host-thread launch skew stays out of the
+//                  times of tilewire and NCCL alike)
 //                  -> checked run (the timed output when -c 1 and out-of-place; else a fresh one)
 //
 // then rank 0 gathers every rank's times, #wrong and checksums (host memory between two
@@ -85,6 +89,26 @@ template <> __device__ __forceinline__ __half from_float<__half>(float f) { retu
 template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float f) { return __float2bfloat16_rn(f); }
 
 // x[0, n) = v(seed, rank, i): this rank's input.
+// The start gate: one thread spins on a host-mapped flag until it reaches `gen`. Bounded: after
+// 10 s it gives up (the times of that repeat then include the skew; nothing hangs).
+__global__ void gate_kernel(const volatile uint32_t* flag, uint32_t gen) {
+  const uint64_t t0 = clock64();
+  while ((int32_t)(*flag - gen) < 0) {
+    if (clock64() - t0 > 20000000000ull) break;  // ~10 s at 2 GHz
+  }
+}
+
+// One flag for the process (all ranks are threads of it), pinned, mapped and portable.
+volatile uint32_t* gate_flag() {
+  static volatile uint32_t* flag = [] {
+    void* p = nullptr;
+    TW_CUDA_CHECK(cudaHostAlloc(&p, sizeof(uint32_t), cudaHostAllocMapped | cudaHostAllocPortable));
+    *static_cast<volatile uint32_t*>(p) = 0;
+    return static_cast<volatile uint32_t*>(p);
+  }();
+  return flag;
+}
+
 template <class T>
 __global__ void fill_kernel(T* x, size_t n, uint64_t seed, int rank, int m) {
   const uint64_t key = mix64(seed ^ (uint64_t)rank);
@@ -371,13 +395,20 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
     }
     comm.sync(s);
     std::vector<double> reps;
+    volatile uint32_t* flag = gate_flag();
     for (int r = 0; r < a.repeats; ++r) {
-      comm.barrier();  // every rank starts the repeat together
+      comm.barrier();  // every rank has read the flag's current value
+      const uint32_t gen = *flag + 1;
+      comm.barrier();
+      gate_kernel<<<1, 1, 0, s>>>(flag, gen);
+      TW_CUDA_CHECK(cudaGetLastError());
       TW_CUDA_CHECK(cudaEventRecord(st.ev0, s));
       if (exec.g) TW_CUDA_CHECK(cudaGraphLaunch(exec.g, s));
       else
         for (int i = 0; i < a.iters; ++i) launch(v, count);
       TW_CUDA_CHECK(cudaEventRecord(st.ev1, s));
+      comm.barrier();  // every rank has enqueued its whole repeat behind its gate
+      if (me == 0) *flag = gen;  // open every gate at once
       comm.sync(s);
       float ms = 0;
       TW_CUDA_CHECK(cudaEventElapsedTime(&ms, st.ev0, st.ev1));

@@ -241,6 +241,10 @@ __global__ void pointers(const __grid_constant__ tw::DevCtx ctx, ncclWindow_t wi
     out[2 + q] = dev::is_lsa_peer(ctx, q) ? (uintptr_t)dev::lsa_ptr<char>(ctx, win, off, dev::lsa_of_world(ctx, q)) : 0;
 }
 
+__global__ void store_u64(uintptr_t addr, uint64_t v) { *reinterpret_cast<uint64_t*>(addr) = v; }
+
+// NCCL reaches every LSA rank, this one included, through its flat LSA mapping: lsa_ptr(self) is
+// a different virtual address than the ncclMemAlloc pointer, aliasing the same memory.
 TEST(DeviceApi, LsaPointers) {
   TW_SKIP_UNLESS_GPUS(1);
   tw::Comm::run_local({}, [&](tw::Comm& comm) {
@@ -255,8 +259,15 @@ TEST(DeviceApi, LsaPointers) {
     TW_CUDA_CHECK(cudaMemcpyAsync(p.data(), d.data(), p.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost, s));
     comm.sync(s);
     const uintptr_t local = reinterpret_cast<uintptr_t>(win.as<char>() + off);
-    EXPECT_EQ(p[0], local) << "lsa_ptr(self) on rank " << r;
-    EXPECT_EQ(p[1], local) << "ncclGetLocalPointer on rank " << r;
+    EXPECT_EQ(p[0], p[1]) << "lsa_ptr(self) and ncclGetLocalPointer agree on rank " << r;
+    // Same memory: a store through lsa_ptr(self) is read back through the local pointer.
+    const uint64_t v = 0x5EED000000000000ull + 77 * (r + 1);
+    store_u64<<<1, 1, 0, s>>>(p[0], v);
+    TW_CUDA_CHECK(cudaGetLastError());
+    uint64_t back = 0;
+    TW_CUDA_CHECK(cudaMemcpyAsync(&back, reinterpret_cast<void*>(local), sizeof(back), cudaMemcpyDeviceToHost, s));
+    comm.sync(s);
+    EXPECT_EQ(back, v) << "lsa_ptr(self) must alias the window's local memory on rank " << r;
     EXPECT_TRUE(comm.all_lsa()) << "one node: every rank is in the LSA team";
     EXPECT_EQ(comm.lsa_size(), P);
     EXPECT_EQ(comm.device(), r) << "run_local({}) puts rank r on GPU r";
@@ -264,8 +275,9 @@ TEST(DeviceApi, LsaPointers) {
     for (int q = 0; q < P; ++q) {
       EXPECT_NE(p[2 + q], 0u) << "rank " << q << " is not an LSA peer of rank " << r;
       if (q == r) {
-        EXPECT_EQ(p[2 + q], local);
+        EXPECT_EQ(p[2 + q], p[0]);
       } else {
+        EXPECT_NE(p[2 + q], p[0]) << "peer " << q << "'s window must be a different mapping";
         EXPECT_NE(p[2 + q], local) << "peer " << q << "'s window must be a different mapping";
       }
     }
