@@ -40,6 +40,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <barrier>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -96,6 +97,13 @@ __global__ void gate_kernel(const volatile uint32_t* flag, uint32_t gen) {
   while ((int32_t)(*flag - gen) < 0) {
     if (clock64() - t0 > 20000000000ull) break;  // ~10 s at 2 GHz
   }
+}
+
+// Rendezvous of the rank threads on the host. Not comm.barrier(): that is an NCCL collective,
+// which NCCL orders behind the ncclAllReduce calls already queued behind the gates: a deadlock.
+std::barrier<>& host_barrier(int nranks) {
+  static std::barrier<>* bar = new std::barrier<>(nranks);  // one bench per process
+  return *bar;
 }
 
 // One flag for the process (all ranks are threads of it), pinned, mapped and portable.
@@ -407,8 +415,8 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
       else
         for (int i = 0; i < a.iters; ++i) launch(v, count);
       TW_CUDA_CHECK(cudaEventRecord(st.ev1, s));
-      comm.barrier();  // every rank has enqueued its whole repeat behind its gate
-      if (me == 0) *flag = gen;  // open every gate at once
+      host_barrier(P).arrive_and_wait();  // every rank has enqueued its whole repeat behind its gate
+      if (me == 0) *flag = gen;           // open every gate at once
       comm.sync(s);
       float ms = 0;
       TW_CUDA_CHECK(cudaEventElapsedTime(&ms, st.ev0, st.ev1));
