@@ -58,6 +58,7 @@
 #include "commands.hpp"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/dtype_dispatch.cuh"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/version.hpp"
@@ -152,16 +153,6 @@ __global__ void check_kernel(const T* y, size_t n, size_t guard_bytes, uint64_t 
   if ((threadIdx.x & 31) == 0) {
     atomicAdd(&out->wrong, wrong);
     atomicAdd(&out->checksum, sum);
-  }
-}
-
-// The one runtime -> compile-time dtype dispatch of this file.
-template <class F>
-void with_type(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: f(float{}); return;
-    case DType::kFloat16: f(__half{}); return;
-    case DType::kBFloat16: f(__nv_bfloat16{}); return;
   }
 }
 
@@ -355,7 +346,7 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
     else TW_NCCL_CHECK(ncclAllReduce(send_of(v), recv_of(v), count, nccl_type(a.dtype), ncclSum, comm.nccl(), s));
   };
   auto fill = [&](void* x, size_t count, uint64_t seed) {
-    with_type(a.dtype, [&](auto tag) {
+    dispatch_dtype(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       fill_kernel<T><<<grid_for(count, sms), kThreads, 0, s>>>(static_cast<T*>(x), count, seed, me, m);
     });
@@ -371,7 +362,7 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
       launch(v, count);
     }
     TW_CUDA_CHECK(cudaMemsetAsync(st.result.p, 0, sizeof(CheckResult), s));
-    with_type(a.dtype, [&](auto tag) {
+    dispatch_dtype(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       check_kernel<T><<<grid_for(count, sms), kThreads, 0, s>>>(static_cast<const T*>(recv_of(v)), count, kGuardBytes,
                                                                seed, P, m, static_cast<CheckResult*>(st.result.p));

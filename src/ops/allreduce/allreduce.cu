@@ -11,22 +11,12 @@
 #include "kernels.cuh"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/dtype_dispatch.cuh"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
 namespace {
-
-// The one place a runtime dtype becomes a compile-time type.
-template <class F>
-void dispatch_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::kFloat32: f(float{}); return;
-    case DType::kFloat16: f(__half{}); return;
-    case DType::kBFloat16: f(__nv_bfloat16{}); return;
-  }
-  TW_REQUIRE(false, kInvalidArgument, "unsupported dtype");
-}
 
 // The one place the LSA team size becomes a compile-time bound on the sources.
 template <class F>
