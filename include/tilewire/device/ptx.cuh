@@ -35,6 +35,14 @@ __device__ __forceinline__ uint4 ld_relaxed_sys_v4(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
   return v;
 }
+// 16-byte load cached in L2 only (not L1): sees data this kernel wrote earlier from other CTAs
+// once ordered by a barrier/acquire.
+__device__ __forceinline__ uint4 ld_cg_v4(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cg.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+  return v;
+}
 // 16-byte read-only load for data that does not change while the kernel runs.
 __device__ __forceinline__ uint4 ld_nc_v4(const void* p) {
   uint4 v;

@@ -14,8 +14,10 @@
 
 namespace tw::dev {
 
-// All threads of `coop` call it. Offsets and bytes should be multiples of 16 for the vector
-// path; any other size falls back to a byte loop (LSA). `peer` is a world rank.
+// All threads of `coop` call it. The source is read after a coop.sync(), so whatever the group
+// wrote to it before the call is sent (data from other groups must be ordered before the call by
+// the caller: a barrier or an acquire). Offsets and bytes should be multiples of 16 for the
+// vector path; any other size falls back to a byte loop (LSA). `peer` is a world rank.
 template <class Coop>
 __device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
                     ncclWindow_t src, size_t src_off, size_t bytes);

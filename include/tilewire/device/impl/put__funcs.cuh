@@ -10,16 +10,16 @@ __device__ __forceinline__ void lsa_copy(Coop coop, char* dst, const char* src, 
     size_t i = t;
     // Four vectors in flight per thread before the first store.
     for (; i + 3 * (size_t)n < nv; i += 4 * (size_t)n) {
-      uint4 v0 = ptx::ld_nc_v4(src + 16 * i);
-      uint4 v1 = ptx::ld_nc_v4(src + 16 * (i + n));
-      uint4 v2 = ptx::ld_nc_v4(src + 16 * (i + 2 * n));
-      uint4 v3 = ptx::ld_nc_v4(src + 16 * (i + 3 * n));
+      uint4 v0 = ptx::ld_cg_v4(src + 16 * i);
+      uint4 v1 = ptx::ld_cg_v4(src + 16 * (i + n));
+      uint4 v2 = ptx::ld_cg_v4(src + 16 * (i + 2 * n));
+      uint4 v3 = ptx::ld_cg_v4(src + 16 * (i + 3 * n));
       ptx::st_v4(dst + 16 * i, v0);
       ptx::st_v4(dst + 16 * (i + n), v1);
       ptx::st_v4(dst + 16 * (i + 2 * n), v2);
       ptx::st_v4(dst + 16 * (i + 3 * n), v3);
     }
-    for (; i < nv; i += n) ptx::st_v4(dst + 16 * i, ptx::ld_nc_v4(src + 16 * i));
+    for (; i < nv; i += n) ptx::st_v4(dst + 16 * i, ptx::ld_cg_v4(src + 16 * i));
   } else {
     for (size_t i = t; i < bytes; i += n) dst[i] = src[i];
   }
@@ -31,6 +31,7 @@ __device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, si
   if (is_lsa_peer(ctx, peer)) {
     char* d = lsa_ptr<char>(ctx, dst, dst_off, lsa_of_world(ctx, peer));
     const char* s = lsa_ptr<const char>(ctx, src, src_off, ctx.lsa_rank);
+    coop.sync();  // the group's writes to src before the call are part of the put
     lsa_copy(coop, d, s, bytes);
     return;
   }
