@@ -160,6 +160,22 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
   ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1, kOneShotMaxBlocks);
   max_blocks = std::max(max_blocks, ctx_.oneshot_blocks);
   ctx_.max_blocks = max_blocks;
+  tuning_.pdl = env::get_bool("TILEWIRE_PDL");
+  tuning_.oneshot_threads = (int)env::get_int("TILEWIRE_ONESHOT_THREADS");
+  TW_REQUIRE(tuning_.oneshot_threads >= 32 && tuning_.oneshot_threads <= 512 && tuning_.oneshot_threads % 32 == 0,
+             kInvalidArgument, "TILEWIRE_ONESHOT_THREADS must be a multiple of 32 in [32, 512]");
+  tuning_.twoshot_threads = (int)env::get_int("TILEWIRE_ALLREDUCE_THREADS");
+  TW_REQUIRE(tuning_.twoshot_threads >= 64 && tuning_.twoshot_threads <= 512 && tuning_.twoshot_threads % 32 == 0,
+             kInvalidArgument, "TILEWIRE_ALLREDUCE_THREADS must be a multiple of 32 in [64, 512]");
+  tuning_.twoshot_block_cap = (int)env::get_int("TILEWIRE_ALLREDUCE_BLOCKS");
+  {
+    const std::string v = env::get_string("TILEWIRE_TWOSHOT_VARIANT");
+    TW_REQUIRE(v == "auto" || v == "load" || v == "push", kInvalidArgument,
+               "TILEWIRE_TWOSHOT_VARIANT='" + v + "' is not one of auto, load, push");
+    tuning_.twoshot_variant = v == "load"   ? KernelTuning::Variant::kLoad
+                              : v == "push" ? KernelTuning::Variant::kPush
+                                            : KernelTuning::Variant::kAuto;
+  }
   ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_TIMEOUT_MS")) * 1000000ull;
   ctx_.signal_count = std::max(1, cfg.signal_count);
 

@@ -33,6 +33,16 @@ struct CommConfig {
 
 class Comm;
 
+// Launch knobs, read from the environment once, when the communicator is created (so every
+// rank of a communicator uses the same values, and no launch parses the environment).
+struct KernelTuning {
+  bool pdl = true;              // TILEWIRE_PDL
+  int oneshot_threads = 256;    // TILEWIRE_ONESHOT_THREADS
+  int twoshot_threads = 512;    // TILEWIRE_ALLREDUCE_THREADS
+  int twoshot_block_cap = 0;    // TILEWIRE_ALLREDUCE_BLOCKS (0: SM count)
+  enum class Variant { kAuto, kLoad, kPush } twoshot_variant = Variant::kAuto;  // TILEWIRE_TWOSHOT_VARIANT
+};
+
 // A symmetric window: the same size on every rank, registered with NCCL_WIN_COLL_SYMMETRIC,
 // so that a peer's copy of byte `off` is reachable through the LSA team. RAII: deregistered
 // and freed when destroyed (collective, like creation).
@@ -91,6 +101,7 @@ class Comm {
   int sm_count() const { return sm_count_; }
   ncclComm_t nccl() const { return comm_; }
   const DevCtx& dev_ctx() const { return ctx_; }
+  const KernelTuning& tuning() const { return tuning_; }
 
   // Collective. bytes > 0; rounded up to NCCL_WIN_REQUIRED_ALIGNMENT. Throws when NCCL could
   // not make the registration symmetric (2.28.9 returns success with no handle then).
@@ -127,6 +138,7 @@ class Comm {
   ncclComm_t comm_ = nullptr;
   bool devcomm_made_ = false;
   DevCtx ctx_{};
+  KernelTuning tuning_{};
   Window control_;
   DeviceFault* fault_host_ = nullptr;
   int* barrier_buf_ = nullptr;

@@ -12,7 +12,6 @@
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/dtype_dispatch.cuh"
-#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
@@ -30,7 +29,7 @@ void dispatch_ranks(int P, F&& f) {
 // Launch with programmatic dependent launch (TILEWIRE_PDL): the kernel may start while the
 // previous one in the stream drains; it calls griddepcontrol.wait before touching memory.
 template <class... Params, class... Args>
-void launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
+void launch(const Comm& comm, void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(grid);
   cfg.blockDim = dim3(block);
@@ -38,12 +37,10 @@ void launch(void (*kernel)(Params...), int grid, int block, cudaStream_t stream,
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
-  static const bool pdl = env::get_bool("TILEWIRE_PDL");
   cfg.attrs = attr;
-  cfg.numAttrs = pdl ? 1 : 0;
+  cfg.numAttrs = comm.tuning().pdl ? 1 : 0;
   TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
-
 
 Status common_checks(const Comm& comm, const char* op) {
   if (comm.aborted()) return Status{false, std::string(op) + ": communicator was aborted; create a new one"};
@@ -71,18 +68,11 @@ Status window_check(const Comm& comm, const void* p, size_t bytes, const char* w
   return Status{};
 }
 
-int twoshot_threads() {
-  const int64_t t = env::get_int("TILEWIRE_ALLREDUCE_THREADS");
-  TW_REQUIRE(t >= 64 && t <= ops::kTwoShotThreads && t % 32 == 0, kInvalidArgument,
-             "TILEWIRE_ALLREDUCE_THREADS must be a multiple of 32 in [64, " + std::to_string(ops::kTwoShotThreads) + "]");
-  return (int)t;
-}
-
 int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
-  int cap = (int)env::get_int("TILEWIRE_ALLREDUCE_BLOCKS");
+  int cap = comm.tuning().twoshot_block_cap;
   if (cap <= 0) cap = comm.sm_count();
   cap = std::min(cap, comm.dev_ctx().max_blocks);
-  const size_t per_block = (size_t)twoshot_threads() * 4;
+  const size_t per_block = (size_t)comm.tuning().twoshot_threads * 4;
   const size_t want = (vectors_per_rank + per_block - 1) / per_block;
   return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
 }
@@ -131,23 +121,22 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       lay.nranks = ctx.lsa_size;
       lay.blocks = ctx.oneshot_blocks;
       lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ctx.oneshot_blocks * 16);
-      static const int threads = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_THREADS") / 32 * 32, 32,
-                                                          ops::kOneShotMaxThreads);
-      launch(ops::oneshot_allreduce<T>, ctx.oneshot_blocks, threads, stream, ctx,
+      launch(comm, ops::oneshot_allreduce<T>, ctx.oneshot_blocks, comm.tuning().oneshot_threads, stream, ctx,
              static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
     } else {
       WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");
       const size_t vecs = bytes / 16 / comm.nranks() + 1;
       const int grid = twoshot_blocks(comm, vecs);
-      const std::string variant = env::get_string("TILEWIRE_TWOSHOT_VARIANT");
+      const auto variant = comm.tuning().twoshot_variant;
+      using V = KernelTuning::Variant;
       // Push (stores only) wins from ~8 MiB (364 vs 343 GB/s at 1 GiB); below, its extra barrier
       // costs more than it saves (measured on 2xH200, see docs/allreduce.md).
       const bool push = comm.lsa_size() == 2 && a.send != a.recv &&
-                        (variant == "push" || (variant != "load" && bytes >= (size_t(8) << 20)));
+                        (variant == V::kPush || (variant == V::kAuto && bytes >= (size_t(8) << 20)));
       dispatch_ranks(comm.lsa_size(), [&](auto kp) {
         constexpr int kP = decltype(kp)::value;
         auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
-        launch(kernel, grid, twoshot_threads(), stream, ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
+        launch(comm, kernel, grid, comm.tuning().twoshot_threads, stream, ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
                wr.handle, wr.offset, static_cast<T*>(a.recv), a.count);
       });
     }
@@ -168,8 +157,8 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
-      launch(ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>, twoshot_blocks(comm, bytes / 16 + 1),
-             twoshot_threads(), stream, comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send),
+      launch(comm, ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>, twoshot_blocks(comm, bytes / 16 + 1),
+             comm.tuning().twoshot_threads, stream, comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send),
              ncclWindow_t{nullptr}, size_t{0}, static_cast<T*>(recv), recv_count);
     });
   });
@@ -188,7 +177,8 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    launch(ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1), twoshot_threads(), stream,
+    launch(comm, ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1),
+           comm.tuning().twoshot_threads, stream,
            comm.dev_ctx(), ncclWindow_t{nullptr}, size_t{0}, static_cast<const T*>(send), wr.handle, wr.offset,
            static_cast<T*>(recv), send_count);
   });
