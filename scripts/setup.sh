@@ -12,7 +12,10 @@
 #   NCCL headers >= 2.28.9 with the device API        $TILEWIRE_NCCL_ROOT, $NCCL_ROOT, the CUDA toolkit,
 #                                                     the GPU boxes' torch venv; else the PyPI wheel
 #                                                     into build-deps/ (a venv, or pip --target)
-# It writes ./build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, LD_LIBRARY_PATH), which
+#   CUTLASS/CuTe headers (nvidia-cutlass==4.2.0.0)    $TILEWIRE_CUTLASS_INCLUDE, an importable cutlass_library
+#                                                     of that version; else the PyPI wheel (headers only,
+#                                                     --no-deps) into build-deps/cutlass-4.2.0.0 (pip --target)
+# It writes ./build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, TILEWIRE_CUTLASS_INCLUDE, LD_LIBRARY_PATH), which
 # scripts/test.sh, scripts/demo.sh and scripts/pack_dist.sh source. Downloads go to build-deps/
 # (git-ignored by /build*/).
 set -euo pipefail
@@ -22,6 +25,7 @@ DEPS="$ROOT/build-deps"
 ENV_FILE="$ROOT/build-env.sh"
 NCCL_WANT="2.28.9"
 CMAKE_WANT="3.25"
+CUTLASS_WANT="4.2.0.0"  # the PyPI nvidia-cutlass version (its headers say CUTLASS 4.2.0)
 TORCH_NCCL="/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl"
 
 need_gtest=1
@@ -174,6 +178,37 @@ fi
 NCCL_VERSION="$(nccl_version "$NCCL_ROOT_FOUND")"
 NCCL_LIBDIR="$(nccl_libdir "$NCCL_ROOT_FOUND")"
 
+# ------------------------------------------------------------------ CUTLASS (headers only)
+# cutlass_ok DIR: DIR/cutlass/version.h says 4.2.x and DIR/cute/tensor.hpp exists.
+cutlass_ok() {
+  local h="$1/cutlass/version.h" ma mi
+  [ -f "$h" ] && [ -f "$1/cute/tensor.hpp" ] || return 1
+  ma="$(sed -n 's/^#define CUTLASS_MAJOR *\([0-9]*\).*/\1/p' "$h")"
+  mi="$(sed -n 's/^#define CUTLASS_MINOR *\([0-9]*\).*/\1/p' "$h")"
+  [ "$ma.$mi" = "$(echo "$CUTLASS_WANT" | cut -d. -f1-2)" ]
+}
+CUTLASS_DIR="$DEPS/cutlass-$CUTLASS_WANT"  # pip --target layout: $CUTLASS_DIR/cutlass_library/source/include
+CUTLASS_INC=""
+for c in "${TILEWIRE_CUTLASS_INCLUDE:-}" "$CUTLASS_DIR/cutlass_library/source/include"; do
+  [ -n "$c" ] && cutlass_ok "$c" && { CUTLASS_INC="$(readlink -f "$c")"; break; }
+done
+if [ -z "$CUTLASS_INC" ] && command -v python3 >/dev/null; then  # an installed wheel of the pinned version
+  c="$(python3 -c 'import cutlass_library, os; print(os.path.join(os.path.dirname(cutlass_library.__file__), "source", "include"))' 2>/dev/null || true)"
+  [ -n "$c" ] && cutlass_ok "$c" && CUTLASS_INC="$(readlink -f "$c")"
+fi
+if [ -z "$CUTLASS_INC" ]; then
+  say "installing CUTLASS headers from PyPI (nvidia-cutlass==$CUTLASS_WANT, --no-deps) under $DEPS"
+  { command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; } ||
+    die "need python3 with pip (apt-get install python3-pip) to fetch nvidia-cutlass==$CUTLASS_WANT"
+  rm -rf "$CUTLASS_DIR"
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-deps \
+    --target "$CUTLASS_DIR" "nvidia-cutlass==$CUTLASS_WANT" ||
+    die "pip install --target $CUTLASS_DIR nvidia-cutlass==$CUTLASS_WANT failed (is PyPI reachable?)"
+  cutlass_ok "$CUTLASS_DIR/cutlass_library/source/include" ||
+    die "nvidia-cutlass==$CUTLASS_WANT installed, but $CUTLASS_DIR/cutlass_library/source/include has no CUTLASS 4.2 headers"
+  CUTLASS_INC="$CUTLASS_DIR/cutlass_library/source/include"
+fi
+
 # ------------------------------------------------------------------ build-env.sh
 py_line="# (cmake from the system)"
 [ -z "$extra_path" ] || py_line="export PYTHONPATH=\"$DEPS/cmake\${PYTHONPATH:+:\$PYTHONPATH}\""
@@ -183,6 +218,7 @@ export PATH="$(dirname "$NVCC")${extra_path:+:$extra_path}:\$PATH"
 $py_line
 export CUDACXX="$NVCC"
 export TILEWIRE_NCCL_ROOT="$NCCL_ROOT_FOUND"
+export TILEWIRE_CUTLASS_INCLUDE="$CUTLASS_INC"
 # The NCCL runtime must be the NCCL the headers came from (device-API structs change per patch).
 export LD_LIBRARY_PATH="$NCCL_LIBDIR\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
 export TILEWIRE_HAVE_GTEST=$gtest
@@ -193,5 +229,5 @@ if [ ! -f "$ENV_FILE" ] || [ "$(cat "$ENV_FILE")" != "$new_env" ]; then
 fi
 
 say "cmake $(cmake_version), ninja $(ninja --version), nvcc $NVCC_VERSION ($CUDA_ROOT), \
-NCCL $NCCL_VERSION ($NCCL_ROOT_FOUND), GoogleTest $([ "$gtest" = 1 ] && echo yes || echo no)"
+NCCL $NCCL_VERSION ($NCCL_ROOT_FOUND), CUTLASS $CUTLASS_WANT ($CUTLASS_INC), GoogleTest $([ "$gtest" = 1 ] && echo yes || echo no)"
 say "export TILEWIRE_NCCL_ROOT=$NCCL_ROOT_FOUND   (all of it in ${ENV_FILE#"$ROOT"/})"
