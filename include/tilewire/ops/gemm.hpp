@@ -1,0 +1,94 @@
+// tilewire/ops/gemm.hpp — C = A * B on Hopper (sm_90a): persistent, warp-specialized, with a
+// per-tile epilogue hook the fused ops (GEMM + all-reduce, ...) plug their communication into.
+//
+//   A  [M, K] row-major          bf16 (fp16: see "What is built" below)
+//   B  [N, K] row-major (kNK, the usual weight layout) or [K, N] row-major (kKN)
+//   C  [M, N] row-major          same dtype as A and B; fp32 accumulation, one rounding
+//
+// The kernel (src/ops/gemm/gemm_sm90.cuh) is built from CUTLASS 4.2 / CuTe building blocks
+// (nvidia-cutlass==4.2.0.0 headers): the TMA warp-specialized *cooperative* mainloop from
+// cutlass::gemm::collective::CollectiveBuilder (one producer warp issues TMA loads into an
+// mbarrier pipeline; two consumer warpgroups run wgmma on a 128x256x64 tile, each owning 64 rows),
+// cluster 2x1x1 (B tiles multicast to both CTAs), persistent over num_sms - reserved_sms SMs, in
+// the tile order of src/ops/gemm/scheduler.hpp.
+//
+// Epilogue hook contract (src/ops/gemm/epilogue_hook.cuh has the types; the plain GEMM uses
+// StoreC, which writes the tile to C):
+//   * called exactly once per output tile that intersects [0, M) x [0, N), by all 256 consumer
+//     threads of the CTA that computed it, after the last wgmma of that tile has retired
+//     (accumulators final, fp32, in registers, in the wgmma C-fragment layout);
+//   * it gets the tile coordinates (tile_m, tile_n), the first row/column, how many rows/columns
+//     are inside C (edge tiles are partial), the fragment, the identity (row, col) of every
+//     fragment element, and a pointer to the hook's own shared memory (Hook::SharedStorage, carved
+//     out of the mainloop's stages; empty for StoreC);
+//   * in flight meanwhile: the producer warp is already TMA-loading the *next* tiles' A/B into the
+//     mainloop stages (the hook must not touch them); other CTAs run other tiles; nothing is
+//     ordered against other ranks;
+//   * barriers: none is held. The hook may synchronise the 256 consumer threads with
+//     cutlass::arch::NamedBarrier(256, tw::gemm_impl::kHookBarrierId); never __syncthreads() (the
+//     producer warp does not take part). Tiles that lie wholly outside C (the padding CTA of a
+//     2x1 cluster on the last M tile) do not call the hook, and all consumer threads of a CTA
+//     take the same branch;
+//   * the hook's global stores are ordinary weak stores: they are visible to the next kernel on
+//     the stream; making them visible to a peer earlier is the hook's job (release fence +
+//     signal, tilewire/device/signal.cuh).
+//
+// What is built (compile time on a 2-core machine matters; each instantiation is minutes of nvcc):
+//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu
+//   bf16 x bf16 -> bf16, B kKN        src/ops/gemm/gemm_sm90_bf16_kn.cu
+// plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook (3 in all).
+// fp16 is the same template (one more two-line instantiation file each); until then
+// can_implement() rejects fp16 with that reason.
+//
+// Rank rotation and the tile order: GemmConfig's raster/swizzle/rank/nranks choose the order of
+// scheduler.hpp; reserved_sms leaves SMs idle for communication kernels running concurrently.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/dtype.hpp"
+
+namespace tw {
+
+enum class BLayout {
+  kNK,  // B stored [N, K] row-major (each output column's K values contiguous: weights)
+  kKN,  // B stored [K, N] row-major
+};
+const char* blayout_name(BLayout l);  // "nk", "kn"
+
+struct GemmArgs {
+  const void* A = nullptr;  // [M, K] row-major
+  const void* B = nullptr;  // [N, K] (kNK) or [K, N] (kKN) row-major
+  void* C = nullptr;        // [M, N] row-major; must not overlap A or B
+  int M = 0, N = 0, K = 0;
+  DType dtype = DType::kBFloat16;  // A, B and C
+  BLayout b_layout = BLayout::kNK;
+};
+
+enum class GemmRaster { kAuto, kAlongM, kAlongN };
+
+struct GemmConfig {
+  int reserved_sms = 0;                  // SMs left free for communication (0 .. num_sms - 2)
+  GemmRaster raster = GemmRaster::kAuto; // kAuto: resolve_raster() (src/ops/gemm/plan.hpp)
+  int swizzle = 1;                       // band width in tiles (1, 2, 4, 8)
+  int rank = 0, nranks = 1;              // rank rotation (scheduler.hpp); 1 rank: no rotation
+};
+
+// Why a call cannot run; pure host logic (no GPU). Rejects, each with its reason: null A/B/C,
+// M/N/K <= 0, rows that TMA cannot address (row pitch K*2 bytes for A
+// and kNK B, N*2 bytes for kKN B and C must be multiples of 16), pointers not 16-byte aligned,
+// C overlapping A or B, unsupported or not-built dtypes, a bad GemmConfig.
+Status can_implement(const GemmArgs& a, const GemmConfig& cfg = {});
+
+// Bytes of device workspace gemm() needs for these arguments (0 today; the API keeps the slot).
+size_t workspace_size(const GemmArgs& a, const GemmConfig& cfg = {});
+
+// Enqueue C = A * B on `stream` (current device). Throws tw::Error(kInvalidArgument) with
+// can_implement()'s reason and writes nothing on bad input; kUnsupported on a device that is not
+// sm_90 or when the kernel does not fit; kCuda when a launch fails.
+void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream);
+
+}  // namespace tw

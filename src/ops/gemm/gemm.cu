@@ -1,0 +1,43 @@
+// tw::gemm(): checks (plan.cpp), the device checks, then the one dispatch from (dtype, B layout)
+// to the instantiated kernels (launch.hpp).
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "launch.hpp"
+#include "plan.hpp"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/runtime/dtype_dispatch.cuh"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+
+void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
+  const Status st = can_implement(a, cfg);
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+
+  int dev = 0, major = 0, minor = 0, num_sms = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  // sm_90a code (wgmma, setmaxnreg) runs on compute capability 9.0 only.
+  TW_REQUIRE(major == 9 && minor == 0, kUnsupported,
+             "gemm: device " + std::to_string(dev) + " is sm_" + std::to_string(major) + std::to_string(minor) +
+                 "; tilewire's GEMM is built for sm_90a (Hopper) only");
+  const Status sms = gemm_impl::check_sms(cfg, num_sms, gemm_impl::kClusterM);
+  TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
+
+  const gemm_impl::Raster raster = gemm_impl::resolve_raster(a, cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
+  dispatch_dtype(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      if (a.b_layout == BLayout::kNK) gemm_impl::launch_bf16_nk(a, cfg, num_sms, raster, stream);
+      else gemm_impl::launch_bf16_kn(a, cfg, num_sms, raster, stream);
+    } else {
+      TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no kernel built for ") + dtype_name(a.dtype));
+    }
+  });
+}
+
+}  // namespace tw

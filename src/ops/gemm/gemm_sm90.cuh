@@ -1,0 +1,306 @@
+// src/ops/gemm/gemm_sm90.cuh — the sm90a GEMM kernel type, templated on element, B layout and
+// epilogue hook. Included only by the .cu files that instantiate it (gemm_sm90_*.cu, tests):
+// every include of this header that names a new (Element, Layout, Hook) is one more multi-minute
+// nvcc instantiation.
+//
+// Built from CUTLASS 4.2 pieces, none copied:
+//   mainloop   cutlass::gemm::collective::CollectiveBuilder, KernelTmaWarpSpecializedCooperative:
+//              1 producer warpgroup (one warp issues TMA for A and B into a stage pipeline of
+//              mbarriers), 2 consumer warpgroups doing wgmma on a (128, 256, 64) tile, 64 rows
+//              each; as many stages as fit after the hook's shared memory.
+//   kernel     cutlass::gemm::kernel::GemmUniversal (sm90 cooperative), persistent.
+//   scheduler  RotatedScheduler below: CUTLASS's static persistent scheduler with the tile order
+//              replaced by tw::gemm_impl::TileSchedule (scheduler.hpp: raster, swizzle, rank rotation,
+//              reserved SMs).
+//   epilogue   HookEpilogue below, wrapped in CUTLASS's Sm90TmaWarpSpecializedAdapter (the
+//              operator-style epilogue path, no epilogue smem pipeline): it hands the final
+//              accumulators of each tile to the hook (epilogue_hook.cuh).
+// Why CUTLASS and not hand-written: the TMA/mbarrier/wgmma pipeline is what CUTLASS's collective
+// does best and the issue asks for cuBLAS parity; the only parts tilewire needs to own are the tile
+// order and the epilogue, which plug in here. Whether the register-direct StoreC epilogue costs
+// more than CUTLASS's TMA-store epilogue is the first thing the GPU session measures.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/detail.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "epilogue_hook.cuh"
+#include "launch.hpp"
+#include "scheduler.hpp"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::gemm_impl {
+
+using BlkM = cute::_128;
+using BlkN = cute::_256;
+using BlkK = cute::_64;
+using TileShape = cute::Shape<BlkM, BlkN, BlkK>;
+using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
+static_assert(BlkM::value == kBlkM && BlkN::value == kBlkN && cute::size<0>(ClusterShape{}) == kClusterM,
+              "launch.hpp states the tile the kernel is built with");
+
+// ------------------------------------------------------------------------------ scheduler
+struct RotatedSchedulerTag {};  // selects RotatedScheduler in GemmUniversal (specialization below)
+
+// CUTLASS's sm90 static persistent scheduler (it keeps the pipeline/fixup/k-tile interface the
+// cooperative kernel calls) with a different work list: cluster group c = blockIdx.x / 2 walks
+// work indices c, c + ctas, ... of TileSchedule; the CTA at x = blockIdx.x % 2 of the cluster takes
+// M-tile 2*um + x. The grid is 1-D: ctas * 2 CTAs.
+class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
+
+ public:
+  struct Arguments : Base::Arguments {
+    int rank = 0, nranks = 1;
+  };
+  struct Params : Base::Params {
+    TileSchedule sched{};
+  };
+
+  template <class ProblemShapeMNKL, class TileShapeT, class ClusterShapeT>
+  static Params to_underlying_arguments(ProblemShapeMNKL problem_shape_mnkl, TileShapeT tile_shape,
+                                        ClusterShapeT cluster_shape, cutlass::KernelHardwareInfo const& hw_info,
+                                        Arguments const& args, void* workspace = nullptr,
+                                        const uint32_t epilogue_subtile = 1, uint32_t ktile_start_alignment_count = 1u) {
+    static_assert(cute::size<1>(ClusterShapeT{}) == 1 && cute::size<2>(ClusterShapeT{}) == 1,
+                  "RotatedScheduler: clusters along M only");
+    Params p;
+    static_cast<Base::Params&>(p) = Base::to_underlying_arguments(problem_shape_mnkl, tile_shape, cluster_shape, hw_info,
+                                                                  args, workspace, epilogue_subtile,
+                                                                  ktile_start_alignment_count);
+    const Raster raster = args.raster_order == Base::RasterOrderOptions::AlongN ? Raster::kAlongN : Raster::kAlongM;
+    // hw_info.sm_count already excludes GemmConfig::reserved_sms (the launcher sets it).
+    p.sched = make_schedule(cute::get<0>(problem_shape_mnkl), cute::get<1>(problem_shape_mnkl),
+                            cute::size<0>(tile_shape), cute::size<1>(tile_shape), cute::size<0>(cluster_shape), raster,
+                            args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0);
+    return p;
+  }
+
+  template <class ProblemShapeMNKL, class BlockShape, class ClusterShapeT>
+  static dim3 get_grid_shape(Params const& params, ProblemShapeMNKL, BlockShape, ClusterShapeT,
+                             cutlass::KernelHardwareInfo, Arguments const&, bool = true) {
+    return dim3(params.sched.ctas * params.sched.cluster_m, 1, 1);
+  }
+
+  CUTLASS_DEVICE explicit RotatedScheduler(Params const& params) : Base(params), sched_(params.sched) {
+#if defined(__CUDA_ARCH__)
+    group_ = int(blockIdx.x) / sched_.cluster_m;
+    cta_in_cluster_ = int(blockIdx.x) % sched_.cluster_m;
+#endif
+  }
+
+  CUTLASS_DEVICE WorkTileInfo get_current_work() const {
+    const int w = sched_.work_of_cta(group_, step_);
+    if (w < 0) return WorkTileInfo::invalid_work_tile();
+    const TileCoord t = sched_.tile_of_work(w, cta_in_cluster_);
+    return {t.m, t.n, 0, true};
+  }
+  template <class ClusterShapeT>
+  CUTLASS_DEVICE WorkTileInfo initial_work_tile_info(ClusterShapeT) {
+    return get_current_work();
+  }
+  CUTLASS_DEVICE void advance_to_next_work(uint32_t advance_count = 1) { step_ += int(advance_count); }
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo) {
+    advance_to_next_work();
+    return cute::make_tuple(get_current_work(), true);
+  }
+  template <class Pipeline, class PipelineState>
+  CUTLASS_DEVICE auto fetch_next_work(WorkTileInfo w, Pipeline&, PipelineState) {
+    return fetch_next_work(w);
+  }
+  CUTLASS_DEVICE bool is_last_tile(WorkTileInfo&, uint32_t advance_count = 1) const {
+    return sched_.work_of_cta(group_, step_ + int(advance_count)) < 0;
+  }
+
+ private:
+  TileSchedule sched_;
+  int group_ = 0, cta_in_cluster_ = 0, step_ = 0;
+};
+
+}  // namespace tw::gemm_impl
+
+// GemmUniversal picks its scheduler through this selector: RotatedSchedulerTag -> RotatedScheduler.
+namespace cutlass::gemm::kernel::detail {
+template <class ArchTag, class TileShapeT, class ClusterShapeT, uint32_t Stages, class ProblemShapeType>
+struct TileSchedulerSelector<tw::gemm_impl::RotatedSchedulerTag, ArchTag, TileShapeT, ClusterShapeT, Stages,
+                             ProblemShapeType> {
+  using Scheduler = tw::gemm_impl::RotatedScheduler;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace tw::gemm_impl {
+
+// ------------------------------------------------------------------------------ epilogue
+// Operator-style epilogue (the form Sm90TmaWarpSpecializedAdapter wraps): skip tiles wholly
+// outside C, else build the TileView and call the hook.
+template <class Hook>
+class HookEpilogue {
+ public:
+  using SharedStorage = typename Hook::SharedStorage;
+  using TensorStorage = SharedStorage;
+  using GmemTiledCopyC = void;
+  using GmemTiledCopyD = void;
+  // No source operand (D = hook(A*B)); the kernel asks for these names, nothing reads them.
+  using ElementC = void;
+  using ElementD = float;
+  using StrideC = cute::Stride<int64_t, cute::_1, int64_t>;
+  using StrideD = StrideC;
+  struct ThreadEpilogueOp {  // GemmUniversalAdapter names it; the hook is the epilogue op
+    using ElementAccumulator = float;
+    using ElementOutput = float;
+  };
+  struct Arguments {
+    Hook hook{};
+  };
+  using Params = Arguments;
+
+  template <class ProblemShape>
+  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
+    return args;
+  }
+  template <class ProblemShape>
+  static size_t get_workspace_size(ProblemShape const&, Arguments const&) {
+    return 0;
+  }
+  template <class ProblemShape>
+  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
+                                              cutlass::CudaHostAdapter* = nullptr) {
+    return cutlass::Status::kSuccess;
+  }
+  template <class ProblemShape>
+  static bool can_implement(ProblemShape const&, Arguments const&) {
+    return true;
+  }
+
+  CUTLASS_HOST_DEVICE explicit HookEpilogue(Params const& params) : params_(params) {}
+
+  CUTLASS_DEVICE bool is_source_needed() { return false; }
+
+  template <class ProblemShapeMNKL, class BlockShapeMNK, class BlockCoordMNKL, class FrgEngine, class FrgLayout,
+            class TiledMma, class ResidueMNK>
+  CUTLASS_DEVICE void operator()(ProblemShapeMNKL problem_shape_mnkl, BlockShapeMNK blk_shape_mnk,
+                                 BlockCoordMNKL blk_coord_mnkl, cute::Tensor<FrgEngine, FrgLayout> const& accumulators,
+                                 TiledMma tiled_mma, ResidueMNK, int thread_idx, char* smem) {
+    using namespace cute;
+    static_assert(is_static<BlockShapeMNK>::value && is_static<FrgLayout>::value, "static tile and fragment");
+    const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
+    const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
+    constexpr int kM = size<0>(BlockShapeMNK{}), kN = size<1>(BlockShapeMNK{});
+    const int row0 = tile_m * kM, col0 = tile_n * kN;
+    if (row0 >= M || col0 >= N) return;  // padding CTA of the last cluster: no tile, no hook
+
+    // (row, col) within the tile of every accumulator element of this thread: partition the
+    // identity tensor of the tile exactly as the accumulators are partitioned.
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor coord = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kM>{}, Int<kN>{})));
+    static_assert(decltype(size(coord))::value == decltype(size(accumulators))::value,
+                  "one coordinate per accumulator");
+    auto& acc = const_cast<Tensor<FrgEngine, FrgLayout>&>(accumulators);
+    TileView<Tensor<FrgEngine, FrgLayout>, decltype(coord), SharedStorage> view{
+        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, acc, coord,
+        reinterpret_cast<SharedStorage*>(smem)};
+    params_.hook(view);
+  }
+
+ private:
+  Params params_;
+};
+
+// ------------------------------------------------------------------------------ the kernel
+template <class Element>
+struct CutlassElement;
+template <>
+struct CutlassElement<__nv_bfloat16> {
+  using type = cutlass::bfloat16_t;
+};
+template <>
+struct CutlassElement<__half> {
+  using type = cutlass::half_t;
+};
+
+// Element: __nv_bfloat16 or __half (A, B, C). Layout: tw::BLayout. Hook: see epilogue_hook.cuh.
+template <class Element, BLayout kLayout, class Hook>
+struct Sm90Gemm {
+  using E = typename CutlassElement<Element>::type;
+  using LayoutA = cutlass::layout::RowMajor;  // A [M, K]
+  // CUTLASS names B's layout as a K x N matrix: [N, K] row-major is K x N column-major.
+  using LayoutB = std::conditional_t<kLayout == BLayout::kNK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlign = 16 / sizeof(E);  // elements per 16 bytes: TMA's row alignment
+
+  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<HookEpilogue<Hook>>;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
+      ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      RotatedSchedulerTag>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  static_assert(std::is_same_v<typename Kernel::TileScheduler, RotatedScheduler>, "the tile order is tilewire's");
+};
+
+// Packed (rows, cols, batch=1) stride of type Stride: one of the first two modes is the static 1.
+template <class Stride>
+Stride packed_stride(int rows, int cols) {
+  Stride s{};
+  if constexpr (cute::is_static<decltype(cute::get<1>(s))>::value) cute::get<0>(s) = int64_t(cols);  // cols contiguous
+  else cute::get<1>(s) = int64_t(rows);                                                              // rows contiguous
+  cute::get<2>(s) = int64_t(rows) * cols;
+  return s;
+}
+
+// The launch every instantiation shares: checked arguments (gemm.cpp ran can_implement) -> CUTLASS
+// arguments -> initialize -> run. `num_sms` is the device's SM count.
+template <class Element, BLayout kLayout, class Hook>
+void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int num_sms, Raster raster, void* workspace,
+              cudaStream_t stream) {
+  using G = Sm90Gemm<Element, kLayout, Hook>;
+  using E = typename G::E;
+  using StrideA = typename G::Kernel::StrideA;
+  using StrideB = typename G::Kernel::StrideB;
+  const auto M = a.M, N = a.N, K = a.K;
+
+  typename G::Device::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {M, N, K, 1};
+  args.mainloop.ptr_A = static_cast<const E*>(a.A);
+  args.mainloop.dA = packed_stride<StrideA>(M, K);
+  args.mainloop.ptr_B = static_cast<const E*>(a.B);
+  args.mainloop.dB = packed_stride<StrideB>(N, K);
+  args.epilogue.hook = hook;
+  TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
+  args.hw_info.sm_count = num_sms - cfg.reserved_sms;
+  args.scheduler.max_swizzle_size = cfg.swizzle;
+  args.scheduler.raster_order = raster == Raster::kAlongN ? RotatedScheduler::RasterOrderOptions::AlongN
+                                                          : RotatedScheduler::RasterOrderOptions::AlongM;
+  args.scheduler.rank = cfg.rank;
+  args.scheduler.nranks = cfg.nranks;
+
+  typename G::Device op;
+  cutlass::Status st = op.can_implement(args);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
+             std::string("gemm: CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
+  st = op.initialize(args, workspace, stream);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+             std::string("gemm: kernel initialize failed: ") + cutlassGetStatusString(st) +
+                 " (shared memory opt-in or TMA descriptor)");
+  st = op.run(stream);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+             std::string("gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
+                 cudaGetErrorString(cudaGetLastError()) + ")");
+}
+
+}  // namespace tw::gemm_impl
+

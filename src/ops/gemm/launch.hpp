@@ -1,0 +1,18 @@
+// src/ops/gemm/launch.hpp — the GEMM kernels this build instantiates, one translation unit each
+// (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu.
+// Arguments are already checked (gemm.cu); num_sms is the device's SM count.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "scheduler.hpp"
+#include "tilewire/ops/gemm.hpp"
+
+namespace tw::gemm_impl {
+
+// The one tile configuration built: (BLK_M, BLK_N) = (128, 256), clusters of 2 CTAs along M.
+inline constexpr int kBlkM = 128, kBlkN = 256, kClusterM = 2;
+
+void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+
+}  // namespace tw::gemm_impl

@@ -1,0 +1,91 @@
+// Host-side GEMM checks and planning (no GPU): can_implement, workspace_size, raster choice.
+// Unit-tested in tests/cpu/gemm_plan_test.cpp.
+#include "plan.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace tw {
+
+const char* blayout_name(BLayout l) {
+  switch (l) {
+    case BLayout::kNK: return "nk";
+    case BLayout::kKN: return "kn";
+  }
+  return "?";
+}
+
+namespace {
+
+Status fail(std::string why) { return Status{false, "gemm: " + std::move(why)}; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+bool overlap(const void* p, size_t pn, const void* q, size_t qn) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + qn && b < a + pn;
+}
+
+}  // namespace
+
+Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
+  if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16)
+    return fail(std::string("unsupported dtype ") + (a.dtype == DType::kFloat32 ? "float" : "?") +
+                " (A, B and C must be bfloat16 or half)");
+  if (a.dtype == DType::kFloat16)
+    return fail("half is not built in this tilewire: only bfloat16 kernels are instantiated "
+                "(src/ops/gemm/gemm_sm90_bf16_*.cu; add the two half files to enable it)");
+  if (a.b_layout != BLayout::kNK && a.b_layout != BLayout::kKN) return fail("unknown B layout (kNK or kKN)");
+  if (a.M <= 0 || a.N <= 0 || a.K <= 0)
+    return fail("M, N and K must be positive (got M=" + std::to_string(a.M) + " N=" + std::to_string(a.N) +
+                " K=" + std::to_string(a.K) + ")");
+  if (a.A == nullptr) return fail("A is null");
+  if (a.B == nullptr) return fail("B is null");
+  if (a.C == nullptr) return fail("C is null");
+  const size_t es = dtype_size(a.dtype);
+  // TMA addresses rows with a stride that must be a multiple of 16 bytes.
+  if ((size_t)a.K * es % 16 != 0)
+    return fail("K=" + std::to_string(a.K) + ": rows of A" + (a.b_layout == BLayout::kNK ? " and B" : "") +
+                " are K*" + std::to_string(es) + " bytes, TMA needs a multiple of 16 (K % " + std::to_string(16 / es) +
+                " == 0); pad K with zeros");
+  if ((size_t)a.N * es % 16 != 0)
+    return fail("N=" + std::to_string(a.N) + ": rows of C" + (a.b_layout == BLayout::kKN ? " and B" : "") +
+                " are N*" + std::to_string(es) + " bytes, must be a multiple of 16 (N % " + std::to_string(16 / es) +
+                " == 0); pad N");
+  if (!aligned16(a.A)) return fail("A is not 16-byte aligned (TMA needs 16-byte aligned bases)");
+  if (!aligned16(a.B)) return fail("B is not 16-byte aligned (TMA needs 16-byte aligned bases)");
+  if (!aligned16(a.C)) return fail("C is not 16-byte aligned");
+  const size_t bytes_a = (size_t)a.M * a.K * es, bytes_b = (size_t)a.N * a.K * es, bytes_c = (size_t)a.M * a.N * es;
+  if (overlap(a.C, bytes_c, a.A, bytes_a)) return fail("C overlaps A (the kernel reads A while tiles of C land)");
+  if (overlap(a.C, bytes_c, a.B, bytes_b)) return fail("C overlaps B (the kernel reads B while tiles of C land)");
+  if (cfg.reserved_sms < 0) return fail("reserved_sms is negative");
+  if (cfg.swizzle != 1 && cfg.swizzle != 2 && cfg.swizzle != 4 && cfg.swizzle != 8)
+    return fail("swizzle " + std::to_string(cfg.swizzle) + " (1, 2, 4 or 8)");
+  if (cfg.raster != GemmRaster::kAuto && cfg.raster != GemmRaster::kAlongM && cfg.raster != GemmRaster::kAlongN)
+    return fail("unknown raster order");
+  if (cfg.nranks < 1 || cfg.rank < 0 || cfg.rank >= cfg.nranks)
+    return fail("rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.nranks) +
+                " (need 0 <= rank < nranks)");
+  return Status{};
+}
+
+size_t workspace_size(const GemmArgs&, const GemmConfig&) { return 0; }
+
+namespace gemm_impl {
+
+Raster resolve_raster(const GemmArgs& a, const GemmConfig& cfg, int blk_m, int blk_n) {
+  if (cfg.raster == GemmRaster::kAlongM) return Raster::kAlongM;
+  if (cfg.raster == GemmRaster::kAlongN) return Raster::kAlongN;
+  return ceil_div(a.N, blk_n) > ceil_div(a.M, blk_m) ? Raster::kAlongM : Raster::kAlongN;
+}
+
+Status check_sms(const GemmConfig& cfg, int num_sms, int cluster_m) {
+  if (num_sms - cfg.reserved_sms < cluster_m)
+    return Status{false, "gemm: reserved_sms=" + std::to_string(cfg.reserved_sms) + " leaves " +
+                             std::to_string(num_sms - cfg.reserved_sms) + " of " + std::to_string(num_sms) +
+                             " SMs; the kernel needs at least " + std::to_string(cluster_m) + " (one cluster)"};
+  return Status{};
+}
+
+}  // namespace gemm_impl
+}  // namespace tw
