@@ -1,6 +1,9 @@
 // tools/commands.hpp — the subcommands of the `tilewire` CLI, as main.cpp dispatches them.
 // Each returns the process exit status or throws (main turns an exception into one line).
 #pragma once
+#include <string>
+#include <vector>
+
 #include "bench_args.hpp"
 
 namespace tw::cli {
@@ -9,5 +12,10 @@ namespace tw::cli {
 // 0: every result correct and bit-identical across ranks; 1: some were not.
 // Throws tw::Error (kUnsupported with no GPU, kTimeout when a device wait expired, ...).
 int bench_allreduce(const BenchArgs& args);
+
+// `tilewire bench gemm`: tilewire's GEMM vs cuBLASLt on GPU 0, every result checked against
+// cuBLASLt's (bench_gemm.cu). Takes its own options (-m -n -k ...: --help), not BenchArgs.
+// 0: every check passed; 1: some did not. Throws tw::Error(kUnsupported) without a GPU.
+int bench_gemm(const std::vector<std::string>& argv);
 
 }  // namespace tw::cli

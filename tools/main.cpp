@@ -2,6 +2,7 @@
 //
 //   tilewire info [--json] [--env]     what this machine offers (GPUs, links, NCCL, LSA, GIN)
 //   tilewire bench allreduce [opts]    tilewire vs NCCL, nccl-tests style (see --help)
+//   tilewire bench gemm [opts]         tilewire's GEMM vs cuBLASLt (see --help)
 //
 // Every tw::Error / std::exception ends here as ONE line on stderr, "tilewire: <message>", and
 // a non-zero exit: 2 for a bad command line (kInvalidArgument), 1 for anything else.
@@ -28,6 +29,8 @@ constexpr const char* kUsage =
     "                              environment variables with the values in effect (no GPU probing).\n"
     "  bench allreduce [options]   time tilewire's all-reduce against NCCL on all local GPUs and\n"
     "                              check every result (tilewire bench allreduce --help).\n"
+    "  bench gemm [options]        time tilewire's GEMM against cuBLASLt on GPU 0, checked against it\n"
+    "                              (tilewire bench gemm --help).\n"
     "  --help, -h                  this text\n"
     "  --version                   tilewire and NCCL versions\n";
 
@@ -88,12 +91,13 @@ int cmd_info(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: tilewire bench allreduce [options]   (tilewire bench allreduce --help)\n", stdout);
+    std::fputs("usage: tilewire bench allreduce|gemm [options]   (tilewire bench <op> --help)\n", stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string op = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce)");
+  if (op == "gemm") return tw::cli::bench_gemm(rest);
+  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm)");
   tw::cli::BenchArgs b = tw::cli::parse_bench_args(rest);
   if (b.help) {
     std::fputs(tw::cli::bench_usage(op).c_str(), stdout);

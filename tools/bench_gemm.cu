@@ -1,0 +1,302 @@
+// tools/bench_gemm.cu — `tilewire bench gemm`: tilewire's sm90 GEMM against cuBLASLt, same run,
+// same inputs, every result checked against cuBLASLt's on the device.
+//
+//   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--sweep acceptance|grid]
+//                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 1] [--json FILE]
+//
+// Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
+// operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
+// of `repeats`. TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's
+// than 2 bf16 ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
+// Compiled, not yet run on a GPU.
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_args.hpp"  // median
+#include "commands.hpp"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::cli {
+namespace {
+
+#define TW_CUBLAS_CHECK(expr)                                                                               \
+  do {                                                                                                       \
+    cublasStatus_t tw_s_ = (expr);                                                                           \
+    TW_REQUIRE(tw_s_ == CUBLAS_STATUS_SUCCESS, kCuda,                                                         \
+               std::string(#expr) + " failed: " + cublasLtGetStatusString(tw_s_));                          \
+  } while (0)
+
+struct Shape {
+  int m, n, k;
+};
+
+struct GemmBenchArgs {
+  std::vector<Shape> shapes;
+  BLayout layout = BLayout::kNK;
+  int iters = 20, warmup = 5, repeats = 5;
+  GemmConfig cfg;
+  std::string json_path;
+  bool help = false;
+};
+
+constexpr const char* kUsage =
+    "usage: tilewire bench gemm [options]\n"
+    "  -m M -n N -k K        one shape (bf16: A [M,K], B per --layout, C [M,N] row-major)\n"
+    "  --sweep NAME          acceptance: the issue-3 shapes (8192^3, 8192x8192x4096, 16384x8192x4096,\n"
+    "                        4096x8192x8192, 2048x8192x4096); grid: M {128,512,2048,8192} x N {4096,8192}\n"
+    "                        x K {4096,8192}\n"
+    "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
+    "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
+    "  -R N                  repeats, median reported (5)\n"
+    "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (1)   --raster auto|m|n (auto)\n"
+    "  --json FILE           also write every row as JSON\n";
+
+int to_int(const std::string& opt, const std::string& v) {
+  char* end = nullptr;
+  errno = 0;
+  const long x = std::strtol(v.c_str(), &end, 10);
+  TW_REQUIRE(errno == 0 && end && *end == '\0' && !v.empty() && x >= 0 && x <= (1l << 30), kInvalidArgument,
+             "bench gemm: " + opt + " takes a non-negative integer, got '" + v + "'");
+  return (int)x;
+}
+
+GemmBenchArgs parse(const std::vector<std::string>& argv) {
+  GemmBenchArgs a;
+  int m = 0, n = 0, k = 0;
+  std::string sweep;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& o = argv[i];
+    if (o == "-h" || o == "--help") {
+      a.help = true;
+      continue;
+    }
+    TW_REQUIRE(i + 1 < argv.size(), kInvalidArgument, "bench gemm: " + o + " needs a value (--help)");
+    const std::string v = argv[++i];
+    if (o == "-m") m = to_int(o, v);
+    else if (o == "-n") n = to_int(o, v);
+    else if (o == "-k") k = to_int(o, v);
+    else if (o == "--sweep") sweep = v;
+    else if (o == "--layout") {
+      TW_REQUIRE(v == "nk" || v == "kn", kInvalidArgument, "bench gemm: --layout nk|kn, got '" + v + "'");
+      a.layout = v == "nk" ? BLayout::kNK : BLayout::kKN;
+    } else if (o == "--iters") a.iters = std::max(1, to_int(o, v));
+    else if (o == "--warmup") a.warmup = to_int(o, v);
+    else if (o == "-R") a.repeats = std::max(1, to_int(o, v));
+    else if (o == "--reserved-sms") a.cfg.reserved_sms = to_int(o, v);
+    else if (o == "--swizzle") a.cfg.swizzle = to_int(o, v);
+    else if (o == "--raster") {
+      TW_REQUIRE(v == "auto" || v == "m" || v == "n", kInvalidArgument, "bench gemm: --raster auto|m|n");
+      a.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
+    } else if (o == "--json") a.json_path = v;
+    else TW_REQUIRE(false, kInvalidArgument, "bench gemm: unknown option '" + o + "' (--help)");
+  }
+  if (sweep == "acceptance") a.shapes = {{8192, 8192, 8192}, {8192, 8192, 4096}, {16384, 8192, 4096},
+                                         {4096, 8192, 8192}, {2048, 8192, 4096}};
+  else if (sweep == "grid") {
+    for (int mm : {128, 512, 2048, 8192})
+      for (int nn : {4096, 8192})
+        for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
+  } else TW_REQUIRE(sweep.empty(), kInvalidArgument, "bench gemm: --sweep acceptance|grid, got '" + sweep + "'");
+  if (m || n || k) {
+    TW_REQUIRE(m > 0 && n > 0 && k > 0, kInvalidArgument, "bench gemm: -m, -n and -k go together, all positive");
+    a.shapes.push_back({m, n, k});
+  }
+  if (a.shapes.empty() && !a.help) a.shapes.push_back({8192, 8192, 8192});
+  return a;
+}
+
+__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = (seed + i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    p[i] = __float2bfloat16_rn(((float)(z >> 40) / (float)(1u << 24)) * 2.f - 1.f);  // [-1, 1)
+  }
+}
+
+__global__ void count_wrong(const __nv_bfloat16* got, const __nv_bfloat16* want, size_t n, unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = __bfloat162float(got[i]), w = __bfloat162float(want[i]);
+    if (!(fabsf(g - w) <= fabsf(w) * (1.f / 64) + 1.f / 64)) ++local;  // NaN counts as wrong
+  }
+  if (local) atomicAdd(wrong, local);
+}
+
+struct Row {
+  Shape s;
+  double tw_us = 0, cublas_us = 0;
+  unsigned long long wrong = 0;
+  double tflops(double us) const { return us > 0 ? 2.0 * s.m * s.n * s.k / (us * 1e-6) / 1e12 : 0; }
+};
+
+template <class F>
+double time_us(int warmup, int iters, int repeats, cudaStream_t st, F&& call) {
+  for (int i = 0; i < warmup; ++i) call(i);
+  cudaEvent_t e0, e1;
+  TW_CUDA_CHECK(cudaEventCreate(&e0));
+  TW_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < repeats; ++r) {
+    TW_CUDA_CHECK(cudaEventRecord(e0, st));
+    for (int i = 0; i < iters; ++i) call(i);
+    TW_CUDA_CHECK(cudaEventRecord(e1, st));
+    TW_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 1e3 / iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(t);
+}
+
+Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t st, int l2_bytes) {
+  Row row{s};
+  const size_t na = size_t(s.m) * s.k, nb = size_t(s.n) * s.k, nc = size_t(s.m) * s.n;
+  const size_t set_bytes = 2 * (na + nb + nc);
+  size_t free_b = 0, total_b = 0;
+  TW_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  int sets = (int)std::min<size_t>(std::max<size_t>(2, 2 * size_t(l2_bytes) / set_bytes + 1), 64);
+  sets = (int)std::max<size_t>(1, std::min<size_t>(sets, free_b / 2 / set_bytes));
+  std::vector<void*> A(sets), B(sets), C(sets);
+  void *ref = nullptr, *ws = nullptr;
+  const size_t ws_bytes = 64 << 20;
+  unsigned long long* wrong = nullptr;
+  for (int i = 0; i < sets; ++i) {
+    TW_CUDA_CHECK(cudaMalloc(&A[i], 2 * na));
+    TW_CUDA_CHECK(cudaMalloc(&B[i], 2 * nb));
+    TW_CUDA_CHECK(cudaMalloc(&C[i], 2 * nc));
+    fill_bf16<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(A[i]), na, 1000 + i);
+    fill_bf16<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(B[i]), nb, 2000 + i);
+  }
+  TW_CUDA_CHECK(cudaMalloc(&ref, 2 * nc));
+  TW_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
+  TW_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
+  TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
+
+  // cuBLASLt sees the row-major problem as its column-major transpose: C^T [N,M] = B' * A^T.
+  cublasLtMatmulDesc_t op;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulPreference_t pref;
+  TW_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t tb = a.layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
+  TW_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
+  TW_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
+  if (a.layout == BLayout::kNK) TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s.k, s.n, s.k));
+  else TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s.n, s.k, s.n));
+  TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, s.k, s.m, s.k));
+  TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, s.m, s.n));
+  TW_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  TW_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                       sizeof(ws_bytes)));
+  cublasLtMatmulHeuristicResult_t heur{};
+  int found = 0;
+  TW_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &heur, &found));
+  TW_REQUIRE(found > 0, kUnsupported, "bench gemm: cuBLASLt has no algorithm for this shape");
+  const float one = 1.f, zero = 0.f;
+  auto cublas = [&](int i, void* out) {
+    const int j = i % sets;
+    TW_CUBLAS_CHECK(cublasLtMatmul(lt, op, &one, B[j], lb, A[j], la, &zero, out, lc, out, lc, &heur.algo, ws,
+                                   ws_bytes, st));
+  };
+  auto tilewire = [&](int i) {
+    const int j = i % sets;
+    gemm(GemmArgs{A[j], B[j], C[j], s.m, s.n, s.k, DType::kBFloat16, a.layout}, a.cfg, st);
+  };
+
+  // Check every set once (before timing), then time both on the same rotation.
+  for (int j = 0; j < sets; ++j) {
+    tilewire(j);
+    cublas(j, ref);
+    count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc, wrong);
+  }
+  TW_CUDA_CHECK(cudaGetLastError());
+  row.tw_us = time_us(a.warmup, a.iters, a.repeats, st, tilewire);
+  row.cublas_us = time_us(a.warmup, a.iters, a.repeats, st, [&](int i) { cublas(i, C[i % sets]); });
+  TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
+  TW_CUDA_CHECK(cudaStreamSynchronize(st));
+
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublasLtMatrixLayoutDestroy(la);
+  cublasLtMatrixLayoutDestroy(lb);
+  cublasLtMatrixLayoutDestroy(lc);
+  cublasLtMatmulDescDestroy(op);
+  for (int i = 0; i < sets; ++i) cudaFree(A[i]), cudaFree(B[i]), cudaFree(C[i]);
+  cudaFree(ref), cudaFree(ws), cudaFree(wrong);
+  return row;
+}
+
+}  // namespace
+
+int bench_gemm(const std::vector<std::string>& argv) {
+  const GemmBenchArgs a = parse(argv);
+  if (a.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  int ndev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev == 0) {
+    cudaGetLastError();
+    throw Error(Errc::kUnsupported, std::string("bench gemm: no CUDA GPU (") +
+                                        (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+  }
+  std::ofstream json;
+  if (!a.json_path.empty()) {
+    json.open(a.json_path, std::ios::out | std::ios::trunc);
+    TW_REQUIRE(json.good(), kInvalidArgument, "--json " + a.json_path + ": cannot open for writing");
+  }
+  cudaDeviceProp prop{};
+  TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t st;
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  cublasLtHandle_t lt;
+  TW_CUBLAS_CHECK(cublasLtCreate(&lt));
+  std::printf("# tilewire bench gemm: %s, %d SMs, L2 %d MiB; bf16, B %s, reserved_sms %d, swizzle %d\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, blayout_name(a.layout), a.cfg.reserved_sms,
+              a.cfg.swizzle);
+  std::printf("%7s %7s %7s %10s %9s %10s %9s %7s %7s\n", "M", "N", "K", "tw_us", "tw_TF/s", "cublas_us", "cublas_TF",
+              "ratio", "#wrong");
+  std::vector<Row> rows;
+  bool ok = true;
+  for (Shape s : a.shapes) {
+    const Row r = bench_one(a, s, lt, st, prop.l2CacheSize);
+    std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
+                r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
+    std::fflush(stdout);
+    ok = ok && r.wrong == 0;
+    rows.push_back(r);
+  }
+  cublasLtDestroy(lt);
+  cudaStreamDestroy(st);
+  if (json.is_open()) {
+    std::ostringstream o;
+    o << "{\"device\":\"" << prop.name << "\",\"layout\":\"" << blayout_name(a.layout)
+      << "\",\"reserved_sms\":" << a.cfg.reserved_sms << ",\"swizzle\":" << a.cfg.swizzle << ",\"rows\":[";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      o << (i ? "," : "") << "{\"m\":" << r.s.m << ",\"n\":" << r.s.n << ",\"k\":" << r.s.k << ",\"tw_us\":" << r.tw_us
+        << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"cublas_us\":" << r.cublas_us
+        << ",\"cublas_tflops\":" << r.tflops(r.cublas_us) << ",\"ratio\":" << r.tflops(r.tw_us) / r.tflops(r.cublas_us)
+        << ",\"wrong\":" << r.wrong << "}";
+    }
+    o << "],\"ok\":" << (ok ? "true" : "false") << "}\n";
+    json << o.str();
+    json.close();
+    std::printf("# wrote %s\n", a.json_path.c_str());
+  }
+  return ok ? 0 : 1;
+}
+
+}  // namespace tw::cli
