@@ -177,10 +177,14 @@ TEST(Gemm, BadInputWritesNothing) {
 
 // ------------------------------------------------------------------------------ custom hook
 // Stores C like the default hook, and records each call: counts[tile] += 1 (one thread per CTA),
-// extents[tile] = rows * 1000 + cols, and checks that every consumer thread saw the same tile.
+// extents[tile] = rows * 1000 + cols. Checks the contract's promises: every consumer thread sees
+// the same tile (thread 0 publishes it through the hook's shared memory across the hook's named
+// barrier, the others compare), and the coordinates agree with the tile indices.
 struct RecordHook {
   using E = cutlass::bfloat16_t;
-  using SharedStorage = tw::gemm_impl::StoreC<E>::SharedStorage;
+  struct SharedStorage {
+    int tile;
+  };
   tw::gemm_impl::StoreC<E> store;
   int* counts = nullptr;
   int* extents = nullptr;
@@ -194,7 +198,11 @@ struct RecordHook {
     if (v.thread_idx == 0) {
       atomicAdd(&counts[t], 1);
       extents[t] = v.rows * 1000 + v.cols;
+      v.smem->tile = t;
     }
+    cutlass::arch::NamedBarrier::sync(256, tw::gemm_impl::kHookBarrierId);
+    if (v.smem->tile != t) atomicAdd(bad_threads, 1);
+    cutlass::arch::NamedBarrier::sync(256, tw::gemm_impl::kHookBarrierId);  // read before the next tile's write
     if (v.row0 != v.tile_m * tw::gemm_impl::kBlkM || v.col0 != v.tile_n * tw::gemm_impl::kBlkN ||
         v.thread_idx < 0 || v.thread_idx >= 256)
       atomicAdd(bad_threads, 1);

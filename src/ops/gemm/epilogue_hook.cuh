@@ -18,14 +18,19 @@
 #include <cuda_fp16.h>
 
 #include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
 #include <cutlass/cutlass.h>
 #include <cutlass/numeric_conversion.h>
 
 namespace tw::gemm_impl {
 
-// Named barrier id a hook may use for its 256 consumer threads (CUTLASS's kernels reserve the
-// low ids: cutlass::arch::ReservedNamedBarriers ends below 8).
-inline constexpr int kHookBarrierId = 8;
+// Named barrier id a hook may use for its 256 consumer threads, in CUTLASS's *user* numbering:
+// cutlass::arch::NamedBarrier(256, kHookBarrierId) adds ReservedNamedBarrierCount (8 in CUTLASS
+// 4.2), so this is hardware barrier 8 of 16. Neither the cooperative kernel nor its mainloop uses
+// user barriers.
+inline constexpr int kHookBarrierId = 0;
+static_assert(kHookBarrierId + static_cast<int>(cutlass::arch::ReservedNamedBarriers::FirstUserBarrier) < 16,
+              "named barrier ids end at 15");
 
 template <class AccTensor, class CoordTensor, class SharedStorage>
 struct TileView {
