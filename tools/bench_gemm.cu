@@ -8,9 +8,11 @@
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
 // of `repeats`. TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's
 // than 2 bf16 ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
+// cuBLASLt is dlopen()ed (libcublasLt.so.13), so the CLI does not need it to start.
 // Compiled, not yet run on a GPU.
 #include <cublasLt.h>
 #include <cuda_bf16.h>
+#include <dlfcn.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -30,11 +32,65 @@
 namespace tw::cli {
 namespace {
 
+// cuBLASLt is loaded when `bench gemm` runs, not linked: the rest of the CLI (info, bench
+// allreduce) must start on machines without libcublasLt (the GPU boxes get dist/ without it).
+struct LtApi {
+  decltype(&cublasLtCreate) Create = nullptr;
+  decltype(&cublasLtDestroy) Destroy = nullptr;
+  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
+  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmul) Matmul = nullptr;
+};
+
+template <class F>
+void load_sym(void* h, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(h, name));
+  TW_REQUIRE(f != nullptr, kUnsupported, std::string("bench gemm: libcublasLt has no ") + name);
+}
+
+// libcublasLt.so.13 from LD_LIBRARY_PATH / the loader's paths, else the torch venv of the GPU boxes.
+const LtApi& lt_api() {
+  static const LtApi api = [] {
+    const char* names[] = {"libcublasLt.so.13", "libcublasLt.so",
+                           "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+                           "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.13"};
+    void* h = nullptr;
+    for (const char* n : names)
+      if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+    TW_REQUIRE(h != nullptr, kUnsupported,
+               "bench gemm: cannot load libcublasLt.so.13 (the cuBLASLt baseline); put its folder on LD_LIBRARY_PATH");
+    LtApi a;
+    load_sym(h, "cublasLtCreate", a.Create);
+    load_sym(h, "cublasLtDestroy", a.Destroy);
+    load_sym(h, "cublasLtGetStatusString", a.GetStatusString);
+    load_sym(h, "cublasLtMatmulDescCreate", a.MatmulDescCreate);
+    load_sym(h, "cublasLtMatmulDescSetAttribute", a.MatmulDescSetAttribute);
+    load_sym(h, "cublasLtMatmulDescDestroy", a.MatmulDescDestroy);
+    load_sym(h, "cublasLtMatrixLayoutCreate", a.MatrixLayoutCreate);
+    load_sym(h, "cublasLtMatrixLayoutDestroy", a.MatrixLayoutDestroy);
+    load_sym(h, "cublasLtMatmulPreferenceCreate", a.MatmulPreferenceCreate);
+    load_sym(h, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute);
+    load_sym(h, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy);
+    load_sym(h, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic);
+    load_sym(h, "cublasLtMatmul", a.Matmul);
+    return a;
+  }();
+  return api;
+}
+
 #define TW_CUBLAS_CHECK(expr)                                                                               \
   do {                                                                                                       \
     cublasStatus_t tw_s_ = (expr);                                                                           \
     TW_REQUIRE(tw_s_ == CUBLAS_STATUS_SUCCESS, kCuda,                                                         \
-               std::string(#expr) + " failed: " + cublasLtGetStatusString(tw_s_));                          \
+               std::string(#expr) + " failed: " + lt_api().GetStatusString(tw_s_));                          \
   } while (0)
 
 struct Shape {
@@ -189,25 +245,25 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   cublasLtMatmulDesc_t op;
   cublasLtMatrixLayout_t la, lb, lc;
   cublasLtMatmulPreference_t pref;
-  TW_CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  TW_CUBLAS_CHECK(lt_api().MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t tb = a.layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
-  TW_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
-  TW_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
-  if (a.layout == BLayout::kNK) TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s.k, s.n, s.k));
-  else TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, s.n, s.k, s.n));
-  TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, s.k, s.m, s.k));
-  TW_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, s.m, s.n));
-  TW_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-  TW_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+  TW_CUBLAS_CHECK(lt_api().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
+  TW_CUBLAS_CHECK(lt_api().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
+  if (a.layout == BLayout::kNK) TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lb, CUDA_R_16BF, s.k, s.n, s.k));
+  else TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lb, CUDA_R_16BF, s.n, s.k, s.n));
+  TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&la, CUDA_R_16BF, s.k, s.m, s.k));
+  TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, s.m, s.n));
+  TW_CUBLAS_CHECK(lt_api().MatmulPreferenceCreate(&pref));
+  TW_CUBLAS_CHECK(lt_api().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                        sizeof(ws_bytes)));
   cublasLtMatmulHeuristicResult_t heur{};
   int found = 0;
-  TW_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &heur, &found));
+  TW_CUBLAS_CHECK(lt_api().MatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &heur, &found));
   TW_REQUIRE(found > 0, kUnsupported, "bench gemm: cuBLASLt has no algorithm for this shape");
   const float one = 1.f, zero = 0.f;
   auto cublas = [&](int i, void* out) {
     const int j = i % sets;
-    TW_CUBLAS_CHECK(cublasLtMatmul(lt, op, &one, B[j], lb, A[j], la, &zero, out, lc, out, lc, &heur.algo, ws,
+    TW_CUBLAS_CHECK(lt_api().Matmul(lt, op, &one, B[j], lb, A[j], la, &zero, out, lc, out, lc, &heur.algo, ws,
                                    ws_bytes, st));
   };
   auto tilewire = [&](int i) {
@@ -227,11 +283,11 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
   TW_CUDA_CHECK(cudaStreamSynchronize(st));
 
-  cublasLtMatmulPreferenceDestroy(pref);
-  cublasLtMatrixLayoutDestroy(la);
-  cublasLtMatrixLayoutDestroy(lb);
-  cublasLtMatrixLayoutDestroy(lc);
-  cublasLtMatmulDescDestroy(op);
+  lt_api().MatmulPreferenceDestroy(pref);
+  lt_api().MatrixLayoutDestroy(la);
+  lt_api().MatrixLayoutDestroy(lb);
+  lt_api().MatrixLayoutDestroy(lc);
+  lt_api().MatmulDescDestroy(op);
   for (int i = 0; i < sets; ++i) cudaFree(A[i]), cudaFree(B[i]), cudaFree(C[i]);
   cudaFree(ref), cudaFree(ws), cudaFree(wrong);
   return row;
@@ -262,7 +318,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
   cudaStream_t st;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   cublasLtHandle_t lt;
-  TW_CUBLAS_CHECK(cublasLtCreate(&lt));
+  TW_CUBLAS_CHECK(lt_api().Create(&lt));
   std::printf("# tilewire bench gemm: %s, %d SMs, L2 %d MiB; bf16, B %s, reserved_sms %d, swizzle %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, blayout_name(a.layout), a.cfg.reserved_sms,
               a.cfg.swizzle);
@@ -278,7 +334,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
     ok = ok && r.wrong == 0;
     rows.push_back(r);
   }
-  cublasLtDestroy(lt);
+  lt_api().Destroy(lt);
   cudaStreamDestroy(st);
   if (json.is_open()) {
     std::ostringstream o;
