@@ -7,6 +7,7 @@
 # the GPU machine, from the repo root:   OUT=/some/dir scripts/gpu_run.sh [full|quick|sanitize]
 #   full      info, GPU tests, all benches (bf16 sweep, fp16, fp32, in-place, CUDA graph)
 #   quick     info, GPU tests, the bf16 bench
+#   gemm      (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid sweeps
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
 #             they do not fit the device tool's 10-minute command limit)
 # Results are committed under bench/results/ with scripts/collect_results.py.
@@ -36,7 +37,18 @@ run() {  # run <limit_s> cmd...: log output, remember failures
   return $rc
 }
 
-if [ "$MODE" != sanitize ]; then
+if [ "$MODE" = gemm ]; then
+  step "GEMM tests"
+  run 300 "$TESTS" --gtest_filter='Gemm*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
+  step "memcheck on the small GEMM tests"
+  run 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
+    --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'
+  step "bench gemm"
+  run 300 "$TW" bench gemm --sweep acceptance --json "$OUT/bench_gemm_acceptance.json"
+  run 300 "$TW" bench gemm --sweep grid --json "$OUT/bench_gemm_grid.json"
+fi
+
+if [ "$MODE" != sanitize ] && [ "$MODE" != gemm ]; then
 step "machine"
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   nvidia-smi topo -m; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
@@ -69,7 +81,7 @@ step "compute-sanitizer memcheck + racecheck on the GPU tests"
 SAN_FILTER='-TimeoutDeathTest.*:Drift.*:MultiProcess.*'
 export TILEWIRE_TIMEOUT_MS=120000 TW_TEST_MAX_COUNT=1000003  # sanitized kernels are slow; waits stay bounded
 {
-  timeout 330 compute-sanitizer --tool memcheck --error-exitcode 9 --target-processes all \
+  timeout 330 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 --target-processes all \
     "$TESTS" --gtest_filter="$SAN_FILTER"; echo "memcheck rc=$?"
   timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$TESTS" --gtest_filter="$SAN_FILTER"; echo "racecheck rc=$?"
