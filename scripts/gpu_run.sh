@@ -22,7 +22,7 @@ LOG=$OUT/run.log
 # Policy: never NVLink multicast. NCCL runtime must be 2.28.9 (the system one there is 2.28.3).
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 VENV_NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
-export LD_LIBRARY_PATH=$DIST/lib${VENV_NCCL:+:$VENV_NCCL}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$DIST/lib${VENV_NCCL:+:$VENV_NCCL}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64  # cuBLASLt for bench gemm
 export TILEWIRE_COMMIT=$(cat "$DIST/COMMIT" 2>/dev/null || echo unknown)
 TW=$DIST/bin/tilewire
 TESTS=$DIST/bin/tilewire_gpu_tests
