@@ -23,6 +23,12 @@ __device__ __forceinline__ bool rolling_ge(uint64_t a, uint64_t b) { return (int
 template <class Load, class Done>
 __device__ uint64_t bounded_spin(const DevCtx& ctx, const char* what, uint64_t expected, Load load, Done done);
 
+// Same bound, but on timeout it only records ctx.fault and traps (no printf: the host reports the
+// record through Comm::check_fault). For kernels with wgmma (the GEMM hooks): any function call
+// there, printf included, makes ptxas serialize the wgmma pipeline of the whole kernel.
+template <class Load, class Done>
+__device__ uint64_t bounded_spin_silent(const DevCtx& ctx, const char* what, uint64_t expected, Load load, Done done);
+
 }  // namespace tw::dev
 
 #include "tilewire/device/impl/wait__funcs.cuh"

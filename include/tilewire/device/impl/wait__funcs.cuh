@@ -49,4 +49,44 @@ __device__ __forceinline__ uint64_t bounded_spin(const DevCtx& ctx, const char* 
   }
 }
 
+__device__ __forceinline__ void record_fault(const DevCtx& ctx, const char* what,
+                                             uint64_t expected, uint64_t seen, uint64_t waited_ns) {
+  if (ctx.fault != nullptr && atomicCAS(&ctx.fault->flag, 0u, 2u) == 0u) {
+    DeviceFault* f = ctx.fault;
+    f->rank = ctx.rank;
+    f->block = (int)blockIdx.x;
+    f->thread = (int)threadIdx.x;
+    f->expected = expected;
+    f->seen = seen;
+    f->waited_ns = waited_ns;
+    int i = 0;
+    for (; what[i] != 0 && i < (int)sizeof(f->what) - 1; ++i) f->what[i] = what[i];
+    f->what[i] = 0;
+    __threadfence_system();
+    atomicExch(&f->flag, 1u);
+    __threadfence_system();
+  }
+}
+
+template <class Load, class Done>
+__device__ __forceinline__ uint64_t bounded_spin_silent(const DevCtx& ctx, const char* what, uint64_t expected,
+                                                        Load load, Done done) {
+  uint64_t v = load();
+  if (done(v)) return v;
+  const uint64_t t0 = ptx::globaltimer();
+  uint32_t iter = 0;
+#pragma unroll 1
+  while (true) {
+    v = load();
+    if (done(v)) return v;
+    if ((++iter & 1023u) == 0) {
+      const uint64_t waited = ptx::globaltimer() - t0;
+      if (waited > ctx.timeout_ns) {
+        record_fault(ctx, what, expected, v, waited);
+        __trap();
+      }
+    }
+  }
+}
+
 }  // namespace tw::dev

@@ -1,0 +1,114 @@
+// tilewire/ops/gemm_allreduce.hpp — fused GEMM + all-reduce over the LSA team, tile by tile:
+//
+//   C = sum over ranks r of A_r [M, K_local] * B_r,   written to every rank's C [M, N],
+//   bf16 in and out, fp32 accumulation, bit-identical on every rank.
+//
+// Status: compiled, not yet run on a GPU (design note: docs/gemm_allreduce.md).
+//
+// The GEMM is tw::gemm's sm90 kernel (ops/gemm.hpp) with a communicating epilogue hook
+// (src/ops/gemm_allreduce/hook.cuh). LSA loads/stores only: no NVLink multicast, no copy engine.
+//
+// Tile ownership. Tiles are (128, 256) blocks of C. Number them along the GEMM's raster order
+// (kAlongM: t = tn * tiles_m + tm, kAlongN: t = tm * tiles_n + tn); tile t is owned by rank t % P.
+// Consecutive tiles of the walk, which the persistent CTAs compute at about the same time, have
+// consecutive owners, and every rank owns floor(T/P) or ceil(T/P) of the T tiles.
+//
+//   C (tiles_m = 4, tiles_n = 2, kAlongM, P = 2):  t = tn*4 + tm, owner = t % 2
+//
+//            tn=0      tn=1
+//   tm=0   t0  r0    t4  r0
+//   tm=1   t1  r1    t5  r1
+//   tm=2   t2  r0    t6  r0
+//   tm=3   t3  r1    t7  r1
+//
+// Per tile t (owner o = t % P), in the epilogue hook of the CTA that computed it, on every rank:
+//
+//   rank q != o:  partial_q(t) --LSA stores (bf16 or fp32, fragment order)--> staging[t][q] @ o
+//                 then flag arrive[t][q] @ o := tag (release, system scope)
+//   rank o:       wait arrive[t][q] >= tag for every q != o (bounded, acquire)
+//                 sum = p_0 + p_1 + ... + p_{P-1}  in fp32, rank order, each p_q rounded to the
+//                       partial type first (its own too), so the bits do not depend on who owns t
+//                 round once to bf16 --LSA stores--> C(t) on every rank (its own included)
+//                 then flag done[t] @ every rank := tag (release)
+//   every CTA, after its last tile: wait done[t] >= tag for all t on this rank (acquire):
+//                 when the kernel ends, this rank's C is final.
+//
+//        rank0 (owns t0, t2, ..)                    rank1 (owns t1, t3, ..)
+//        t0: wait p1(t0) <------ p1(t0) -------- t0: push
+//            C(t0) -> rank0, rank1 ------------> C(t0) lands, done[t0]
+//        t1: push ----------- p0(t1) ------> t1: wait p0(t1)
+//            C(t1) lands <------------------ C(t1) -> rank0, rank1, done[t1]
+//
+// `tag` is per call: 1 + a call counter kept in the workspace (every rank makes the same calls,
+// so every rank uses the same tag); flags hold the tag of the last call that set them, so no
+// flag is ever reset. Why this cannot deadlock or overwrite: docs/gemm_allreduce.md and
+// src/ops/gemm_allreduce/plan.hpp.
+//
+// Requirements (can_implement checks each, with the reason):
+//   * everything tw::can_implement(GemmArgs) checks (K = K_local); bf16, B as [N, K] (kNK) only
+//     in this build;
+//   * every rank in the LSA team; the same call, shapes and config on every rank, in the same order;
+//   * C inside a window of `comm` (Comm::alloc_window), at the same offset on every rank;
+//   * workspace inside a window at the same offset on every rank, >= workspace_size() bytes,
+//     zero-filled once before its first use and not touched by anything else afterwards (it
+//     keeps the call counter); it must not overlap A, B or C;
+//   * residency: the persistent grid must be co-resident on the GPU (a CTA that never starts
+//     would leave its peers waiting): the launcher sizes the grid from
+//     cudaOccupancyMaxActiveClusters and refuses when the kernel does not fit at all. Do not run
+//     other kernels concurrently on the same GPU (another stream) while it runs: they could take
+//     SMs the grid counts on; the bounded waits then end in the timeout diagnostic, not a hang.
+// Calls on one communicator are ordered on the device (one stream); CUDA-graph capturable (the
+// call counter lives in device memory).
+//
+// TODO(issue 4, item 3): per-tile %globaltimer stamps (MMA start/end, first partial store,
+// partials seen, reduction done, final tile landed), switched by a runtime pointer in the hook
+// (null: one uniform branch per tile). Not implemented yet.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/runtime/dtype.hpp"
+
+namespace tw {
+
+class Comm;
+
+struct GemmAllReduceArgs {
+  const void* A = nullptr;    // [M, K_local] row-major, this rank's shard (any device memory)
+  const void* B = nullptr;    // [N, K_local] (kNK) row-major, this rank's shard
+  void* C = nullptr;          // [M, N] row-major, inside a window; the sum lands on every rank
+  int M = 0, N = 0, K_local = 0;
+  DType dtype = DType::kBFloat16;  // A, B and C
+  BLayout b_layout = BLayout::kNK;
+  void* workspace = nullptr;  // >= workspace_size() bytes inside a window (see above)
+};
+
+// Precision of the partial tiles that travel to the owner. bf16 halves the NVLink bytes; fp32
+// keeps one rounding in the whole op. Both give bit-identical results on every rank.
+enum class PartialPrecision { kBFloat16, kFloat32 };
+
+struct GemmAllReduceConfig {
+  int reserved_sms = 0;                   // SMs the GEMM leaves idle (0 .. num_sms - 2)
+  GemmRaster raster = GemmRaster::kAuto;  // tile walk; also numbers the tiles for ownership
+  int swizzle = 1;                        // 1, 2, 4, 8
+  PartialPrecision partials = PartialPrecision::kBFloat16;
+};
+
+// Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current
+// device (sm_90, residency); writes nothing.
+Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg = {});
+
+// Bytes of symmetric workspace per rank for these shapes on `nranks` ranks: flags (a call
+// counter, one arrive flag per owned tile and source rank, one done flag per tile) and the
+// staging of the partial tiles this rank owns (P - 1 slots of 128 x 256 partials per owned tile).
+size_t workspace_size(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg = {});
+
+// Enqueue the fused op on `stream` (current device = comm's). Throws tw::Error(kInvalidArgument)
+// with can_implement()'s reason and writes nothing on bad input; kUnsupported when the device
+// cannot run it; kCuda when the launch fails.
+void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream);
+
+}  // namespace tw

@@ -1,0 +1,127 @@
+// tw::gemm_allreduce(): checks (plan.cpp + communicator + device), residency, then the one
+// instantiated kernel (launch.hpp). Compiled, not yet run on a GPU.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "../gemm/launch.hpp"
+#include "../gemm/plan.hpp"
+#include "launch.hpp"
+#include "plan.hpp"
+#include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+namespace {
+
+using gemm_allreduce_impl::Layout;
+
+Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::move(why)}; }
+
+struct DeviceInfo {
+  int num_sms = 0;
+  int clusters = 0;  // co-resident clusters of the fused kernel
+};
+
+// sm_90 and the kernel's residency on the current device, or why not.
+Status device_info(DeviceInfo* out) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&out->num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return fail("cannot query the current CUDA device");
+  }
+  if (major != 9 || minor != 0)
+    return fail("device " + std::to_string(dev) + " is sm_" + std::to_string(major * 10 + minor) +
+                "; the fused kernel is built for sm_90a (Hopper) only");
+  try {
+    out->clusters = gemm_allreduce_impl::max_active_clusters_bf16_nk();
+  } catch (const Error& e) {
+    return fail(std::string("occupancy query failed: ") + e.what());
+  }
+  if (out->clusters < 1)
+    return fail("the kernel cannot be resident on this device (0 clusters of 2 CTAs fit); its persistent "
+                "CTAs wait for each other, so it refuses to run rather than deadlock");
+  return Status{};
+}
+
+Status window_of(const Comm& comm, const void* p, size_t bytes, const char* what, WindowRef* out) {
+  try {
+    *out = comm.find_window(p, bytes, what);
+  } catch (const Error& e) {
+    return fail(e.what());
+  }
+  return Status{};
+}
+
+// SMs the GEMM leaves idle so that every persistent cluster is resident: at least what the caller
+// reserved, more when fewer clusters fit than the SM count suggests.
+int resident_reserved_sms(int num_sms, int reserved, int clusters) {
+  const int want = (num_sms - reserved) / gemm_impl::kClusterM;
+  const int use = std::min(want, clusters);
+  return num_sms - use * gemm_impl::kClusterM;
+}
+
+}  // namespace
+
+Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
+  if (comm.aborted()) return fail("communicator was aborted; create a new one");
+  int dev = -1;
+  cudaGetDevice(&dev);
+  if (dev != comm.device())
+    return fail("current CUDA device is " + std::to_string(dev) + " but the communicator is on device " +
+                std::to_string(comm.device()) + " (call cudaSetDevice first)");
+  if (!comm.all_lsa())
+    return fail("needs every rank load/store reachable (LSA team " + std::to_string(comm.lsa_size()) + " of " +
+                std::to_string(comm.nranks()) + " ranks); no GIN path exists for the fused op");
+  if (Status s = gemm_allreduce_impl::check_args(a, comm.lsa_size(), cfg); !s) return s;
+  WindowRef w;
+  if (Status s = window_of(comm, a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C", &w); !s) return s;
+  const size_t ws = workspace_size(a, comm.lsa_size(), cfg);
+  if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
+    return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
+  DeviceInfo d;
+  if (Status s = device_info(&d); !s) return s;
+  if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
+    return fail(s.reason);
+  return Status{};
+}
+
+void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream) {
+  comm.require_usable("gemm_allreduce");
+  const Status st = can_implement(comm, a, cfg);
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  DeviceInfo d;
+  const Status ds = device_info(&d);
+  TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
+
+  gemm_allreduce_impl::LaunchParams p;
+  p.gemm = gemm_allreduce_impl::as_gemm_args(a);
+  p.gemm_cfg = gemm_allreduce_impl::as_gemm_config(cfg);
+  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, cfg.reserved_sms, d.clusters);
+  p.num_sms = d.num_sms;
+  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
+  // Exactly what RotatedScheduler builds from hw_info.sm_count = num_sms - reserved_sms.
+  p.sched = gemm_impl::make_schedule(a.M, a.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM, p.raster,
+                                     p.gemm_cfg.swizzle, 0, 1, d.num_sms - p.gemm_cfg.reserved_sms, 0);
+  p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+  p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
+  p.ctx = comm.dev_ctx();
+  const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
+  const WindowRef ww = comm.find_window(a.workspace, p.lay.total, "workspace");
+  p.c_win = wc.handle, p.c_off = wc.offset;
+  p.ws_win = ww.handle, p.ws_off = ww.offset;
+  p.ws = a.workspace;
+  try {
+    gemm_allreduce_impl::launch_bf16_nk(p, stream);
+  } catch (...) {
+    comm.check_fault();
+    throw;
+  }
+}
+
+}  // namespace tw

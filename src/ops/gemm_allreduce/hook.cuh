@@ -1,0 +1,206 @@
+// src/ops/gemm_allreduce/hook.cuh — the epilogue hook of the fused GEMM + all-reduce (contract
+// of hooks: include/tilewire/ops/gemm.hpp; the op: include/tilewire/ops/gemm_allreduce.hpp).
+// Compiled, not yet run on a GPU.
+//
+// Called once per output tile by the 256 consumer threads of the CTA that computed it, with the
+// fp32 accumulators in registers. All 256 threads take the same branches (owner or not, last work
+// or not), so the hook's named barrier (kHookBarrierId) is reached by all of them; never
+// __syncthreads(): the producer warp is not here.
+//
+// Memory ordering, per tile t with owner o and this call's tag:
+//   pusher q:  each thread stores its partial vectors to staging[t][q] @ o (weak stores through
+//              the LSA pointer); named barrier; thread 0 st.release.sys arrive[t][q] @ o := tag.
+//              The release is cumulative: the barrier made the other threads' stores precede it.
+//   owner o:   thread q (q != o) spins ld.acquire.sys on arrive[t][q] (bounded); named barrier;
+//              every thread then reads the staging through L2 (ld.cg: never a stale L1 line),
+//              sums, stores C(t) to every rank; named barrier; thread q st.release.sys
+//              done[t] @ q := tag.
+//   last work of the CTA: each thread acquires a share of done[0..T) (bounded); named barrier.
+//              C is then final on this rank for whatever runs after the kernel.
+// Waits use dev::bounded_spin_silent: bounded by ctx.timeout_ns, the fault record without printf
+// (a call anywhere in a wgmma kernel makes ptxas serialize its wgmma pipeline; ptxas warns C7510).
+// Deadlock freedom (every wait is also bounded by ctx.timeout_ns): every rank walks the same work
+// list with the same grid shape rule, CTAs take work indices in increasing order, and a wait in
+// work w only needs other ranks' work w. By induction on w, all work < w finishes everywhere, so
+// every pusher of w reaches its hook and the owner's wait ends. The final waits come after a
+// CTA's last work and nothing waits on them. Both need every CTA resident (the launcher checks
+// occupancy), and the final wait is done only at the group's last work so that a cluster partner
+// never waits in the hook while its partner's mainloop still needs its pipeline releases.
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
+
+#include "../gemm/epilogue_hook.cuh"
+#include "../gemm/scheduler.hpp"
+#include "plan.hpp"
+#include "tilewire/device.cuh"
+
+namespace tw::gemm_allreduce_impl {
+
+// Partial element types: round-to-nearest-even conversions, packing into 32-bit words.
+template <class PT>
+struct PartialIO;
+template <>
+struct PartialIO<float> {
+  static constexpr int kPerVec = 4;  // elements per 16-byte vector
+  __device__ static float round(float x) { return x; }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+  }
+  __device__ static void unpack(uint4 w, float* f) {
+    f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y), f[2] = __uint_as_float(w.z), f[3] = __uint_as_float(w.w);
+  }
+};
+template <>
+struct PartialIO<__nv_bfloat16> {
+  static constexpr int kPerVec = 8;
+  __device__ static float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+  __device__ static uint32_t pack2(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+  }
+  __device__ static void unpack2(uint32_t w, float* f) {
+    __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&w);
+    float2 v = __bfloat1622float2(h);
+    f[0] = v.x, f[1] = v.y;
+  }
+  __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
+};
+
+struct AllReduceHook {
+  struct SharedStorage {};  // nothing: partials travel from registers, sums land in registers
+  using E = cutlass::bfloat16_t;
+
+  DevCtx ctx;
+  Layout lay;                      // plan.hpp; lay.P == ctx.lsa_size
+  gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
+  int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
+  int final_ctas = 0;              // CTAs that run the final wait (plan.hpp final_wait_ctas)
+  ncclWindow_t ws_win = nullptr;   // the workspace's window and the workspace's offset in it
+  size_t ws_off = 0;
+  char* ws = nullptr;              // this rank's workspace
+  ncclWindow_t c_win = nullptr;    // C's window and offset
+  size_t c_off = 0;
+  E* C = nullptr;                  // this rank's C
+  long long ldc = 0;
+
+  template <class View>
+  CUTLASS_DEVICE void operator()(View const& v) const {
+    if (lay.partial_bytes == 4) tile<float>(v);
+    else tile<__nv_bfloat16>(v);
+  }
+
+ private:
+  CUTLASS_DEVICE static void bar() { cutlass::arch::NamedBarrier::sync(kConsumerThreads, gemm_impl::kHookBarrierId); }
+
+  CUTLASS_DEVICE uint64_t* remote_flag(size_t off, int q) const {
+    return dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + off, q);
+  }
+
+  template <class PT, class View>
+  CUTLASS_DEVICE void tile(View const& v) const {
+    using IO = PartialIO<PT>;
+    constexpr int kN = decltype(cute::size(v.acc))::value;  // accumulators per thread (128)
+    constexpr int kE = IO::kPerVec;
+    constexpr int kV = kN / kE;                               // 16-byte vectors per thread
+    constexpr int kChunk = 4;                                  // vectors summed together
+    static_assert(kN * kConsumerThreads == kTileElems, "one fragment element per tile element");
+    static_assert(kN % kE == 0 && kV % kChunk == 0, "fragment splits into whole vectors and chunks");
+
+    const int tid = v.thread_idx;
+    const int t = lay.tile_index(v.tile_m, v.tile_n);
+    const int o = lay.owner(t);
+    // The call's tag; the counter changes only after every CTA's last read (see plan.hpp).
+    const uint64_t tag = *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
+    const size_t lane_off = (size_t)tid * 16;  // fragment order: vector i of thread tid at (i*256+tid)*16
+
+    if (me != o) {
+      // ---- push: partial (rounded to PT) into the owner's staging, then the arrive flag.
+      char* dst = dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.staging(t, me), o);
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < kV; ++i) {
+        float f[kE];
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < kE; ++e) f[e] = v.acc(i * kE + e);
+        ptx::st_v4(dst + (size_t)i * kConsumerThreads * 16 + lane_off, IO::pack(f));
+      }
+      bar();
+      if (tid == 0) ptx::st_release_sys(remote_flag(lay.arrive_flag(t, me), o), tag);
+    } else {
+      // ---- own: wait for the P-1 partials, sum in rank order, store C(t) everywhere, done flags.
+      if (tid < lay.P && tid != me) {
+        const uint64_t* f = reinterpret_cast<const uint64_t*>(ws + lay.arrive_flag(t, tid));
+        dev::bounded_spin_silent(
+            ctx, "gemm_allreduce.partial", tag, [&] { return ptx::ld_acquire_sys(f); },
+            [&](uint64_t x) { return dev::rolling_ge(x, tag); });
+      }
+      bar();
+      CUTLASS_PRAGMA_UNROLL
+      for (int c0 = 0; c0 < kV; c0 += kChunk) {
+        float s[kChunk * kE];
+#pragma unroll 1
+        for (int q = 0; q < lay.P; ++q) {
+          float x[kChunk * kE];
+          if (q == me) {
+            CUTLASS_PRAGMA_UNROLL
+            for (int j = 0; j < kChunk * kE; ++j) x[j] = IO::round(v.acc(c0 * kE + j));
+          } else {
+            const char* src = ws + lay.staging(t, q) + (size_t)c0 * kConsumerThreads * 16 + lane_off;
+            uint4 w[kChunk];
+            CUTLASS_PRAGMA_UNROLL
+            for (int k = 0; k < kChunk; ++k) w[k] = ptx::ld_cg_v4(src + (size_t)k * kConsumerThreads * 16);
+            CUTLASS_PRAGMA_UNROLL
+            for (int k = 0; k < kChunk; ++k) IO::unpack(w[k], x + k * kE);
+          }
+          CUTLASS_PRAGMA_UNROLL
+          for (int j = 0; j < kChunk * kE; ++j) s[j] = (q == 0) ? x[j] : s[j] + x[j];
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int j = 0; j < kChunk * kE; ++j) v.acc(c0 * kE + j) = s[j];
+      }
+      // v.acc now holds the fp32 sum; StoreC rounds it once to bf16 and stores the tile.
+#pragma unroll 1
+      for (int k = 1; k <= lay.P; ++k) {
+        const int q = (me + k) % lay.P;  // peers first, own copy last
+        E* base = q == me ? C : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
+        gemm_impl::StoreC<E>{base, ldc}(v);
+      }
+      bar();
+      if (tid < lay.P) ptx::st_release_sys(remote_flag(lay.done_flag(t), tid), tag);
+    }
+
+    // ---- after the group's last work: this rank's C is final once every done flag has the tag.
+    const int w = sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n});
+    if (w + sched.ctas >= sched.units()) {
+#pragma unroll 1
+      for (int u = tid; u < lay.T; u += kConsumerThreads) {
+        const uint64_t* f = reinterpret_cast<const uint64_t*>(ws + lay.done_flag(u));
+        dev::bounded_spin_silent(
+            ctx, "gemm_allreduce.done", tag, [&] { return ptx::ld_acquire_sys(f); },
+            [&](uint64_t x) { return dev::rolling_ge(x, tag); });
+      }
+      bar();
+      if (tid == 0) {
+        // The last CTA past its final wait advances the call counter: every CTA of this rank read
+        // it before its tiles' done flags were set, which this CTA has just seen.
+        auto* fin = reinterpret_cast<unsigned long long*>(ws + Layout::kFinishedOff);
+        __threadfence();
+        if (atomicAdd(fin, 1ull) == (unsigned long long)(final_ctas - 1)) {
+          *fin = 0;
+          *reinterpret_cast<volatile uint64_t*>(ws + Layout::kEpochOff) = tag;
+          __threadfence();
+        }
+      }
+    }
+  }
+};
+
+static_assert(std::is_trivially_copyable_v<AllReduceHook>, "hooks travel in the kernel parameters");
+
+}  // namespace tw::gemm_allreduce_impl

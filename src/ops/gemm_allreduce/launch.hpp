@@ -1,0 +1,32 @@
+// src/ops/gemm_allreduce/launch.hpp — the fused kernel this build instantiates (one translation
+// unit: gemm_allreduce_sm90_bf16_nk.cu) and what the host launcher hands it. No CUTLASS here.
+#pragma once
+#include <cuda_runtime.h>
+
+#include "../gemm/scheduler.hpp"
+#include "plan.hpp"
+#include "tilewire/device/context.hpp"
+#include "tilewire/ops/gemm.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+struct LaunchParams {
+  GemmArgs gemm;                  // K = K_local; checked
+  GemmConfig gemm_cfg;            // reserved_sms sized for residency, no rank rotation
+  int num_sms = 0;                // the device's SM count
+  gemm_impl::Raster raster = gemm_impl::Raster::kAlongM;
+  gemm_impl::TileSchedule sched;  // what the kernel's scheduler builds from the same arguments
+  Layout lay;
+  int final_ctas = 0;
+  DevCtx ctx{};
+  ncclWindow_t ws_win = nullptr, c_win = nullptr;
+  size_t ws_off = 0, c_off = 0;
+  void* ws = nullptr;             // this rank's workspace (local pointer)
+};
+
+// Clusters of the bf16 kNK fused kernel that can be resident at once on the current device
+// (cudaOccupancyMaxActiveClusters; 0: it does not fit).
+int max_active_clusters_bf16_nk();
+void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream);
+
+}  // namespace tw::gemm_allreduce_impl

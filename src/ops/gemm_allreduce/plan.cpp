@@ -1,0 +1,74 @@
+// Host-side planning of the fused GEMM + all-reduce (no GPU): argument checks, workspace size.
+// Unit-tested in tests/cpu/gemm_allreduce_plan_test.cpp. Compiled, not yet run on a GPU.
+#include "plan.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include "../gemm/launch.hpp"
+#include "../gemm/plan.hpp"
+
+namespace tw {
+namespace gemm_allreduce_impl {
+
+static_assert(kBlkM == gemm_impl::kBlkM && kBlkN == gemm_impl::kBlkN, "plan.hpp states the GEMM's tile");
+
+namespace {
+
+Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::move(why)}; }
+
+bool overlap(const void* p, size_t pn, const void* q, size_t qn) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return a < b + qn && b < a + pn;
+}
+
+int partial_bytes(PartialPrecision p) { return p == PartialPrecision::kFloat32 ? 4 : 2; }
+
+}  // namespace
+
+GemmArgs as_gemm_args(const GemmAllReduceArgs& a) {
+  return GemmArgs{a.A, a.B, a.C, a.M, a.N, a.K_local, a.dtype, a.b_layout};
+}
+
+GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg) {
+  GemmConfig g;
+  g.reserved_sms = cfg.reserved_sms;
+  g.raster = cfg.raster;
+  g.swizzle = cfg.swizzle;
+  g.rank = 0, g.nranks = 1;  // no rotation: identical tile walk on every rank
+  return g;
+}
+
+Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
+  const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
+  return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials));
+}
+
+Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {
+  if (nranks < 1) return fail("communicator has no ranks");
+  if (Status s = can_implement(as_gemm_args(a), as_gemm_config(cfg)); !s) return fail(s.reason);
+  if (a.dtype != DType::kBFloat16) return fail("only bfloat16 is built for the fused op");
+  if (a.b_layout != BLayout::kNK)
+    return fail("only B as [N, K_local] (kNK) is built for the fused op; transpose B or use gemm() + allreduce()");
+  if (cfg.partials != PartialPrecision::kBFloat16 && cfg.partials != PartialPrecision::kFloat32)
+    return fail("unknown partial precision (kBFloat16 or kFloat32)");
+  if (a.workspace == nullptr) return fail("workspace is null (allocate workspace_size() bytes in a window)");
+  if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return fail("workspace is not 256-byte aligned");
+  const Layout l = layout_for(a, nranks, cfg);
+  const size_t es = dtype_size(a.dtype);
+  const size_t bytes_a = (size_t)a.M * a.K_local * es, bytes_b = (size_t)a.N * a.K_local * es,
+               bytes_c = (size_t)a.M * a.N * es;
+  if (overlap(a.workspace, l.total, a.C, bytes_c)) return fail("workspace overlaps C");
+  if (overlap(a.workspace, l.total, a.A, bytes_a)) return fail("workspace overlaps A");
+  if (overlap(a.workspace, l.total, a.B, bytes_b)) return fail("workspace overlaps B");
+  return Status{};
+}
+
+}  // namespace gemm_allreduce_impl
+
+size_t workspace_size(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {
+  if (a.M <= 0 || a.N <= 0 || nranks < 1) return 0;
+  return gemm_allreduce_impl::layout_for(a, nranks, cfg).total;
+}
+
+}  // namespace tw

@@ -1,0 +1,117 @@
+// src/ops/gemm_allreduce/plan.hpp — tile ownership, the workspace layout and its flags, shared
+// by the host launcher, the device hook (hook.cuh) and the CPU tests
+// (tests/cpu/gemm_allreduce_plan_test.cpp): __host__ __device__ constexpr, no GPU needed.
+//
+// Workspace of one rank (same layout and offset on every rank; byte offsets from its start):
+//
+//   [0, 256)              header, this rank only: u64 epoch (calls completed), u64 finished
+//                         (CTAs past their final wait in the current call)
+//   arrive_off            u64 arrive[owned_max][P]: arrive[j][q] = tag when rank q's partial of
+//                         this rank's j-th owned tile (t = j*P + me) is in staging
+//   done_off              u64 done[T]: done[t] = tag when the final tile t is in this rank's C
+//   staging_off           slots[owned_max][P-1] of slot_bytes: partial of owned tile j from
+//                         source q (q skips the owner: slot q < owner ? q : q - 1), in the wgmma
+//                         fragment order (16-byte vector v of consumer thread i at (v*256+i)*16)
+//
+// "Signal indices": the op's flags live in its workspace, not in the communicator's signal array
+// (ctx.signal_count = 1024 would cap the tiles); arrive_flag() / done_flag() are their indices.
+//
+// Why a slot per owned tile and not a ring: no slot is reused within a call, so a pusher never
+// waits for a credit and the only waits are the owner's (for partials) and the final one (for
+// done flags). Across calls, rank q's first push of call n+1 into staging[t] @ o happens after
+// q's call n ended, i.e. after q saw done[t] of call n, which o set after reading staging[t]:
+// no overwrite. A ring of R slots would bound the memory (R * 64 KiB instead of T/P * 64 KiB)
+// at the price of a credit wait per tile; measure before adding it (docs/gemm_allreduce.md).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "../gemm/scheduler.hpp"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/ops/gemm_allreduce.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+using gemm_impl::Raster;
+
+inline constexpr int kBlkM = 128, kBlkN = 256;          // the GEMM's tile (ops/gemm/launch.hpp)
+inline constexpr int kConsumerThreads = 256;            // threads that call the hook
+inline constexpr int kTileElems = kBlkM * kBlkN;        // accumulators per tile
+inline constexpr size_t kHeaderBytes = 256;
+inline constexpr size_t kSectionAlign = 4096;
+
+TW_HD constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+struct Layout {
+  int P = 1;              // LSA team size (all ranks)
+  int tiles_m = 0, tiles_n = 0;
+  int T = 0;              // tiles
+  int owned_max = 0;      // ceil(T / P): the most tiles one rank owns
+  Raster raster = Raster::kAlongM;
+  int partial_bytes = 2;  // 2 (bf16) or 4 (fp32)
+  size_t slot_bytes = 0;  // kTileElems * partial_bytes
+  size_t arrive_off = 0, done_off = 0, staging_off = 0, total = 0;
+
+  // Tile (tm, tn) -> its number along the raster (ownership numbering).
+  TW_HD constexpr int tile_index(int tm, int tn) const {
+    return raster == Raster::kAlongM ? tn * tiles_m + tm : tm * tiles_n + tn;
+  }
+  TW_HD constexpr int owner(int t) const { return t % P; }
+  TW_HD constexpr int owned_slot(int t) const { return t / P; }  // j: t = j*P + owner(t)
+  // Staging slot of source rank q for owned tile t (q != owner(t)).
+  TW_HD constexpr size_t staging(int t, int q) const {
+    const int o = owner(t);
+    const int s = q < o ? q : q - 1;
+    return staging_off + ((size_t)owned_slot(t) * (size_t)(P - 1) + (size_t)s) * slot_bytes;
+  }
+  TW_HD constexpr size_t arrive_flag(int t, int q) const {
+    return arrive_off + 8 * ((size_t)owned_slot(t) * (size_t)P + (size_t)q);
+  }
+  TW_HD constexpr size_t done_flag(int t) const { return done_off + 8 * (size_t)t; }
+  static constexpr size_t kEpochOff = 0, kFinishedOff = 8;
+};
+
+TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int partial_bytes) {
+  Layout l{};
+  l.P = P < 1 ? 1 : P;
+  l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
+  l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
+  l.T = l.tiles_m * l.tiles_n;
+  l.owned_max = gemm_impl::ceil_div(l.T, l.P);
+  l.raster = raster;
+  l.partial_bytes = partial_bytes;
+  l.slot_bytes = (size_t)kTileElems * (size_t)partial_bytes;
+  l.arrive_off = kHeaderBytes;
+  l.done_off = align_up(l.arrive_off + 8 * (size_t)l.owned_max * (size_t)l.P, 256);
+  l.staging_off = align_up(l.done_off + 8 * (size_t)l.T, kSectionAlign);
+  l.total = l.staging_off + (size_t)l.owned_max * (size_t)(l.P - 1) * l.slot_bytes;
+  return l;
+}
+
+// CTAs that run the final wait (hook.cuh): in every cluster group with work, the CTA at x = 0
+// (its tile of the last work is always inside C) and the one at x = 1 when its tile of the group's
+// last work is inside C too (not the padding CTA of an odd tiles_m). The last of them to finish
+// advances the call counter.
+TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
+  int n = 0;
+  for (int g = 0; g < s.ctas; ++g) {
+    const int k = s.units_of_cta(g);
+    if (k == 0) continue;
+    for (int x = 0; x < s.cluster_m; ++x)
+      if (s.tile_of_work(s.work_of_cta(g, k - 1), x).m < s.tiles_m) ++n;
+  }
+  return n;
+}
+
+// ---------------------------------------------------------------- host only (plan.cpp)
+// The plain GEMM's view of the call (K = K_local) and config (no rank rotation: every rank walks
+// the tiles in the same order, which the deadlock argument needs).
+GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
+GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg);
+// The layout of a call on P ranks (raster resolved as the GEMM resolves it).
+Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
+// Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
+// the built kernels (bf16, kNK), the workspace pointer and its overlaps, the partial precision.
+Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
+
+}  // namespace tw::gemm_allreduce_impl

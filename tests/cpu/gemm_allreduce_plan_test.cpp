@@ -1,0 +1,189 @@
+// Fused GEMM + all-reduce planning without a GPU (src/ops/gemm_allreduce/plan.hpp): tile
+// ownership (every tile owned once, spread evenly, consecutive tiles of the walk on different
+// ranks), the workspace layout (sections disjoint, inside the total, sizes), the CTAs that run
+// the final wait, and argument rejections with their reasons.
+#include <algorithm>
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "cpu_util.hpp"
+#include "ops/gemm/scheduler.hpp"
+#include "ops/gemm_allreduce/plan.hpp"
+#include "tilewire/ops/gemm_allreduce.hpp"
+
+namespace {
+using tw::BLayout;
+using tw::DType;
+using tw::GemmAllReduceArgs;
+using tw::GemmAllReduceConfig;
+using tw::gemm_allreduce_impl::Layout;
+using tw::gemm_allreduce_impl::make_layout;
+using tw::gemm_impl::Raster;
+using tw_test::contains;
+
+void* at(uintptr_t a) { return reinterpret_cast<void*>(a); }
+constexpr uintptr_t kA = 0x7f0000000000, kB = 0x7f1000000000, kC = 0x7f2000000000, kW = 0x7f3000000000;
+
+GemmAllReduceArgs args(int M, int N, int K) {
+  return GemmAllReduceArgs{at(kA), at(kB), at(kC), M, N, K, DType::kBFloat16, BLayout::kNK, at(kW)};
+}
+
+TEST(GemmAllReducePlan, EveryTileOwnedOnceAndEvenly) {
+  for (int P : {1, 2, 3, 4, 8})
+    for (Raster r : {Raster::kAlongM, Raster::kAlongN})
+      for (int M : {1, 7, 128, 3000, 8192, 16384})
+        for (int N : {8, 5144, 8192}) {
+          const Layout l = make_layout(M, N, P, r, 2);
+          SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " N=" << N << " raster " << int(r));
+          std::vector<int> seen(l.T, 0), per_rank(P, 0);
+          for (int tm = 0; tm < l.tiles_m; ++tm)
+            for (int tn = 0; tn < l.tiles_n; ++tn) {
+              const int t = l.tile_index(tm, tn);
+              ASSERT_GE(t, 0);
+              ASSERT_LT(t, l.T);
+              ++seen[t];
+              const int o = l.owner(t);
+              ASSERT_GE(o, 0);
+              ASSERT_LT(o, P);
+              ++per_rank[o];
+              ASSERT_LT(l.owned_slot(t), l.owned_max);
+            }
+          for (int t = 0; t < l.T; ++t) ASSERT_EQ(seen[t], 1) << "tile number " << t;
+          const auto [lo, hi] = std::minmax_element(per_rank.begin(), per_rank.end());
+          EXPECT_LE(*hi - *lo, 1) << "ownership is uneven";
+          EXPECT_EQ(*hi, l.owned_max);
+        }
+}
+
+TEST(GemmAllReducePlan, ConsecutiveTilesOfTheWalkHaveDifferentOwners) {
+  // Along the raster's major direction, neighbours belong to different ranks (P <= extent).
+  const Layout m = make_layout(8192, 8192, 4, Raster::kAlongM, 2);
+  for (int tm = 0; tm + 1 < m.tiles_m; ++tm) EXPECT_NE(m.owner(m.tile_index(tm, 3)), m.owner(m.tile_index(tm + 1, 3)));
+  const Layout n = make_layout(8192, 8192, 4, Raster::kAlongN, 2);
+  for (int tn = 0; tn + 1 < n.tiles_n; ++tn) EXPECT_NE(n.owner(n.tile_index(5, tn)), n.owner(n.tile_index(5, tn + 1)));
+  // The two CTAs of a cluster (M-tiles 2u, 2u+1) push to different owners along M.
+  const Layout p2 = make_layout(8192, 8192, 2, Raster::kAlongM, 2);
+  EXPECT_NE(p2.owner(p2.tile_index(10, 7)), p2.owner(p2.tile_index(11, 7)));
+}
+
+TEST(GemmAllReducePlan, WorkspaceSectionsAreDisjointAndSized) {
+  for (int P : {1, 2, 4, 8})
+    for (int pb : {2, 4})
+      for (int M : {1, 3000, 8192}) {
+        const Layout l = make_layout(M, 5144, P, Raster::kAlongM, pb);
+        SCOPED_TRACE(testing::Message() << "P=" << P << " partial bytes " << pb << " M=" << M);
+        EXPECT_EQ(l.slot_bytes, size_t(128) * 256 * pb);
+        EXPECT_GE(l.arrive_off, tw::gemm_allreduce_impl::kHeaderBytes);
+        EXPECT_GE(l.done_off, l.arrive_off + 8 * size_t(l.owned_max) * P);
+        EXPECT_GE(l.staging_off, l.done_off + 8 * size_t(l.T));
+        EXPECT_EQ(l.staging_off % 4096, 0u);
+        EXPECT_EQ(l.total, l.staging_off + size_t(l.owned_max) * (P - 1) * l.slot_bytes);
+        // Every (owned tile, source) staging slot and flag is distinct within its owner's
+        // workspace and inside its section.
+        std::set<std::pair<int, size_t>> slots, flags;
+        for (int t = 0; t < l.T; ++t) {
+          EXPECT_GE(l.done_flag(t), l.done_off);
+          EXPECT_LT(l.done_flag(t) + 8, l.staging_off + 1);
+          for (int q = 0; q < P; ++q) {
+            if (q == l.owner(t)) continue;
+            const size_t s = l.staging(t, q);
+            EXPECT_GE(s, l.staging_off);
+            EXPECT_LE(s + l.slot_bytes, l.total);
+            EXPECT_EQ(s % 16, 0u);
+            EXPECT_TRUE(slots.insert({l.owner(t), s}).second) << "slot reused: tile " << t << " source " << q;
+            const size_t f = l.arrive_flag(t, q);
+            EXPECT_GE(f, l.arrive_off);
+            EXPECT_LE(f + 8, l.done_off);
+            EXPECT_TRUE(flags.insert({l.owner(t), f}).second) << "flag reused: tile " << t << " source " << q;
+          }
+        }
+      }
+}
+
+TEST(GemmAllReducePlan, WorkspaceSize) {
+  // 8192 x 8192 on 2 ranks, bf16 partials: 64 x 32 tiles, 1024 owned, one 64 KiB slot each.
+  const GemmAllReduceArgs a = args(8192, 8192, 4096);
+  const size_t bf16 = tw::workspace_size(a, 2);
+  EXPECT_GE(bf16, size_t(1024) * 65536);
+  EXPECT_LE(bf16, size_t(1024) * 65536 + (size_t(1) << 20));
+  GemmAllReduceConfig f32;
+  f32.partials = tw::PartialPrecision::kFloat32;
+  EXPECT_GE(tw::workspace_size(a, 2, f32), size_t(1024) * 131072);
+  // One rank: flags only. Four ranks: 3 slots per owned tile, 512 owned.
+  EXPECT_LT(tw::workspace_size(a, 1), size_t(1) << 20);
+  EXPECT_GE(tw::workspace_size(a, 4), size_t(512) * 3 * 65536);
+  EXPECT_EQ(tw::workspace_size(args(0, 64, 64), 2), 0u);
+}
+
+TEST(GemmAllReducePlan, FinalWaitCtas) {
+  using tw::gemm_impl::make_schedule;
+  // 23 M-tiles (12 units, the last one with a padding CTA), 3 N-tiles, 8 groups: 36 units.
+  const auto s = make_schedule(2900, 640, 128, 256, 2, Raster::kAlongM, 1, 0, 1, 16, 0);
+  ASSERT_EQ(s.ctas, 8);
+  int brute = 0;
+  for (int g = 0; g < s.ctas; ++g)
+    for (int x = 0; x < 2; ++x) {
+      int last = -1;
+      for (int i = 0; s.work_of_cta(g, i) >= 0; ++i) last = s.work_of_cta(g, i);
+      if (last >= 0 && s.tile_of_work(last, x).m < s.tiles_m) ++brute;
+    }
+  EXPECT_EQ(tw::gemm_allreduce_impl::final_wait_ctas(s), brute);
+  EXPECT_LT(brute, 16);  // some group ends on the padding unit
+  // More groups than units: only groups with work count.
+  const auto small = make_schedule(1, 300, 128, 256, 2, Raster::kAlongM, 1, 0, 1, 132, 0);
+  EXPECT_EQ(tw::gemm_allreduce_impl::final_wait_ctas(small), 2);  // 2 units, x = 1 is padding
+}
+
+TEST(GemmAllReducePlan, AcceptsValidArgs) {
+  for (int M : {1, 7, 3000})
+    for (int P : {1, 2, 8}) {
+      const tw::Status s = tw::gemm_allreduce_impl::check_args(args(M, 5144, 3584), P, {});
+      EXPECT_TRUE(s.ok) << s.reason;
+    }
+}
+
+TEST(GemmAllReducePlan, RejectsWithAReason) {
+  struct Case {
+    const char* what;
+    GemmAllReduceArgs a;
+    int P;
+    GemmAllReduceConfig cfg;
+    const char* reason;
+  };
+  GemmAllReduceArgs null_ws = args(64, 64, 64), mis_ws = null_ws, half = null_ws, kn = null_ws, ov_c = null_ws,
+                    ov_a = null_ws, bad_k = null_ws, null_c = null_ws;
+  null_ws.workspace = nullptr;
+  mis_ws.workspace = at(kW + 16);
+  half.dtype = DType::kFloat16;
+  kn.b_layout = BLayout::kKN;
+  ov_c.workspace = at(kC + 4096);
+  ov_a.workspace = at(kA);
+  bad_k.K_local = 3583;
+  null_c.C = nullptr;
+  GemmAllReduceConfig sw, prec;
+  sw.swizzle = 3;
+  prec.partials = static_cast<tw::PartialPrecision>(7);
+  const Case cases[] = {
+      {"no ranks", args(64, 64, 64), 0, {}, "no ranks"},
+      {"null workspace", null_ws, 2, {}, "workspace is null"},
+      {"misaligned workspace", mis_ws, 2, {}, "256-byte aligned"},
+      {"half", half, 2, {}, "half is not built"},
+      {"kKN", kn, 2, {}, "kNK"},
+      {"workspace overlaps C", ov_c, 2, {}, "workspace overlaps C"},
+      {"workspace overlaps A", ov_a, 2, {}, "workspace overlaps A"},
+      {"K_local odd", bad_k, 2, {}, "K % 8 == 0"},
+      {"null C", null_c, 2, {}, "C is null"},
+      {"swizzle 3", args(64, 64, 64), 2, sw, "swizzle 3"},
+      {"unknown partials", args(64, 64, 64), 2, prec, "partial precision"},
+  };
+  for (const Case& c : cases) {
+    const tw::Status s = tw::gemm_allreduce_impl::check_args(c.a, c.P, c.cfg);
+    EXPECT_FALSE(s.ok) << c.what;
+    EXPECT_TRUE(contains(s.reason, c.reason)) << c.what;
+    EXPECT_TRUE(contains(s.reason, "gemm_allreduce: ")) << c.what;
+  }
+}
+
+}  // namespace

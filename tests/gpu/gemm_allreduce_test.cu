@@ -1,0 +1,195 @@
+// Fused GEMM + all-reduce (ops/gemm_allreduce.hpp), one rank per visible GPU: against an fp64
+// host reference of sum_r A_r * B_r, bit-identity across ranks, odd shapes, both partial
+// precisions, poisoned outputs, repeated calls on one workspace (the call counter), bad input
+// writes nothing. Skipped without an sm_90 GPU. Written before any GPU run: not yet run.
+//
+// No kernel is instantiated here (the library's bf16 kNK instantiation runs): no compile cost.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/gemm_allreduce.hpp"
+
+namespace {
+using tw::BLayout;
+using tw::DType;
+using tw_test::Bytes;
+using tw_test::DeviceBuffer;
+using tw_test::Fill;
+using tw_test::Stream;
+
+constexpr DType kT = DType::kBFloat16;
+constexpr uint64_t kSeedA = 31, kSeedB = 47;
+
+std::string sm90_skip_reason() {
+  std::string why = tw_test::gpu_skip_reason(1);
+  if (!why.empty()) return why;
+  const int n = tw_test::gpu_count();
+  for (int d = 0; d < n; ++d) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+    if (major != 9 || minor != 0) return "needs sm_90 (Hopper) GPUs, device " + std::to_string(d) + " is not";
+  }
+  return "";
+}
+#define TW_SKIP_UNLESS_SM90()                       \
+  do {                                              \
+    const std::string tw_why_ = sm90_skip_reason(); \
+    if (!tw_why_.empty()) GTEST_SKIP() << tw_why_;  \
+  } while (0)
+
+struct Shape {
+  int M, N, K;
+  std::string name() const { return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K); }
+};
+
+std::vector<int> rows_to_check(int M) {
+  std::vector<int> r;
+  if (M <= 64) {
+    for (int i = 0; i < M; ++i) r.push_back(i);
+    return r;
+  }
+  for (int i : {0, 1, 127, 128, M / 2, M - 129, M - 128, M - 1})
+    if (i >= 0 && i < M) r.push_back(i);
+  for (int k = 0; k < 4; ++k) r.push_back((int)(tw_test::mix(77, 0, k) % (uint64_t)M));
+  return r;
+}
+
+// "" when C (one rank's copy) matches the fp64 sum over ranks on the checked rows and holds no
+// poison. Bound: each partial rounded to the partial type (2^-8 |p|, bf16; 0 for fp32), the final
+// rounding (2^-8 |ref|), fp32 accumulation (K 2^-24 sum |a b|) per rank.
+std::string check(const Shape& s, int P, const Bytes& c, bool bf16_partials) {
+  for (size_t i = 0; i < size_t(s.M) * s.N; ++i)
+    if (std::isnan(tw_test::from_bits(kT, tw_test::elem(c, kT, i))))
+      return "C[" + std::to_string(i / s.N) + "," + std::to_string(i % s.N) + "] is NaN (never written?)";
+  std::vector<Bytes> a(P), b(P);
+  for (int q = 0; q < P; ++q) {
+    a[q] = tw_test::host_inputs(Fill::kRandom, kT, size_t(s.M) * s.K, kSeedA, q);
+    b[q] = tw_test::host_inputs(Fill::kRandom, kT, size_t(s.N) * s.K, kSeedB, q);
+  }
+  std::vector<double> arow(s.K);
+  for (int m : rows_to_check(s.M))
+    for (int n = 0; n < s.N; ++n) {
+      double ref = 0, tol = 0;
+      for (int q = 0; q < P; ++q) {
+        double p = 0, mag = 0;
+        for (int k = 0; k < s.K; ++k) {
+          const double x = tw_test::from_bits(kT, tw_test::elem(a[q], kT, size_t(m) * s.K + k)) *
+                           tw_test::from_bits(kT, tw_test::elem(b[q], kT, size_t(n) * s.K + k));
+          p += x;
+          mag += std::fabs(x);
+        }
+        ref += p;
+        tol += s.K * std::ldexp(mag, -24) + (bf16_partials ? std::ldexp(std::fabs(p), -8) : 0.0);
+      }
+      tol += std::ldexp(std::fabs(ref), -8);
+      const double got = tw_test::from_bits(kT, tw_test::elem(c, kT, size_t(m) * s.N + n));
+      if (!(std::fabs(got - ref) <= tol))
+        return "C[" + std::to_string(m) + "," + std::to_string(n) + "] = " + std::to_string(got) + ", reference " +
+               std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
+    }
+  return "";
+}
+
+// Per rank: inputs, C and workspace in windows (workspace zeroed once), `calls` calls, each with
+// C poisoned first; every call's C must equal the first bit for bit. Returns C of the last call.
+Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
+  const int r = comm.rank(), P = comm.nranks();
+  Stream st;
+  DeviceBuffer A(size_t(s.M) * s.K * 2), B(size_t(s.N) * s.K * 2);
+  tw_test::fill(A.data(), kT, size_t(s.M) * s.K, Fill::kRandom, kSeedA, r, st);
+  tw_test::fill(B.data(), kT, size_t(s.N) * s.K, Fill::kRandom, kSeedB, r, st);
+  tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
+  tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, BLayout::kNK, nullptr};
+  tw::Window ws = comm.alloc_window(tw::workspace_size(a, P, cfg));
+  a.workspace = ws.data();
+  TW_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), st));
+  TW_CUDA_CHECK(cudaStreamSynchronize(st));
+  comm.barrier();  // every workspace is zero before any rank's first call
+  const tw::Status ok = tw::can_implement(comm, a, cfg);
+  EXPECT_TRUE(ok.ok) << ok.reason;
+  Bytes first, last;
+  for (int i = 0; i < calls && ok.ok; ++i) {
+    tw_test::poison(C.data(), C.bytes(), st);
+    tw::gemm_allreduce(comm, a, cfg, st);
+    comm.sync(st);
+    last = tw_test::to_host(C.data(), size_t(s.M) * s.N * 2, st);
+    if (i == 0) first = last;
+    else if (last != first) {
+      ADD_FAILURE() << s.name() << ": call " << i << " on rank " << r << " differs from the first call";
+      break;
+    }
+  }
+  comm.barrier();  // no rank frees its windows while a peer may still store into them
+  return last;
+}
+
+void run_shape(const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
+  SCOPED_TRACE(s.name() + (cfg.partials == tw::PartialPrecision::kFloat32 ? " fp32 partials" : " bf16 partials"));
+  const int P = tw_test::gpu_count();
+  std::vector<Bytes> got(P);
+  tw::Comm::run_local({}, [&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
+  EXPECT_EQ(tw_test::compare_ranks(got, size_t(s.M) * s.N * 2), "") << "ranks are not bit-identical";
+  EXPECT_EQ(check(s, P, got[0], cfg.partials == tw::PartialPrecision::kBFloat16), "");
+}
+
+TEST(GemmAllReduce, SmallShapes) {
+  TW_SKIP_UNLESS_SM90();
+  for (tw::PartialPrecision p : {tw::PartialPrecision::kBFloat16, tw::PartialPrecision::kFloat32}) {
+    tw::GemmAllReduceConfig cfg;
+    cfg.partials = p;
+    run_shape({128, 256, 64}, cfg, 1);
+    run_shape({256, 512, 128}, cfg, 1);
+    run_shape({1024, 2048, 512}, cfg, 1);
+  }
+}
+
+TEST(GemmAllReduce, OddShapes) {
+  TW_SKIP_UNLESS_SM90();
+  for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, {}, 1);
+}
+
+TEST(GemmAllReduce, ConfigsAndReservedSms) {
+  TW_SKIP_UNLESS_SM90();
+  for (tw::GemmRaster r : {tw::GemmRaster::kAlongM, tw::GemmRaster::kAlongN})
+    for (int reserved : {0, 100}) {
+      tw::GemmAllReduceConfig cfg;
+      cfg.raster = r, cfg.reserved_sms = reserved, cfg.swizzle = 2;
+      run_shape({1000, 1032, 520}, cfg, 2);
+    }
+}
+
+TEST(GemmAllReduce, RepeatedCallsDoNotDrift) {
+  TW_SKIP_UNLESS_SM90();
+  run_shape({384, 768, 256}, {}, 1000);
+}
+
+TEST(GemmAllReduce, BadInputWritesNothing) {
+  TW_SKIP_UNLESS_SM90();
+  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+    Stream st;
+    const Shape s{64, 64, 64};
+    DeviceBuffer A(s.M * s.K * 2), B(s.N * s.K * 2), plain_ws(1 << 20);
+    tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
+    tw_test::poison(C.data(), C.bytes(), st);
+    tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, BLayout::kNK, plain_ws.data()};
+    // Workspace in plain cudaMalloc memory: not a window.
+    EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, {}, st); }, tw::Errc::kInvalidArgument,
+                                   {"gemm_allreduce", "workspace"}));
+    a.workspace = nullptr;
+    EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, {}, st); }, tw::Errc::kInvalidArgument,
+                                   {"workspace is null"}));
+    a.K_local = 60;
+    EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, {}, st); }, tw::Errc::kInvalidArgument,
+                                   {"K=60"}));
+    const Bytes c = tw_test::to_host(C.data(), C.bytes(), st);
+    EXPECT_EQ(tw_test::check_fill(c, 0, c.size(), tw_test::kPoison, "C"), "");
+    comm.barrier();
+  });
+}
+
+}  // namespace
