@@ -58,6 +58,26 @@ inline std::string gpu_skip_reason(int n) {
   return "";
 }
 
+// "" when at least `n` GPUs are visible and every visible GPU is sm_90 (the sm_90a kernels), else why not.
+inline std::string sm90_skip_reason(int n = 1) {
+  std::string why = gpu_skip_reason(n);
+  if (!why.empty()) return why;
+  const int count = gpu_count();
+  for (int d = 0; d < count; ++d) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+    if (major != 9 || minor != 0)
+      return "needs sm_90 (Hopper), device " + std::to_string(d) + " is sm_" + std::to_string(major * 10 + minor);
+  }
+  return "";
+}
+#define TW_SKIP_UNLESS_SM90()                                      \
+  do {                                                             \
+    const std::string tw_why_ = ::tw_test::sm90_skip_reason();    \
+    if (!tw_why_.empty()) GTEST_SKIP() << tw_why_;                 \
+  } while (0)
+
 }  // namespace tw_test
 
 // Skip the calling test (GTEST_SKIP returns from it) unless `n` GPUs are visible.

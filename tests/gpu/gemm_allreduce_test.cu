@@ -24,23 +24,6 @@ using tw_test::Stream;
 constexpr DType kT = DType::kBFloat16;
 constexpr uint64_t kSeedA = 31, kSeedB = 47;
 
-std::string sm90_skip_reason() {
-  std::string why = tw_test::gpu_skip_reason(1);
-  if (!why.empty()) return why;
-  const int n = tw_test::gpu_count();
-  for (int d = 0; d < n; ++d) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-    if (major != 9 || minor != 0) return "needs sm_90 (Hopper) GPUs, device " + std::to_string(d) + " is not";
-  }
-  return "";
-}
-#define TW_SKIP_UNLESS_SM90()                       \
-  do {                                              \
-    const std::string tw_why_ = sm90_skip_reason(); \
-    if (!tw_why_.empty()) GTEST_SKIP() << tw_why_;  \
-  } while (0)
 
 struct Shape {
   int M, N, K;

@@ -26,21 +26,6 @@ using tw_test::Stream;
 constexpr DType kT = DType::kBFloat16;
 constexpr uint64_t kSeedA = 11, kSeedB = 23;
 
-// "" when device 0 can run the sm_90a kernels, else why not.
-std::string sm90_skip_reason() {
-  std::string why = tw_test::gpu_skip_reason(1);
-  if (!why.empty()) return why;
-  int major = 0, minor = 0;
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0);
-  if (major != 9 || minor != 0) return "needs sm_90 (Hopper), device 0 is sm_" + std::to_string(major * 10 + minor);
-  return "";
-}
-#define TW_SKIP_UNLESS_SM90()                                    \
-  do {                                                           \
-    const std::string tw_why_ = sm90_skip_reason();              \
-    if (!tw_why_.empty()) GTEST_SKIP() << tw_why_;               \
-  } while (0)
 
 struct Problem {
   int M, N, K;
