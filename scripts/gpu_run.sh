@@ -48,7 +48,28 @@ if [ "$MODE" = gemm ]; then
   run 300 "$TW" bench gemm --sweep grid --json "$OUT/bench_gemm_grid.json"
 fi
 
-if [ "$MODE" != sanitize ] && [ "$MODE" != gemm ]; then
+if [ "$MODE" = probe ]; then
+  # First contact with new kernels: small tests first, each under a short limit, and nothing
+  # heavier runs when the small one fails (a hung mbarrier would otherwise eat the call).
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "Gemm.SmallShapes"
+  if run 90 "$TESTS" --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'; then
+    step "Gemm rest"
+    run 180 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
+    step "bench gemm acceptance"
+    run 200 "$TW" bench gemm --sweep acceptance --json "$OUT/bench_gemm_acceptance.json"
+    step "GemmAllReduce.SmallShapes"
+    if run 90 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; then
+      step "GemmAllReduce rest"
+      run 180 "$TESTS" --gtest_filter='GemmAllReduce.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+    fi
+  fi
+  step "the other GPU tests"
+  run 200 "$TESTS" --gtest_filter='-Gemm*' --gtest_output=json:"$OUT/gpu_tests.json"
+fi
+
+if [ "$MODE" != sanitize ] && [ "$MODE" != gemm ] && [ "$MODE" != probe ]; then
 step "machine"
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   nvidia-smi topo -m; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1

@@ -15,6 +15,13 @@ __device__ __forceinline__ uint64_t globaltimer() {
   return t;
 }
 
+// The SM this thread runs on (trace records).
+__device__ __forceinline__ uint32_t smid() {
+  uint32_t s;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+  return s;
+}
+
 // 16-byte volatile (L1-bypassing, not reordered with other volatile accesses) load/store.
 // Used for LL lines whose flags travel with their data.
 __device__ __forceinline__ uint4 ld_volatile_v4(const void* p) {
