@@ -69,7 +69,31 @@ if [ "$MODE" = probe ]; then
   run 200 "$TESTS" --gtest_filter='-Gemm*' --gtest_output=json:"$OUT/gpu_tests.json"
 fi
 
-if [ "$MODE" != sanitize ] && [ "$MODE" != gemm ] && [ "$MODE" != probe ]; then
+if [ "$MODE" = gemmtune ]; then
+  # Tile-order sweep on issue 3's acceptance shapes (nvidia-h200): which raster/swizzle to pick.
+  step "GEMM tests"
+  run 120 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
+  for r in m n; do for z in 1 2 4 8; do
+    step "bench gemm acceptance raster $r swizzle $z"
+    run 120 "$TW" bench gemm --sweep acceptance --raster $r --swizzle $z --iters 10 -R 5
+  done; done
+  step "bench gemm acceptance, epilogue staged_half, raster auto"
+  TILEWIRE_GEMM_EPILOGUE=staged_half run 120 "$TW" bench gemm --sweep acceptance --iters 10 -R 5
+fi
+
+if [ "$MODE" = iter ]; then
+  # Development round: fused-op tests, its acceptance shapes and the grid sweep.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "fused tests"
+  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  step "bench gemm-allreduce acceptance"
+  run 200 "$TW" bench gemm-allreduce --sweep acceptance --json "$OUT/bench_gar_acceptance.json"
+  step "bench gemm-allreduce grid"
+  run 300 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
+fi
+
+if [ "$MODE" = full ] || [ "$MODE" = quick ]; then
 step "machine"
 { nvidia-smi --query-gpu=index,name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv
   nvidia-smi topo -m; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1

@@ -15,6 +15,7 @@
 #   CUTLASS/CuTe headers (nvidia-cutlass==4.2.0.0)    $TILEWIRE_CUTLASS_INCLUDE, an importable cutlass_library
 #                                                     of that version; else the PyPI wheel (headers only,
 #                                                     --no-deps) into build-deps/cutlass-4.2.0.0 (pip --target)
+#   matplotlib (optional: scripts/plot_trace.py)      python3's own, else the PyPI wheel into build-deps/python
 # It writes ./build-env.sh (PATH, CUDACXX, TILEWIRE_NCCL_ROOT, TILEWIRE_CUTLASS_INCLUDE, LD_LIBRARY_PATH), which
 # scripts/test.sh, scripts/demo.sh and scripts/pack_dist.sh source. Downloads go to build-deps/
 # (git-ignored by /build*/).
@@ -209,6 +210,28 @@ if [ -z "$CUTLASS_INC" ]; then
   CUTLASS_INC="$CUTLASS_DIR/cutlass_library/source/include"
 fi
 
+# ------------------------------------------------------------------ matplotlib (optional: trace plots)
+# scripts/plot_trace.py (tilewire trace summarize --plot) draws with matplotlib. When python3 cannot
+# import it, pip installs it with --target into build-deps/python, which plot_trace.py puts on its
+# sys.path itself. Optional: without PyPI (the GPU boxes) the build goes on and plots are unavailable.
+PYLIB="$DEPS/python"
+have_matplotlib() { PYTHONPATH="$PYLIB${PYTHONPATH:+:$PYTHONPATH}" python3 -c 'import matplotlib' >/dev/null 2>&1; }
+mpl=no
+if command -v python3 >/dev/null && have_matplotlib; then
+  mpl=yes
+elif command -v python3 >/dev/null && python3 -m pip --version >/dev/null 2>&1; then
+  say "installing matplotlib from PyPI under $PYLIB (pip --target; for scripts/plot_trace.py)"
+  rm -rf "$PYLIB"
+  if PIP_ROOT_USER_ACTION=ignore python3 -m pip install -q --disable-pip-version-check --no-warn-conflicts --target "$PYLIB" \
+    "matplotlib>=3.5" && have_matplotlib; then
+    mpl=yes
+  else
+    say "WARNING: could not install matplotlib: trace plots (scripts/plot_trace.py) unavailable"
+  fi
+else
+  say "WARNING: no python3 with pip: trace plots (scripts/plot_trace.py, needs matplotlib) unavailable"
+fi
+
 # ------------------------------------------------------------------ build-env.sh
 py_line="# (cmake from the system)"
 [ -z "$extra_path" ] || py_line="export PYTHONPATH=\"$DEPS/cmake\${PYTHONPATH:+:\$PYTHONPATH}\""
@@ -229,5 +252,6 @@ if [ ! -f "$ENV_FILE" ] || [ "$(cat "$ENV_FILE")" != "$new_env" ]; then
 fi
 
 say "cmake $(cmake_version), ninja $(ninja --version), nvcc $NVCC_VERSION ($CUDA_ROOT), \
-NCCL $NCCL_VERSION ($NCCL_ROOT_FOUND), CUTLASS $CUTLASS_WANT ($CUTLASS_INC), GoogleTest $([ "$gtest" = 1 ] && echo yes || echo no)"
+NCCL $NCCL_VERSION ($NCCL_ROOT_FOUND), CUTLASS $CUTLASS_WANT ($CUTLASS_INC), GoogleTest $([ "$gtest" = 1 ] && echo yes || echo no), \
+matplotlib $mpl"
 say "export TILEWIRE_NCCL_ROOT=$NCCL_ROOT_FOUND   (all of it in ${ENV_FILE#"$ROOT"/})"

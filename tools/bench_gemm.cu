@@ -2,17 +2,15 @@
 // same inputs, every result checked against cuBLASLt's on the device.
 //
 //   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--sweep acceptance|grid]
-//                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 1] [--json FILE]
+//                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
 // of `repeats`. TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's
 // than 2 bf16 ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
-// cuBLASLt is dlopen()ed (libcublasLt.so.13), so the CLI does not need it to start.
+// cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Compiled, not yet run on a GPU.
-#include <cublasLt.h>
 #include <cuda_bf16.h>
-#include <dlfcn.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,72 +24,12 @@
 
 #include "bench_args.hpp"  // median
 #include "commands.hpp"
+#include "cublaslt.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::cli {
 namespace {
-
-// cuBLASLt is loaded when `bench gemm` runs, not linked: the rest of the CLI (info, bench
-// allreduce) must start on machines without libcublasLt (the GPU boxes get dist/ without it).
-struct LtApi {
-  decltype(&cublasLtCreate) Create = nullptr;
-  decltype(&cublasLtDestroy) Destroy = nullptr;
-  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
-  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
-  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
-  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
-  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
-  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
-  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
-  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
-  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
-  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
-  decltype(&cublasLtMatmul) Matmul = nullptr;
-};
-
-template <class F>
-void load_sym(void* h, const char* name, F& f) {
-  f = reinterpret_cast<F>(dlsym(h, name));
-  TW_REQUIRE(f != nullptr, kUnsupported, std::string("bench gemm: libcublasLt has no ") + name);
-}
-
-// libcublasLt.so.13 from LD_LIBRARY_PATH / the loader's paths, else the torch venv of the GPU boxes.
-const LtApi& lt_api() {
-  static const LtApi api = [] {
-    const char* names[] = {"libcublasLt.so.13", "libcublasLt.so",
-                           "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
-                           "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.13"};
-    void* h = nullptr;
-    for (const char* n : names)
-      if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-    TW_REQUIRE(h != nullptr, kUnsupported,
-               "bench gemm: cannot load libcublasLt.so.13 (the cuBLASLt baseline); put its folder on LD_LIBRARY_PATH");
-    LtApi a;
-    load_sym(h, "cublasLtCreate", a.Create);
-    load_sym(h, "cublasLtDestroy", a.Destroy);
-    load_sym(h, "cublasLtGetStatusString", a.GetStatusString);
-    load_sym(h, "cublasLtMatmulDescCreate", a.MatmulDescCreate);
-    load_sym(h, "cublasLtMatmulDescSetAttribute", a.MatmulDescSetAttribute);
-    load_sym(h, "cublasLtMatmulDescDestroy", a.MatmulDescDestroy);
-    load_sym(h, "cublasLtMatrixLayoutCreate", a.MatrixLayoutCreate);
-    load_sym(h, "cublasLtMatrixLayoutDestroy", a.MatrixLayoutDestroy);
-    load_sym(h, "cublasLtMatmulPreferenceCreate", a.MatmulPreferenceCreate);
-    load_sym(h, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute);
-    load_sym(h, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy);
-    load_sym(h, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic);
-    load_sym(h, "cublasLtMatmul", a.Matmul);
-    return a;
-  }();
-  return api;
-}
-
-#define TW_CUBLAS_CHECK(expr)                                                                               \
-  do {                                                                                                       \
-    cublasStatus_t tw_s_ = (expr);                                                                           \
-    TW_REQUIRE(tw_s_ == CUBLAS_STATUS_SUCCESS, kCuda,                                                         \
-               std::string(#expr) + " failed: " + lt_api().GetStatusString(tw_s_));                          \
-  } while (0)
 
 struct Shape {
   int m, n, k;
@@ -115,7 +53,7 @@ constexpr const char* kUsage =
     "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
     "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
     "  -R N                  repeats, median reported (5)\n"
-    "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (1)   --raster auto|m|n (auto)\n"
+    "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (4)   --raster auto|m|n (auto)\n"
     "  --json FILE           also write every row as JSON\n";
 
 int to_int(const std::string& opt, const std::string& v) {
@@ -241,30 +179,10 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   TW_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
   TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
 
-  // cuBLASLt sees the row-major problem as its column-major transpose: C^T [N,M] = B' * A^T.
-  cublasLtMatmulDesc_t op;
-  cublasLtMatrixLayout_t la, lb, lc;
-  cublasLtMatmulPreference_t pref;
-  TW_CUBLAS_CHECK(lt_api().MatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t tb = a.layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
-  TW_CUBLAS_CHECK(lt_api().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
-  TW_CUBLAS_CHECK(lt_api().MatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
-  if (a.layout == BLayout::kNK) TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lb, CUDA_R_16BF, s.k, s.n, s.k));
-  else TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lb, CUDA_R_16BF, s.n, s.k, s.n));
-  TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&la, CUDA_R_16BF, s.k, s.m, s.k));
-  TW_CUBLAS_CHECK(lt_api().MatrixLayoutCreate(&lc, CUDA_R_16BF, s.n, s.m, s.n));
-  TW_CUBLAS_CHECK(lt_api().MatmulPreferenceCreate(&pref));
-  TW_CUBLAS_CHECK(lt_api().MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                       sizeof(ws_bytes)));
-  cublasLtMatmulHeuristicResult_t heur{};
-  int found = 0;
-  TW_CUBLAS_CHECK(lt_api().MatmulAlgoGetHeuristic(lt, op, lb, la, lc, lc, pref, 1, &heur, &found));
-  TW_REQUIRE(found > 0, kUnsupported, "bench gemm: cuBLASLt has no algorithm for this shape");
-  const float one = 1.f, zero = 0.f;
+  const LtMatmul mm(lt, s.m, s.n, s.k, a.layout, ws_bytes);
   auto cublas = [&](int i, void* out) {
     const int j = i % sets;
-    TW_CUBLAS_CHECK(lt_api().Matmul(lt, op, &one, B[j], lb, A[j], la, &zero, out, lc, out, lc, &heur.algo, ws,
-                                   ws_bytes, st));
+    mm.run(A[j], B[j], out, ws, st);
   };
   auto tilewire = [&](int i) {
     const int j = i % sets;
@@ -283,11 +201,6 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
   TW_CUDA_CHECK(cudaStreamSynchronize(st));
 
-  lt_api().MatmulPreferenceDestroy(pref);
-  lt_api().MatrixLayoutDestroy(la);
-  lt_api().MatrixLayoutDestroy(lb);
-  lt_api().MatrixLayoutDestroy(lc);
-  lt_api().MatmulDescDestroy(op);
   for (int i = 0; i < sets; ++i) cudaFree(A[i]), cudaFree(B[i]), cudaFree(C[i]);
   cudaFree(ref), cudaFree(ws), cudaFree(wrong);
   return row;
@@ -317,8 +230,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   cudaStream_t st;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  cublasLtHandle_t lt;
-  TW_CUBLAS_CHECK(lt_api().Create(&lt));
+  const LtHandle lt;
   std::printf("# tilewire bench gemm: %s, %d SMs, L2 %d MiB; bf16, B %s, reserved_sms %d, swizzle %d\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize >> 20, blayout_name(a.layout), a.cfg.reserved_sms,
               a.cfg.swizzle);
@@ -327,14 +239,13 @@ int bench_gemm(const std::vector<std::string>& argv) {
   std::vector<Row> rows;
   bool ok = true;
   for (Shape s : a.shapes) {
-    const Row r = bench_one(a, s, lt, st, prop.l2CacheSize);
+    const Row r = bench_one(a, s, lt.get(), st, prop.l2CacheSize);
     std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
                 r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
     std::fflush(stdout);
     ok = ok && r.wrong == 0;
     rows.push_back(r);
   }
-  lt_api().Destroy(lt);
   cudaStreamDestroy(st);
   if (json.is_open()) {
     std::ostringstream o;

@@ -18,4 +18,15 @@ int bench_allreduce(const BenchArgs& args);
 // 0: every check passed; 1: some did not. Throws tw::Error(kUnsupported) without a GPU.
 int bench_gemm(const std::vector<std::string>& argv);
 
+// `tilewire bench gemm-allreduce`: the fused tw::gemm_allreduce against cuBLASLt + NCCL, cuBLASLt +
+// tw::allreduce, chunked cuBLASLt/NCCL overlap and the GEMM alone, on all local GPUs, one thread
+// each (bench_gemm_allreduce.cu). Own options (-m -n -k K_LOCAL ...: --help). 0: every checked
+// shape correct and bit-identical across ranks; 1: some were not. Throws tw::Error(kUnsupported)
+// without a GPU or without libcublasLt.
+int bench_gemm_allreduce(const std::vector<std::string>& argv);
+
+// `tilewire trace summarize FILE.json [--json] [--plot OUT.png]` (trace_cmd.cpp): the metrics of a
+// trace file (tw::trace::save_trace_file); --plot runs scripts/plot_trace.py. 0, or throws.
+int trace_command(const std::vector<std::string>& args);
+
 }  // namespace tw::cli

@@ -3,6 +3,8 @@
 //   tilewire info [--json] [--env]     what this machine offers (GPUs, links, NCCL, LSA, GIN)
 //   tilewire bench allreduce [opts]    tilewire vs NCCL, nccl-tests style (see --help)
 //   tilewire bench gemm [opts]         tilewire's GEMM vs cuBLASLt (see --help)
+//   tilewire bench gemm-allreduce [..] fused GEMM + all-reduce vs cuBLASLt + NCCL/tw (see --help)
+//   tilewire trace summarize FILE      overlap metrics of a trace file (see --help)
 //
 // Every tw::Error / std::exception ends here as ONE line on stderr, "tilewire: <message>", and
 // a non-zero exit: 2 for a bad command line (kInvalidArgument), 1 for anything else.
@@ -31,6 +33,11 @@ constexpr const char* kUsage =
     "                              check every result (tilewire bench allreduce --help).\n"
     "  bench gemm [options]        time tilewire's GEMM against cuBLASLt on GPU 0, checked against it\n"
     "                              (tilewire bench gemm --help).\n"
+    "  bench gemm-allreduce [opts] time the fused GEMM + all-reduce against cuBLASLt + NCCL, + tw\n"
+    "                              all-reduce, chunked overlap, on all local GPUs, checked against\n"
+    "                              cuBLASLt + NCCL (tilewire bench gemm-allreduce --help).\n"
+    "  trace summarize FILE.json   metrics of a trace file: overlap %, time to first byte, exposed\n"
+    "                              communication, tile latency; --plot OUT.png draws the timeline.\n"
     "  --help, -h                  this text\n"
     "  --version                   tilewire and NCCL versions\n";
 
@@ -91,13 +98,15 @@ int cmd_info(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: tilewire bench allreduce|gemm [options]   (tilewire bench <op> --help)\n", stdout);
+    std::fputs("usage: tilewire bench allreduce|gemm|gemm-allreduce [options]   (tilewire bench <op> --help)\n",
+               stdout);
     return args.empty() ? 2 : 0;
   }
   const std::string op = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (op == "gemm") return tw::cli::bench_gemm(rest);
-  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm)");
+  if (op == "gemm-allreduce") return tw::cli::bench_gemm_allreduce(rest);
+  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm, gemm-allreduce)");
   tw::cli::BenchArgs b = tw::cli::parse_bench_args(rest);
   if (b.help) {
     std::fputs(tw::cli::bench_usage(op).c_str(), stdout);
@@ -125,6 +134,7 @@ int run(int argc, char** argv) {
   }
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
+  if (cmd == "trace") return tw::cli::trace_command(rest);
   usage_error("unknown command '" + cmd + "'");
 }
 

@@ -23,6 +23,9 @@ static const Var kVars[] = {
     {"TILEWIRE_TWOSHOT_VARIANT", Type::kString, "auto",
      "Two-shot all-reduce data path: load (owner loads peers' shards), push (2 ranks, out-of-place: stores "
      "only), auto (push from 8 MiB where it applies)."},
+    {"TILEWIRE_GEMM_EPILOGUE", Type::kString, "staged",
+     "GEMM epilogue of the bf16 [N,K] kernel, for measurement: staged (shared memory + bulk copies), "
+     "staged_half (two 128-column passes), direct (register stores), none (mainloop only; C not written)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",

@@ -103,18 +103,63 @@ TEST(GemmAllReducePlan, WorkspaceSectionsAreDisjointAndSized) {
 }
 
 TEST(GemmAllReducePlan, WorkspaceSize) {
-  // 8192 x 8192 on 2 ranks, bf16 partials: 64 x 32 tiles, 1024 owned, one 64 KiB slot each.
+  // 8192 x 8192: 64 x 32 = 2048 tiles of 64 KiB (bf16). Owner algorithm on 2 ranks: 1024 owned,
+  // one slot each. Exchange (the default on 2 ranks): a slot per tile and rank, 2048 x 2.
   const GemmAllReduceArgs a = args(8192, 8192, 4096);
-  const size_t bf16 = tw::workspace_size(a, 2);
+  GemmAllReduceConfig owner;
+  owner.algo = tw::GemmAllReduceAlgo::kOwner;
+  const size_t bf16 = tw::workspace_size(a, 2, owner);
   EXPECT_GE(bf16, size_t(1024) * 65536);
   EXPECT_LE(bf16, size_t(1024) * 65536 + (size_t(1) << 20));
-  GemmAllReduceConfig f32;
+  GemmAllReduceConfig f32 = owner;
   f32.partials = tw::PartialPrecision::kFloat32;
   EXPECT_GE(tw::workspace_size(a, 2, f32), size_t(1024) * 131072);
-  // One rank: flags only. Four ranks: 3 slots per owned tile, 512 owned.
-  EXPECT_LT(tw::workspace_size(a, 1), size_t(1) << 20);
-  EXPECT_GE(tw::workspace_size(a, 4), size_t(512) * 3 * 65536);
+  // Owner, one rank: flags only. Four ranks: 3 slots per owned tile, 512 owned.
+  EXPECT_LT(tw::workspace_size(a, 1, owner), size_t(1) << 20);
+  EXPECT_GE(tw::workspace_size(a, 4, owner), size_t(512) * 3 * 65536);
+  // Exchange: 2048 tiles x 2 ranks x 64 KiB, plus flags; auto picks it for 2 ranks and bf16,
+  // the owner algorithm for 4 ranks or fp32 partials.
+  const size_t x2 = tw::workspace_size(a, 2);
+  EXPECT_GE(x2, size_t(2048) * 2 * 65536);
+  EXPECT_LE(x2, size_t(2048) * 2 * 65536 + (size_t(1) << 20));
+  EXPECT_EQ(tw::workspace_size(a, 4), tw::workspace_size(a, 4, owner));
+  GemmAllReduceConfig auto_f32;
+  auto_f32.partials = tw::PartialPrecision::kFloat32;
+  EXPECT_EQ(tw::workspace_size(a, 2, auto_f32), tw::workspace_size(a, 2, f32));
   EXPECT_EQ(tw::workspace_size(args(0, 64, 64), 2), 0u);
+}
+
+TEST(GemmAllReducePlan, ExchangeLayoutSlotsAndFlagsAreDisjoint) {
+  for (int P : {1, 2, 3}) {
+    const auto l = tw::gemm_allreduce_impl::make_exchange_layout(1000, 1032, P, Raster::kAlongM);
+    ASSERT_EQ(l.T, 8 * 5);
+    EXPECT_GE(l.peer_done_off, tw::gemm_allreduce_impl::kHeaderBytes);
+    EXPECT_GE(l.arrive_off, l.peer_done_off + 8 * size_t(P));
+    EXPECT_GE(l.staging_off, l.arrive_off + 8 * size_t(l.T) * P);
+    for (int t = 0; t < l.T; ++t)
+      for (int q = 0; q < P; ++q) {
+        EXPECT_EQ(l.slot(t, q), l.staging_off + (size_t(t) * P + q) * 65536);
+        EXPECT_LT(l.arrive_flag(t, q), l.staging_off);
+      }
+    EXPECT_EQ(l.total, l.staging_off + size_t(l.T) * P * 65536);
+  }
+}
+
+TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
+  using tw::GemmAllReduceAlgo;
+  GemmAllReduceConfig c;
+  EXPECT_TRUE(tw::gemm_allreduce_impl::uses_exchange(2, c));
+  EXPECT_FALSE(tw::gemm_allreduce_impl::uses_exchange(4, c));
+  c.algo = GemmAllReduceAlgo::kExchange;
+  EXPECT_TRUE(tw::gemm_allreduce_impl::uses_exchange(8, c));
+  c.algo = GemmAllReduceAlgo::kOwner;
+  EXPECT_FALSE(tw::gemm_allreduce_impl::uses_exchange(2, c));
+  GemmAllReduceArgs a = args(256, 256, 64);
+  c.algo = GemmAllReduceAlgo::kExchange;
+  c.partials = tw::PartialPrecision::kFloat32;
+  const tw::Status s = tw::gemm_allreduce_impl::check_args(a, 2, c);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("bf16 partials only"), std::string::npos) << s.reason;
 }
 
 TEST(GemmAllReducePlan, FinalWaitCtas) {

@@ -1,12 +1,15 @@
 // Fused GEMM + all-reduce (ops/gemm_allreduce.hpp), one rank per visible GPU: against an fp64
 // host reference of sum_r A_r * B_r, bit-identity across ranks, odd shapes, both partial
 // precisions, poisoned outputs, repeated calls on one workspace (the call counter), bad input
-// writes nothing. Skipped without an sm_90 GPU. Written before any GPU run: not yet run.
+// writes nothing, both algorithms (exchange, owner), per-tile trace events, and a peer that never
+// takes part ending in the bounded-wait diagnostic. Skipped without an sm_90 GPU.
 //
 // No kernel is instantiated here (the library's bf16 kNK instantiation runs): no compile cost.
 #include <cuda_bf16.h>
 
+#include <array>
 #include <cmath>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -111,8 +114,13 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
   return last;
 }
 
+const char* algo_name(tw::GemmAllReduceAlgo a) {
+  return a == tw::GemmAllReduceAlgo::kExchange ? "exchange" : a == tw::GemmAllReduceAlgo::kOwner ? "owner" : "auto";
+}
+
 void run_shape(const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
-  SCOPED_TRACE(s.name() + (cfg.partials == tw::PartialPrecision::kFloat32 ? " fp32 partials" : " bf16 partials"));
+  SCOPED_TRACE(s.name() + (cfg.partials == tw::PartialPrecision::kFloat32 ? " fp32 partials" : " bf16 partials") +
+               " algo " + algo_name(cfg.algo));
   const int P = tw_test::gpu_count();
   std::vector<Bytes> got(P);
   tw::Comm::run_local({}, [&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
@@ -122,8 +130,12 @@ void run_shape(const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
 
 TEST(GemmAllReduce, SmallShapes) {
   TW_SKIP_UNLESS_SM90();
-  for (tw::PartialPrecision p : {tw::PartialPrecision::kBFloat16, tw::PartialPrecision::kFloat32}) {
+  using A = tw::GemmAllReduceAlgo;
+  using PP = tw::PartialPrecision;
+  for (auto [algo, p] : {std::pair{A::kExchange, PP::kBFloat16}, std::pair{A::kOwner, PP::kBFloat16},
+                         std::pair{A::kOwner, PP::kFloat32}}) {
     tw::GemmAllReduceConfig cfg;
+    cfg.algo = algo;
     cfg.partials = p;
     run_shape({128, 256, 64}, cfg, 1);
     run_shape({256, 512, 128}, cfg, 1);
@@ -133,7 +145,62 @@ TEST(GemmAllReduce, SmallShapes) {
 
 TEST(GemmAllReduce, OddShapes) {
   TW_SKIP_UNLESS_SM90();
-  for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, {}, 1);
+  for (tw::GemmAllReduceAlgo algo : {tw::GemmAllReduceAlgo::kExchange, tw::GemmAllReduceAlgo::kOwner}) {
+    tw::GemmAllReduceConfig cfg;
+    cfg.algo = algo;
+    for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, cfg, 1);
+  }
+}
+
+// Tracing on: every tile of every rank has each of its six events exactly once, in order
+// (mma_start <= mma_end <= partial_leave; partials_seen <= reduce_done <= tile_landed), and C is
+// still right. The ring is a raw device buffer here (the host tracer has its own tests).
+TEST(GemmAllReduce, TraceEventsPerTile) {
+  TW_SKIP_UNLESS_SM90();
+  const Shape s{1000, 1032, 520};  // 8 x 5 tiles, the last row and column partial
+  const int P = tw_test::gpu_count();
+  const int tiles_m = (s.M + 127) / 128, tiles_n = (s.N + 255) / 256, T = tiles_m * tiles_n;
+  std::vector<std::vector<tw::trace::Event>> ev(P);
+  std::vector<unsigned long long> counts(P);
+  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+    const int r = comm.rank();
+    const uint32_t cap = 8 * T + 64;
+    DeviceBuffer events(cap * sizeof(tw::trace::Event)), count(sizeof(unsigned long long));
+    TW_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
+    tw::GemmAllReduceConfig cfg;
+    cfg.trace.events = static_cast<tw::trace::Event*>(events.data());
+    cfg.trace.count = static_cast<unsigned long long*>(count.data());
+    cfg.trace.capacity = cap;
+    const Bytes c = run_rank(comm, s, cfg, 1);
+    EXPECT_EQ(check(s, P, c, true), "") << "rank " << r;
+    TW_CUDA_CHECK(cudaMemcpy(&counts[r], count.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
+    ev[r].resize(std::min<unsigned long long>(counts[r], cap));
+    TW_CUDA_CHECK(cudaMemcpy(ev[r].data(), events.data(), ev[r].size() * sizeof(tw::trace::Event),
+                             cudaMemcpyDeviceToHost));
+  });
+  using K = tw::trace::EventKind;
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(counts[r], 6ull * T) << "rank " << r << ": six events per tile";
+    std::vector<std::array<uint64_t, 10>> t(T);
+    std::vector<std::array<int, 10>> n(T);
+    for (auto& a : n) a.fill(0);
+    for (const auto& e : ev[r]) {
+      ASSERT_LT(e.id, (uint32_t)T);
+      EXPECT_EQ(e.rank, r);
+      t[e.id][e.kind] = e.t_ns;
+      ++n[e.id][e.kind];
+    }
+    for (int id = 0; id < T; ++id) {
+      for (K k : {K::kMmaStart, K::kMmaEnd, K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded})
+        EXPECT_EQ(n[id][(int)k], 1) << "rank " << r << " tile " << id << " event " << tw::trace::kind_name(k);
+      const auto& x = t[id];
+      EXPECT_LE(x[(int)K::kMmaStart], x[(int)K::kMmaEnd]) << "tile " << id;
+      EXPECT_LE(x[(int)K::kMmaEnd], x[(int)K::kPartialLeave]) << "tile " << id;
+      EXPECT_LE(x[(int)K::kPartialLeave], x[(int)K::kPartialsSeen]) << "tile " << id;
+      EXPECT_LE(x[(int)K::kPartialsSeen], x[(int)K::kReduceDone]) << "tile " << id;
+      EXPECT_LE(x[(int)K::kReduceDone], x[(int)K::kTileLanded]) << "tile " << id;
+    }
+  }
 }
 
 TEST(GemmAllReduce, ConfigsAndReservedSms) {

@@ -170,7 +170,7 @@ struct RecordHook {
   struct SharedStorage {
     int tile;
   };
-  tw::gemm_impl::StoreC<E> store;
+  tw::gemm_impl::StoreCDirect<E> store;  // no shared memory of its own: the hook's smem is RecordHook's
   int* counts = nullptr;
   int* extents = nullptr;
   int* bad_threads = nullptr;

@@ -9,6 +9,8 @@
 //
 //   TimeoutDeathTest.UnsignalledWaitTimesOut   1 GPU: wait_signal on a signal nobody sets
 //   TimeoutDeathTest.LoneBarrierTimesOut       2 GPUs: rank 0 enters lsa_barrier, rank 1 never does
+//   TimeoutDeathTest.FusedPeerNeverJoins       2 GPUs: rank 0 runs gemm_allreduce, rank 1 never does:
+//                                              the wait for rank 1's partial ends in the diagnostic
 //   TimeoutDeathTest.OneLaneWaitReturns        lane 0 alone waits (Thread group) on a signal that is
 //                                              already satisfied while its warp's other lanes sit in
 //                                              __syncthreads: it must return, not deadlock
@@ -22,6 +24,7 @@
 
 #include "common.cuh"
 #include "tilewire/device.cuh"
+#include "tilewire/ops/gemm_allreduce.hpp"
 
 namespace {
 using namespace tw_test;
@@ -94,6 +97,58 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
               ::testing::ExitedWithCode(kCaughtTimeout),
               "TIMEOUT.*rank 0 block 0 thread 0 " TW_WAITED_500 " in 'test.lone_barrier' for >= 1, saw 0");
   EXPECT_LT(seconds_since(t0), 10.0);
+}
+
+// ---------------------------------------------------------------- fused op, a peer that never joins
+// Both ranks allocate the windows (collective) and zero the workspace; only rank 0 calls the op.
+[[noreturn]] void fused_lone_child() {
+  alarm(40);
+  setenv("TILEWIRE_TIMEOUT_MS", "500", 1);
+  try {
+    const int devs[] = {0, 1};
+    tw::Comm::run_local(devs, [&](tw::Comm& comm) {
+      Stream s;
+      const int M = 256, N = 512, K = 128;
+      DeviceBuffer A(M * K * 2), B(N * K * 2);
+      fill(A.data(), tw::DType::kBFloat16, M * K, Fill::kRandom, 5, comm.rank(), s);
+      fill(B.data(), tw::DType::kBFloat16, N * K, Fill::kRandom, 6, comm.rank(), s);
+      tw::Window C = comm.alloc_window(size_t(M) * N * 2);
+      tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), M, N, K, tw::DType::kBFloat16, tw::BLayout::kNK, nullptr};
+      tw::Window ws = comm.alloc_window(tw::workspace_size(a, comm.nranks(), {}));
+      a.workspace = ws.data();
+      TW_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s));
+      TW_CUDA_CHECK(cudaStreamSynchronize(s));
+      comm.barrier();
+      if (comm.rank() != 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        return;
+      }
+      tw::gemm_allreduce(comm, a, {}, s);
+      try {
+        comm.sync(s);
+      } catch (const tw::Error& e) {
+        const bool timeout = e.code() == tw::Errc::kTimeout;
+        std::fprintf(stderr, "%s (%s): %s\n", timeout ? "TIMEOUT" : "ERROR", tw::errc_name(e.code()), e.what());
+        std::fflush(stderr);
+        _exit(timeout ? kCaughtTimeout : kOtherError);
+      }
+      std::fprintf(stderr, "the fused op returned without its peer\n");
+      _exit(kWaitReturned);
+    });
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "setup failed: %s\n", e.what());
+  }
+  _exit(kSetupFailed);
+}
+
+TEST(TimeoutDeathTest, FusedPeerNeverJoins) {
+  TW_SKIP_UNLESS_GPUS(2);
+  TW_SKIP_UNLESS_SM90();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(fused_lone_child(), ::testing::ExitedWithCode(kCaughtTimeout),
+              "TIMEOUT.*rank 0 block [0-9]+ thread [0-9]+ " TW_WAITED_500 " in 'gemm_allreduce.partial' for >= 1, saw 0");
+  EXPECT_LT(seconds_since(t0), 15.0);
 }
 
 // ---------------------------------------------------------------- a lone lane must not deadlock

@@ -88,6 +88,14 @@ __device__ __forceinline__ void red_add_relaxed_sys(uint64_t* p, uint64_t v) {
 }
 __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 
+// Bulk (TMA) copies shared -> global issued by this thread: wait until all of them have
+// completed their writes (not only their reads of shared memory), then order those async-proxy
+// writes before this thread's later generic-proxy accesses (a release flag that publishes them).
+__device__ __forceinline__ void bulk_wait_all_writes() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+
 // Programmatic dependent launch (sm_90): wait until the preceding kernel in the stream has
 // completed and its memory is visible; let the next kernel in the stream launch early.
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }

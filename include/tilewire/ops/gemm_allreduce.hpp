@@ -60,9 +60,6 @@
 // Calls on one communicator are ordered on the device (one stream); CUDA-graph capturable (the
 // call counter lives in device memory).
 //
-// TODO(issue 4, item 3): per-tile %globaltimer stamps (MMA start/end, first partial store,
-// partials seen, reduction done, final tile landed), switched by a runtime pointer in the hook
-// (null: one uniform branch per tile). Not implemented yet.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -71,6 +68,7 @@
 #include "tilewire/ops/allreduce.hpp"  // tw::Status
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
+#include "tilewire/trace/event.hpp"
 
 namespace tw {
 
@@ -90,11 +88,25 @@ struct GemmAllReduceArgs {
 // keeps one rounding in the whole op. Both give bit-identical results on every rank.
 enum class PartialPrecision { kBFloat16, kFloat32 };
 
+// How tiles are reduced (docs/gemm_allreduce.md compares them):
+//   kExchange  every rank sends its bf16 partial of every tile to every rank through asynchronous
+//              bulk copies and sums all P partials itself (P = 2: the bytes of reduce-scatter +
+//              all-gather, one hop, nothing on the consumers' path waits for NVLink);
+//   kOwner     tile t's owner (t % P) receives the P - 1 partials, sums, stores C to every rank
+//              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
+//   kAuto      kExchange for P <= 2 with bf16 partials, else kOwner.
+enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner };
+
 struct GemmAllReduceConfig {
   int reserved_sms = 0;                   // SMs the GEMM leaves idle (0 .. num_sms - 2)
   GemmRaster raster = GemmRaster::kAuto;  // tile walk; also numbers the tiles for ownership
   int swizzle = 1;                        // 1, 2, 4, 8
   PartialPrecision partials = PartialPrecision::kBFloat16;
+  GemmAllReduceAlgo algo = GemmAllReduceAlgo::kAuto;
+  // Per-tile %globaltimer events (exchange algorithm): MMA start/end, partial leaves, partials
+  // seen, reduction done, tile landed, into this device ring (tilewire/trace/trace.hpp's
+  // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
+  trace::Ring trace{};
 };
 
 // Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current

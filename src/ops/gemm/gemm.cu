@@ -8,9 +8,24 @@
 #include "plan.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype_dispatch.cuh"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
+namespace gemm_impl {
+Epilogue epilogue_variant() {
+  static const Epilogue e = [] {
+    const std::string v = env::get_string("TILEWIRE_GEMM_EPILOGUE");
+    TW_REQUIRE(v == "staged" || v == "staged_half" || v == "direct" || v == "none", kInvalidArgument,
+               "TILEWIRE_GEMM_EPILOGUE='" + v + "' is not one of staged, staged_half, direct, none");
+    return v == "staged_half" ? Epilogue::kStagedHalf
+           : v == "direct"    ? Epilogue::kDirect
+           : v == "none"      ? Epilogue::kNone
+                              : Epilogue::kStaged;
+  }();
+  return e;
+}
+}  // namespace gemm_impl
 
 void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   const Status st = can_implement(a, cfg);

@@ -39,6 +39,7 @@
 #include "launch.hpp"
 #include "scheduler.hpp"
 #include "tilewire/ops/gemm.hpp"
+#include "tilewire/device/ptx.cuh"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::gemm_impl {
@@ -184,7 +185,37 @@ class HookEpilogue {
     return true;
   }
 
-  CUTLASS_HOST_DEVICE explicit HookEpilogue(Params const& params) : params_(params) {}
+  // Constructed by the consumer threads when they start (sm90 cooperative kernel): the first
+  // tile's mainloop starts here.
+  CUTLASS_HOST_DEVICE explicit HookEpilogue(Params const& params) : params_(params) {
+#if defined(__CUDA_ARCH__)
+    if (clock_on()) t_prev_ = ptx::globaltimer();
+#endif
+  }
+
+  // After the CTA's last tile, every consumer thread (the adapter's store_tail below).
+  CUTLASS_DEVICE void tail() {
+    if constexpr (requires(const Hook& h) { h.tail(0); }) params_.hook.tail(int(threadIdx.x) % 256);
+  }
+
+  // Hooks with a communication warp (Hook::kCommWarp): the kernel's otherwise idle epilogue-load
+  // warp (producer warpgroup, warp 2; 40 registers) calls Hook::comm once per tile, in the same
+  // tile order as the consumers, while the mainloop runs (HookCollective::load below).
+  static constexpr bool kCommWarp = requires { Hook::kCommWarp; };
+  template <class ProblemShapeMNKL, class BlkCoordMNKL>
+  CUTLASS_DEVICE void comm(ProblemShapeMNKL problem_shape_mnkl, BlkCoordMNKL blk_coord_mnkl, int lane, char* smem) {
+    if constexpr (kCommWarp) {
+      using namespace cute;
+      const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
+      const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
+      const int row0 = tile_m * int(size<0>(TileShape{})), col0 = tile_n * int(size<1>(TileShape{}));
+      if (row0 >= M || col0 >= N) return;  // the padding CTA's tile: no hook call either
+      params_.hook.comm(tile_m, tile_n, lane, reinterpret_cast<SharedStorage*>(smem));
+    }
+  }
+  CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
+    if constexpr (requires { Hook::init_smem(s); }) Hook::init_smem(s);
+  }
 
   CUTLASS_DEVICE bool is_source_needed() { return false; }
 
@@ -209,13 +240,53 @@ class HookEpilogue {
                   "one coordinate per accumulator");
     auto& acc = const_cast<Tensor<FrgEngine, FrgLayout>&>(accumulators);
     TileView<Tensor<FrgEngine, FrgLayout>, decltype(coord), SharedStorage> view{
-        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, acc, coord,
+        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, t_prev_, acc, coord,
         reinterpret_cast<SharedStorage*>(smem)};
     params_.hook(view);
+    if (clock_on()) t_prev_ = ptx::globaltimer();  // the next tile's mainloop starts now
   }
 
  private:
+  // Clocks only when the hook asks (tracing on): one uniform branch per tile otherwise.
+  CUTLASS_HOST_DEVICE bool clock_on() const {
+    if constexpr (requires(const Hook& h) { h.clock_on(); }) return params_.hook.clock_on();
+    else return false;
+  }
   Params params_;
+  uint64_t t_prev_ = 0;
+};
+
+// CUTLASS's adapter for operator-style epilogues, plus a store_tail that reaches the hook's tail().
+template <class Hook>
+struct HookCollective : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<HookEpilogue<Hook>> {
+  using Base = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<HookEpilogue<Hook>>;
+  using Params = typename Base::Params;
+  using TensorStorage = typename Base::TensorStorage;
+
+  // Every thread constructs one at kernel start (before the kernel's cluster sync), consumers and
+  // the epilogue-load warp again later: thread 0 alone initializes the hook's shared barriers, once.
+  CUTLASS_DEVICE HookCollective(Params const& params, TensorStorage& smem) : Base(params, smem) {
+    if constexpr (HookEpilogue<Hook>::kCommWarp) {
+      if (threadIdx.x == 0) HookEpilogue<Hook>::init_smem(smem);
+    }
+  }
+
+  CUTLASS_DEVICE bool is_producer_load_needed() const { return HookEpilogue<Hook>::kCommWarp; }
+
+  template <class LoadPipeline, class LoadState, class ProblemShapeMNKL, class CtaTileMNK, class CtaCoordMNKL,
+            class TiledMma>
+  CUTLASS_DEVICE auto load(LoadPipeline, LoadState state, ProblemShapeMNKL problem_shape_mnkl, CtaTileMNK,
+                           CtaCoordMNKL cta_coord_mnkl, TiledMma, int lane_idx, TensorStorage& smem,
+                           int /*subtile_idx*/ = -1) {
+    this->comm(problem_shape_mnkl, cta_coord_mnkl, lane_idx, reinterpret_cast<char*>(&smem));
+    return state;
+  }
+
+  template <class LoadPipeline, class LoadState, class StorePipeline, class StoreState>
+  CUTLASS_DEVICE auto store_tail(LoadPipeline, LoadState load_state, StorePipeline, StoreState store_state) {
+    this->tail();
+    return cute::make_tuple(load_state, store_state);
+  }
 };
 
 // ------------------------------------------------------------------------------ the kernel
@@ -239,7 +310,7 @@ struct Sm90Gemm {
   using LayoutB = std::conditional_t<kLayout == BLayout::kNK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 16 / sizeof(E);  // elements per 16 bytes: TMA's row alignment
 
-  using Epilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<HookEpilogue<Hook>>;
+  using Epilogue = HookCollective<Hook>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
       ClusterShape,

@@ -12,6 +12,13 @@ namespace tw::gemm_impl {
 // The one tile configuration built: (BLK_M, BLK_N) = (128, 256), clusters of 2 CTAs along M.
 inline constexpr int kBlkM = 128, kBlkN = 256, kClusterM = 2;
 
+// Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured
+// against it (TILEWIRE_GEMM_EPILOGUE = staged | staged_half | direct | none, read once).
+enum class Epilogue { kStaged, kStagedHalf, kDirect, kNone };
+Epilogue epilogue_variant();
+void launch_bf16_nk_variant(Epilogue e, const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster,
+                            cudaStream_t stream);
+
 void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
 void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
 

@@ -25,8 +25,8 @@ struct DeviceInfo {
   int clusters = 0;  // co-resident clusters of the fused kernel
 };
 
-// sm_90 and the kernel's residency on the current device, or why not.
-Status device_info(DeviceInfo* out) {
+// sm_90 and the residency of the kernel (exchange or owner) on the current device, or why not.
+Status device_info(bool exchange, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -39,7 +39,8 @@ Status device_info(DeviceInfo* out) {
     return fail("device " + std::to_string(dev) + " is sm_" + std::to_string(major * 10 + minor) +
                 "; the fused kernel is built for sm_90a (Hopper) only");
   try {
-    out->clusters = gemm_allreduce_impl::max_active_clusters_bf16_nk();
+    out->clusters = exchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
+                             : gemm_allreduce_impl::max_active_clusters_bf16_nk();
   } catch (const Error& e) {
     return fail(std::string("occupancy query failed: ") + e.what());
   }
@@ -85,7 +86,7 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  if (Status s = device_info(&d); !s) return s;
+  if (Status s = device_info(gemm_allreduce_impl::uses_exchange(comm.lsa_size(), cfg), &d); !s) return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
@@ -96,7 +97,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   DeviceInfo d;
-  const Status ds = device_info(&d);
+  const bool exchange = gemm_allreduce_impl::uses_exchange(comm.lsa_size(), cfg);
+  const Status ds = device_info(exchange, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
@@ -116,8 +118,12 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.c_win = wc.handle, p.c_off = wc.offset;
   p.ws_win = ww.handle, p.ws_off = ww.offset;
   p.ws = a.workspace;
+  p.exchange = exchange;
+  p.ring = cfg.trace;
+  p.ring.rank = (uint16_t)comm.rank();
   try {
-    gemm_allreduce_impl::launch_bf16_nk(p, stream);
+    if (exchange) gemm_allreduce_impl::launch_bf16_nk_exchange(p, stream);
+    else gemm_allreduce_impl::launch_bf16_nk(p, stream);
   } catch (...) {
     comm.check_fault();
     throw;

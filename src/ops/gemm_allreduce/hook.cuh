@@ -164,12 +164,12 @@ struct AllReduceHook {
         CUTLASS_PRAGMA_UNROLL
         for (int j = 0; j < kChunk * kE; ++j) v.acc(c0 * kE + j) = s[j];
       }
-      // v.acc now holds the fp32 sum; StoreC rounds it once to bf16 and stores the tile.
+      // v.acc now holds the fp32 sum; StoreCDirect rounds it once to bf16 and stores the tile.
 #pragma unroll 1
       for (int k = 1; k <= lay.P; ++k) {
         const int q = (me + k) % lay.P;  // peers first, own copy last
         E* base = q == me ? C : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
-        gemm_impl::StoreC<E>{base, ldc}(v);
+        gemm_impl::StoreCDirect<E>{base, ldc}(v);
       }
       bar();
       if (tid < lay.P) ptx::st_release_sys(remote_flag(lay.done_flag(t), tid), tag);

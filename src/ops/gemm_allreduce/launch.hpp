@@ -7,6 +7,7 @@
 #include "plan.hpp"
 #include "tilewire/device/context.hpp"
 #include "tilewire/ops/gemm.hpp"
+#include "tilewire/trace/event.hpp"
 
 namespace tw::gemm_allreduce_impl {
 
@@ -22,11 +23,16 @@ struct LaunchParams {
   ncclWindow_t ws_win = nullptr, c_win = nullptr;
   size_t ws_off = 0, c_off = 0;
   void* ws = nullptr;             // this rank's workspace (local pointer)
+  bool exchange = false;          // exchange_hook.cuh (else hook.cuh, the owner algorithm)
+  trace::Ring ring{};             // per-tile events (exchange only); null: off
 };
 
 // Clusters of the bf16 kNK fused kernel that can be resident at once on the current device
 // (cudaOccupancyMaxActiveClusters; 0: it does not fit).
 int max_active_clusters_bf16_nk();
 void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream);
+// The same for the exchange algorithm's kernel (gemm_allreduce_sm90_bf16_nk_exchange.cu).
+int max_active_clusters_bf16_nk_exchange();
+void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream);
 
 }  // namespace tw::gemm_allreduce_impl

@@ -39,8 +39,15 @@ GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg) {
   return g;
 }
 
+bool uses_exchange(int P, const GemmAllReduceConfig& cfg) {
+  if (cfg.algo == GemmAllReduceAlgo::kExchange) return true;
+  if (cfg.algo == GemmAllReduceAlgo::kOwner) return false;
+  return P <= 2 && cfg.partials == PartialPrecision::kBFloat16;
+}
+
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
   const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
+  if (uses_exchange(P, cfg)) return make_exchange_layout(a.M, a.N, P, r);
   return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials));
 }
 
@@ -52,6 +59,12 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
     return fail("only B as [N, K_local] (kNK) is built for the fused op; transpose B or use gemm() + allreduce()");
   if (cfg.partials != PartialPrecision::kBFloat16 && cfg.partials != PartialPrecision::kFloat32)
     return fail("unknown partial precision (kBFloat16 or kFloat32)");
+  if (cfg.algo != GemmAllReduceAlgo::kAuto && cfg.algo != GemmAllReduceAlgo::kExchange &&
+      cfg.algo != GemmAllReduceAlgo::kOwner)
+    return fail("unknown algorithm (kAuto, kExchange or kOwner)");
+  if (cfg.algo == GemmAllReduceAlgo::kExchange && cfg.partials != PartialPrecision::kBFloat16)
+    return fail("the exchange algorithm sends bf16 partials only (its shared-memory tile is bf16); use kOwner "
+                "for fp32 partials");
   if (a.workspace == nullptr) return fail("workspace is null (allocate workspace_size() bytes in a window)");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return fail("workspace is not 256-byte aligned");
   const Layout l = layout_for(a, nranks, cfg);

@@ -43,6 +43,7 @@ inline constexpr size_t kSectionAlign = 4096;
 TW_HD constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 struct Layout {
+  bool exchange = false;  // exchange algorithm (exchange_hook.cuh) or owner algorithm (hook.cuh)
   int P = 1;              // LSA team size (all ranks)
   int tiles_m = 0, tiles_n = 0;
   int T = 0;              // tiles
@@ -51,6 +52,7 @@ struct Layout {
   int partial_bytes = 2;  // 2 (bf16) or 4 (fp32)
   size_t slot_bytes = 0;  // kTileElems * partial_bytes
   size_t arrive_off = 0, done_off = 0, staging_off = 0, total = 0;
+  size_t peer_done_off = 0;  // exchange: u64 peer_done[P]: peer q finished reading call `tag`
 
   // Tile (tm, tn) -> its number along the raster (ownership numbering).
   TW_HD constexpr int tile_index(int tm, int tn) const {
@@ -65,11 +67,42 @@ struct Layout {
     return staging_off + ((size_t)owned_slot(t) * (size_t)(P - 1) + (size_t)s) * slot_bytes;
   }
   TW_HD constexpr size_t arrive_flag(int t, int q) const {
-    return arrive_off + 8 * ((size_t)owned_slot(t) * (size_t)P + (size_t)q);
+    return exchange ? arrive_off + 8 * ((size_t)t * (size_t)P + (size_t)q)
+                    : arrive_off + 8 * ((size_t)owned_slot(t) * (size_t)P + (size_t)q);
   }
+  // Exchange: slot of rank q's partial of tile t (row-major [BLK_M][BLK_N] bf16), q = 0 .. P-1.
+  TW_HD constexpr size_t slot(int t, int q) const {
+    return staging_off + ((size_t)t * (size_t)P + (size_t)q) * slot_bytes;
+  }
+  TW_HD constexpr size_t peer_done_flag(int q) const { return peer_done_off + 8 * (size_t)q; }
   TW_HD constexpr size_t done_flag(int t) const { return done_off + 8 * (size_t)t; }
   static constexpr size_t kEpochOff = 0, kFinishedOff = 8;
 };
+
+// Exchange layout (exchange_hook.cuh), per rank:
+//   [0, 256)          header (epoch, finished) as above
+//   peer_done_off     u64 peer_done[P]
+//   arrive_off        u64 arrive[T][P]: arrive[t][q] = tag when rank q's partial of t is in slot[t][q]
+//   staging_off       slot[T][P] of slot_bytes (bf16 partials, row-major 128 x 256, rows packed)
+// A slot per tile and source: no slot is reused within a call, so nobody waits for a credit.
+TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) {
+  Layout l{};
+  l.exchange = true;
+  l.P = P < 1 ? 1 : P;
+  l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
+  l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
+  l.T = l.tiles_m * l.tiles_n;
+  l.owned_max = l.T;
+  l.raster = raster;
+  l.partial_bytes = 2;
+  l.slot_bytes = (size_t)kTileElems * 2;
+  l.peer_done_off = kHeaderBytes;
+  l.arrive_off = align_up(l.peer_done_off + 8 * (size_t)l.P, 256);
+  l.done_off = l.arrive_off;  // no done flags
+  l.staging_off = align_up(l.arrive_off + 8 * (size_t)l.T * (size_t)l.P, kSectionAlign);
+  l.total = l.staging_off + (size_t)l.T * (size_t)l.P * l.slot_bytes;
+  return l;
+}
 
 TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int partial_bytes) {
   Layout l{};
@@ -108,6 +141,9 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 // the tiles in the same order, which the deadlock argument needs).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg);
+// The algorithm a call on P ranks runs: cfg.algo, kAuto resolved (exchange for P <= 2 with bf16
+// partials, else owner).
+bool uses_exchange(int P, const GemmAllReduceConfig& cfg);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,

@@ -1,0 +1,297 @@
+// src/ops/gemm_allreduce/exchange_hook.cuh — the epilogue hook of the fused GEMM + all-reduce,
+// "exchange" algorithm (the default for 2 ranks; docs/gemm_allreduce.md compares it with the
+// owner algorithm of hook.cuh).
+//
+// Every rank sends its bf16 partial of every tile to every rank (itself included), and every rank
+// sums the P partials of every tile itself, in rank order, in fp32, then rounds once to bf16:
+// the same inputs in the same order on every rank, so C is bit-identical everywhere. For P = 2
+// this moves exactly the bytes of reduce-scatter + all-gather (one partial per tile per direction
+// instead of a partial one way and the final tile back), with no second hop and no done flags.
+// For P > 2 it sends (P - 1) partials per tile instead of 2 (P - 1) / P: the owner algorithm wins.
+//
+// Nothing on the consumers' path waits for NVLink, and nothing in the TMA unit does either: the
+// partials leave through the kernel's idle epilogue-load warp (the "comm warp", producer
+// warpgroup warp 2), with plain 16-byte stores, while the consumers run the next mainloop.
+// (Bulk TMA copies to the peer were measured first, run02: the TMA unit serves a 64 KiB copy over
+// NVLink at the link's per-SM share, and the mainloop's TMA loads queue behind it: +45% time.)
+// For the CTA's valid tiles V_0, V_1, ... (tiles inside C, in its walk order):
+//
+//   consumers, hook call for V_j:
+//     1. wait `freed` (the comm warp has read V_{j-1} out of shared memory);
+//     2. stage V_j: accumulators -> bf16 -> shared memory, row-major (rows padded 16 bytes);
+//        named barrier; arrive on `staged`;
+//     3. reduce V_{j-2}: wait arrive[V_{j-2}][q] == tag for every q (normally set long ago), sum
+//        slot[V_{j-2}][0..P) in fp32 in rank order, store C(V_{j-2}) locally (16-byte stores).
+//   comm warp, for V_j:  wait `staged`; copy the tile to slot[V_j][me] of every rank (peers first)
+//     with 16-byte stores; arrive on `freed`; fence.sc.sys; st.release.sys arrive[V_j][me] := tag
+//     on every rank.
+//   consumers after the last tile (tail): reduce V_{n-2} and V_{n-1}, then the last CTA of the
+//     rank advances the call counter and tells every peer "done reading" (peer_done[me]).
+//
+//      consumers  | V_j mainloop |stage| reduce V_j-2 | V_j+1 mainloop |stage| reduce V_j-1 |
+//      comm warp                 |copy V_j ==NVLink==> peer, flag |      |copy V_j+1 ==> ...
+//
+// Deadlock freedom (waits are also bounded by ctx.timeout_ns): every rank runs the same grid and
+// walk (no rotation), so CTA c's valid tiles are the same list on every rank. A wait in step 4 of
+// V_j needs every peer's step 1 of V_{j-1} (or its tail), which needs only that peer's own earlier
+// steps: by induction on j every wait ends, provided every CTA is resident (the launcher checks).
+// Across calls: a rank pushes into a peer's slots of call n+1 only after that peer said it
+// finished reading call n (peer_done[q] >= tag - 1, checked by the comm warp before its first push).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
+
+#include "../gemm/epilogue_hook.cuh"
+#include "../gemm/launch.hpp"
+#include "../gemm/scheduler.hpp"
+#include "plan.hpp"
+#include "tilewire/device.cuh"
+#include "tilewire/trace/event.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+struct ExchangeHook {
+  using E = cutlass::bfloat16_t;
+  static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes)
+  static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
+  struct SharedStorage {
+    alignas(128) E buf[kBlkM * kPitch];
+    uint64_t staged;  // mbarrier, 1 arrival per tile: consumer thread 0 after staging
+    uint64_t freed;   // mbarrier, 1 arrival per tile: comm warp lane 0 after reading buf
+  };
+
+  DevCtx ctx;
+  Layout lay;                      // plan.hpp (exchange layout); lay.P == ctx.lsa_size
+  gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
+  int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
+  int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
+  ncclWindow_t ws_win = nullptr;   // the workspace's window and its offset in it
+  size_t ws_off = 0;
+  char* ws = nullptr;              // this rank's workspace
+  E* C = nullptr;                  // this rank's C [M, N]
+  long long ldc = 0;
+  int M = 0, N = 0;
+  trace::Ring ring{};              // per-tile events when ring.on()
+
+  CUTLASS_HOST_DEVICE bool clock_on() const { return ring.on(); }
+
+  CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
+    cutlass::arch::ClusterBarrier::init(&s.staged, 1);
+    cutlass::arch::ClusterBarrier::init(&s.freed, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+
+  // ---- consumers (256 threads), once per valid tile
+  template <class View>
+  CUTLASS_DEVICE void operator()(View const& v) const {
+    using namespace cute;
+    const uint64_t t_mma_end = ring.on() ? ptx::globaltimer() : 0;
+    const int tid = v.thread_idx;
+    const uint64_t tag = call_tag();
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int step = (sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n}) - group) / sched.ctas;
+    const int j = valid_before(group, x, step);  // V_j
+    SharedStorage& sm = *v.smem;
+
+    // 1. the comm warp has read V_{j-1} out of the buffer.
+    if (j > 0) wait_barrier(&sm.freed, (j - 1) & 1, "gemm_allreduce.smem_freed");
+
+    // 2. stage V_j.
+    E* buf = sm.buf;
+    constexpr int kN = decltype(size(v.acc))::value;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kN; i += 2) {
+      const int r = get<0>(v.coord(i)), c = get<1>(v.coord(i));
+      cute::array_aligned<E, 2, 4> q;
+      q[0] = static_cast<E>(v.acc(i));
+      q[1] = static_cast<E>(v.acc(i + 1));
+      *reinterpret_cast<cute::array_aligned<E, 2, 4>*>(buf + r * kPitch + c) = q;
+    }
+    gemm_impl::hook_bar();
+    if (tid == 0) cutlass::arch::ClusterBarrier::arrive(&sm.staged);
+    if (ring.on() && tid == 0) {
+      const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
+      trace::emit(ring, trace::EventKind::kMmaStart, id, v.t_mma_start_ns);
+      trace::emit(ring, trace::EventKind::kMmaEnd, id, t_mma_end);
+    }
+
+    // 3. reduce the tile before the previous one.
+    const int prev1 = prev_valid(group, x, step);
+    const int prev2 = prev1 >= 0 ? prev_valid(group, x, prev1) : -1;
+    if (prev2 >= 0) reduce(tile_at(group, x, prev2), tag, tid);
+  }
+
+  // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
+  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
+    const uint64_t tag = call_tag();
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int step = (sched.work_of_tile(gemm_impl::TileCoord{tile_m, tile_n}) - group) / sched.ctas;
+    const int j = valid_before(group, x, step);
+    // Before the first push of this call: every peer finished reading the previous call's slots.
+    if (j == 0 && lane < lay.P && lane != me)
+      wait_flag(ws + lay.peer_done_flag(lane), tag - 1, "gemm_allreduce.peer_done");
+    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.staged");
+
+    const int t = lay.tile_index(tile_m, tile_n);
+    const int rows = min(M - tile_m * kBlkM, kBlkM), vecs = min(N - tile_n * kBlkN, kBlkN) / 8;
+    constexpr int kVecRow = kBlkN / 8;  // 32: one row per warp instruction
+    if (ring.on() && lane == 0)
+      trace::emit(ring, trace::EventKind::kPartialLeave, uint32_t(tile_m * lay.tiles_n + tile_n), ptx::globaltimer());
+    const char* src = reinterpret_cast<const char*>(smem->buf);
+#pragma unroll 1
+    for (int k = 1; k <= lay.P; ++k) {
+      const int q = (me + k) % lay.P;  // peers first, own slot last
+      const size_t off = lay.slot(t, me);
+      char* dst = q == me ? ws + off : dev::lsa_ptr<char>(ctx, ws_win, ws_off + off, q);
+      if (lane < vecs) {
+#pragma unroll 4
+        for (int r = 0; r < rows; ++r) {
+          const uint4 w = *reinterpret_cast<const uint4*>(src + ((size_t)r * kPitch + lane * 8) * sizeof(E));
+          ptx::st_v4(dst + ((size_t)r * kBlkN + lane * 8) * sizeof(E), w);
+        }
+      }
+      static_assert(kVecRow == 32, "one 16-byte vector per lane per row");
+    }
+    __syncwarp();
+    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem->freed);  // buf may be overwritten
+    // Publish: this lane's stores are performed at system scope, then the flags (release).
+    __threadfence_system();
+    __syncwarp();
+    if (lane < lay.P) {
+      const size_t off = lay.arrive_flag(t, me);
+      uint64_t* f = lane == me ? reinterpret_cast<uint64_t*>(ws + off) : dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + off, lane);
+      ptx::st_release_sys(f, tag);
+    }
+  }
+
+  // After the CTA's last tile (every consumer thread).
+  CUTLASS_DEVICE void tail(int tid) const {
+    const uint64_t tag = call_tag();
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int last = prev_valid(group, x, sched.units_of_cta(group));
+    if (last >= 0) {
+      const int prev = prev_valid(group, x, last);
+      if (prev >= 0) reduce(tile_at(group, x, prev), tag, tid);
+      reduce(tile_at(group, x, last), tag, tid);
+    }
+    gemm_impl::hook_bar();
+    if (tid == 0) {
+      // Every CTA of this rank read the tag before arriving here (its comm warp too: the last
+      // reduction waited for its flag); the last one advances the call counter and tells the
+      // peers this rank's slots may be overwritten by the next call.
+      auto* fin = reinterpret_cast<unsigned long long*>(ws + Layout::kFinishedOff);
+      __threadfence();
+      if (atomicAdd(fin, 1ull) == (unsigned long long)(grid_ctas - 1)) {
+        *fin = 0;
+        *reinterpret_cast<volatile uint64_t*>(ws + Layout::kEpochOff) = tag;
+        __threadfence();
+#pragma unroll 1
+        for (int q = 0; q < lay.P; ++q)
+          if (q != me) ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + lay.peer_done_flag(me), q), tag);
+      }
+    }
+  }
+
+ private:
+  CUTLASS_DEVICE uint64_t call_tag() const {
+    return *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
+  }
+
+  CUTLASS_DEVICE gemm_impl::TileCoord tile_at(int group, int x, int step) const {
+    return sched.tile_of_work(sched.work_of_cta(group, step), x);
+  }
+  // The latest step before `step` whose tile is inside C (the padding CTA of an odd tiles_m has
+  // steps without a tile, and without a hook call), or -1.
+  CUTLASS_DEVICE int prev_valid(int group, int x, int step) const {
+#pragma unroll 1
+    for (int s = step - 1; s >= 0; --s)
+      if (tile_at(group, x, s).m < sched.tiles_m) return s;
+    return -1;
+  }
+  // How many valid tiles come before `step`: the j of V_j (mbarrier phases).
+  CUTLASS_DEVICE int valid_before(int group, int x, int step) const {
+    int n = 0;
+#pragma unroll 1
+    for (int s = 0; s < step; ++s) n += tile_at(group, x, s).m < sched.tiles_m;
+    return n;
+  }
+
+  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what) const {
+    const uint64_t* f = reinterpret_cast<const uint64_t*>(p);
+    dev::bounded_spin_silent(
+        ctx, what, want, [&] { return ptx::ld_acquire_sys(f); }, [&](uint64_t x) { return dev::rolling_ge(x, want); });
+  }
+  // Bounded wait for phase `parity` of a shared-memory mbarrier to complete.
+  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what) const {
+    dev::bounded_spin_silent(
+        ctx, what, 1, [&] { return (uint64_t)cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity); },
+        [](uint64_t x) { return x != 0; });
+  }
+
+  // C(u) = round(sum over q in rank order of slot[u][q]), 8 columns per 16-byte vector.
+  CUTLASS_DEVICE void reduce(gemm_impl::TileCoord u, uint64_t tag, int tid) const {
+    const int t = lay.tile_index(u.m, u.n);
+    if (tid < lay.P) wait_flag(ws + lay.arrive_flag(t, tid), tag, "gemm_allreduce.partial");
+    gemm_impl::hook_bar();
+    const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
+    if (ring.on() && tid == 0) trace::emit(ring, trace::EventKind::kPartialsSeen, id, ptx::globaltimer());
+    const int row0 = u.m * kBlkM, col0 = u.n * kBlkN;
+    const int rows = min(M - row0, kBlkM), vecs = min(N - col0, kBlkN) / 8;  // N % 8 == 0 (can_implement)
+    constexpr int kVecRow = kBlkN / 8;                                          // 32 vectors per row
+#pragma unroll 1
+    for (int base = 0; base < kBlkM * kVecRow; base += 4 * kConsumerThreads) {
+      float s[4][8];
+#pragma unroll 1
+      for (int q = 0; q < lay.P; ++q) {
+        const char* slot = ws + lay.slot(t, q);
+        uint4 w[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const int i = base + k * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
+          w[k] = (r < rows && cv < vecs) ? ptx::ld_cg_v4(slot + ((size_t)r * kBlkN + cv * 8) * sizeof(E))
+                                         : make_uint4(0, 0, 0, 0);
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < 4; ++k) {
+          const uint32_t* h = &w[k].x;
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h[e]));
+            s[k][2 * e] = q == 0 ? f.x : s[k][2 * e] + f.x;
+            s[k][2 * e + 1] = q == 0 ? f.y : s[k][2 * e + 1] + f.y;
+          }
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < 4; ++k) {
+        const int i = base + k * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
+        if (r < rows && cv < vecs) {
+          uint4 o;
+          uint32_t* h = &o.x;
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            __nv_bfloat162 b = __floats2bfloat162_rn(s[k][2 * e], s[k][2 * e + 1]);
+            h[e] = *reinterpret_cast<uint32_t*>(&b);
+          }
+          ptx::st_v4(C + (long long)(row0 + r) * ldc + col0 + cv * 8, o);
+        }
+      }
+    }
+    if (ring.on()) {
+      gemm_impl::hook_bar();
+      if (tid == 0) {
+        const uint64_t now = ptx::globaltimer();
+        trace::emit(ring, trace::EventKind::kReduceDone, id, now);
+        trace::emit(ring, trace::EventKind::kTileLanded, id, now);
+      }
+    }
+  }
+};
+
+static_assert(std::is_trivially_copyable_v<ExchangeHook>, "hooks travel in the kernel parameters");
+
+}  // namespace tw::gemm_allreduce_impl

@@ -1,0 +1,75 @@
+// tools/bench_gemm_allreduce.hpp — what the two halves of `tilewire bench gemm-allreduce` share.
+// bench_gemm_allreduce.cu measures (one thread per GPU); bench_gemm_allreduce_report.cpp parses
+// the options and prints the header, the rows and the JSON. Host only, CLI-internal.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tilewire/ops/gemm_allreduce.hpp"
+
+namespace tw::cli::gemm_ar {
+
+struct Shape {
+  int m = 0, n = 0, k = 0;  // k: K_local, the K of one rank's shard
+};
+
+// The rows of the table, in the order they are measured (letters of the file comment).
+enum Variant { kGemm, kGemmNccl, kGemmTw, kChunked, kFused, kNcclAr, kVariants };
+
+struct Options {
+  std::vector<Shape> shapes;       // -m -n -k and/or --sweep, in sweep order
+  std::string sweep;               // "", "acceptance", "grid"
+  int iters = 20;                  // --iters   timed iterations per repeat
+  int warmup = 5;                  // --warmup  untimed iterations first (at least 1 is run)
+  int repeats = 5;                 // -R        repeats, median reported
+  std::vector<int> chunks{2, 4, 8};  // --chunks  row chunks tried by (d), ascending
+  GemmAllReduceConfig cfg;         // --reserved-sms --swizzle --raster --partials --algo, for (e)
+  std::string json_path;           // --json FILE
+  std::string trace_path;          // --trace FILE: filled by the tracer (issue 5); parsed, not used yet
+  bool help = false;
+};
+constexpr int kMaxChunkOptions = 8;  // entries of --chunks
+
+// Throws tw::Error(kInvalidArgument) naming the option on any problem.
+Options parse_options(const std::vector<std::string>& argv);
+const char* usage();
+
+// One shape, as rank 0 reports it. Times: per iteration, median over repeats, slowest rank, in us;
+// NaN where a variant did not run (its reason in `note`).
+struct Row {
+  Shape s;
+  int sets = 0;                      // (A, B) pairs per rank the inputs rotate over
+  double us[kVariants];              // kChunked: the best entry of --chunks
+  int chunks = 0;                    // that entry (0: no entry splits M)
+  bool checked = false;              // (e) ran and was checked; else wrong/identical mean nothing
+  uint64_t wrong = 0;                // over all ranks
+  bool identical = true;             // (e)'s C bit-identical on every rank
+  std::string note;                  // why (c) or (e) is n/a; a start gate that expired
+
+  Row() { for (double& t : us) t = NAN; }
+  double speedup_vs(Variant v) const { return us[v] / us[kFused]; }  // > 1: the fused op is faster
+  double fused_over_gemm() const { return us[kFused] / us[kGemm]; }
+  // (T_gemm + T_ar - T_fused) / min(T_gemm, T_ar): 1 = the all-reduce fully hidden, 0 = none of it.
+  double overlap() const {
+    return (us[kGemm] + us[kNcclAr] - us[kFused]) / std::fmin(us[kGemm], us[kNcclAr]);
+  }
+  bool ok() const { return !checked || (wrong == 0 && identical); }
+};
+
+// What the header and the JSON say about the machine.
+struct RunInfo {
+  std::string gpu;
+  int nranks = 0, sms = 0;
+  size_t l2_bytes = 0;
+};
+
+// How #wrong is counted (the check kernel's bound), for the header and the JSON.
+const char* tolerance_text();
+
+void print_header(const Options& o, const RunInfo& info);
+void print_row(const Row& r);
+std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok);
+
+}  // namespace tw::cli::gemm_ar

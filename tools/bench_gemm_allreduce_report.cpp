@@ -1,0 +1,242 @@
+// `tilewire bench gemm-allreduce`: the options, the text table and the JSON
+// (bench_gemm_allreduce.hpp). The measuring half is bench_gemm_allreduce.cu.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+
+#include "bench_gemm_allreduce.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+#include "tilewire/runtime/version.hpp"
+
+namespace tw::cli::gemm_ar {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tilewire bench gemm-allreduce [options]\n"
+    "  Times on all local GPUs (one thread each), per shape, in the same run: (a) cuBLASLt GEMM alone,\n"
+    "  (b) GEMM + ncclAllReduce, (c) GEMM + tw::allreduce, (d) GEMM and ncclAllReduce in row chunks on\n"
+    "  two streams, (e) the fused tw::gemm_allreduce, (f) ncclAllReduce of C alone; then checks (e)\n"
+    "  against (b) on the device. bf16; every rank's A_r [M,K_local], B_r [N,K_local] seeded random.\n"
+    "  -m M -n N -k K_LOCAL  one shape (default 8192 x 8192 x 4096 without --sweep)\n"
+    "  --sweep NAME          acceptance: 8192x8192x4096, 16384x8192x4096, 4096x8192x14336;\n"
+    "                        grid: M {128,512,2048,8192,16384} x N {4096,8192} x K_local {4096,14336}\n"
+    "  --iters N             timed iterations per repeat (20)   --warmup N  untimed first (5, >= 1 run)\n"
+    "  -R N                  repeats, median reported (5)\n"
+    "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
+    "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (1)\n"
+    "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
+    "  --algo auto|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
+    "  --json FILE           also write every row as JSON (rank 0)\n"
+    "  --trace FILE          per-tile trace of the fused op (not implemented yet: accepted, ignored)\n"
+    "  Exit 0 when every checked shape has #wrong 0 and ranks bit-identical (and the fused op ran on\n"
+    "  at least one shape), else 1.\n";
+
+[[noreturn]] void bad(const std::string& msg) {
+  throw Error(Errc::kInvalidArgument, "bench gemm-allreduce: " + msg + " (tilewire bench gemm-allreduce --help)");
+}
+
+int int_opt(const std::string& opt, const std::string& v, int lo, int hi) {
+  const std::optional<int64_t> x = env::parse_int(v);
+  if (!x || *x < lo || *x > hi)
+    bad(opt + " takes an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + v + "'");
+  return (int)*x;
+}
+
+std::vector<int> chunk_list(const std::string& opt, const std::string& v) {
+  std::vector<int> out;
+  std::stringstream ss(v);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(int_opt(opt, item, 1, 64));
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  if (out.empty() || (int)out.size() > kMaxChunkOptions)
+    bad(opt + " takes 1 to " + std::to_string(kMaxChunkOptions) + " chunk counts like 2,4,8, got '" + v + "'");
+  return out;
+}
+
+std::vector<Shape> sweep_shapes(const std::string& name) {
+  std::vector<Shape> s;
+  if (name == "acceptance") return {{8192, 8192, 4096}, {16384, 8192, 4096}, {4096, 8192, 14336}};
+  if (name != "grid") bad("--sweep acceptance|grid, got '" + name + "'");
+  for (int m : {128, 512, 2048, 8192, 16384})
+    for (int n : {4096, 8192})
+      for (int k : {4096, 14336}) s.push_back({m, n, k});
+  return s;
+}
+
+const char* raster_name(GemmRaster r) { return r == GemmRaster::kAlongM ? "m" : r == GemmRaster::kAlongN ? "n" : "auto"; }
+const char* partials_name(PartialPrecision p) { return p == PartialPrecision::kFloat32 ? "fp32" : "bf16"; }
+const char* fused_algo_name(GemmAllReduceAlgo a) {
+  return a == GemmAllReduceAlgo::kExchange ? "exchange" : a == GemmAllReduceAlgo::kOwner ? "owner" : "auto";
+}
+
+std::string chunks_text(const std::vector<int>& c) {
+  std::string s;
+  for (int x : c) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(x);
+  }
+  return s;
+}
+
+// "%9.1f", or n/a for NaN.
+std::string num(const char* f, double v) {
+  if (!std::isfinite(v)) return "n/a";
+  char b[64];
+  std::snprintf(b, sizeof(b), f, v);
+  return b;
+}
+
+std::string jstr(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    if ((unsigned char)c < 0x20) continue;
+    o += c;
+  }
+  return o + "\"";
+}
+std::string jnum(double v) { return std::isfinite(v) ? num("%.6g", v) : "null"; }
+
+// TILEWIRE_COMMIT (scripts/gpu_run.sh sets it from dist/COMMIT), else "unknown".
+std::string commit_id() {
+  const std::string c = env::get_string("TILEWIRE_COMMIT");
+  return c.empty() ? "unknown" : c;
+}
+
+}  // namespace
+
+const char* usage() { return kUsage; }
+
+Options parse_options(const std::vector<std::string>& argv) {
+  Options o;
+  int m = 0, n = 0, k = 0;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    std::string opt = argv[i], v;
+    if (opt == "-h" || opt == "--help") {
+      o.help = true;
+      continue;
+    }
+    if (const size_t eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
+      v = opt.substr(eq + 1);  // --iters=20
+      opt.resize(eq);
+    } else {
+      if (i + 1 >= argv.size()) bad(opt + " needs a value");
+      v = argv[++i];
+    }
+    constexpr int kMaxDim = 1 << 20;
+    if (opt == "-m") m = int_opt(opt, v, 1, kMaxDim);
+    else if (opt == "-n") n = int_opt(opt, v, 1, kMaxDim);
+    else if (opt == "-k") k = int_opt(opt, v, 1, kMaxDim);
+    else if (opt == "--sweep") o.sweep = v;
+    else if (opt == "--iters") o.iters = int_opt(opt, v, 1, 100000);
+    else if (opt == "--warmup") o.warmup = int_opt(opt, v, 0, 100000);
+    else if (opt == "-R" || opt == "--repeats") o.repeats = int_opt(opt, v, 1, 1000);
+    else if (opt == "--chunks") o.chunks = chunk_list(opt, v);
+    else if (opt == "--reserved-sms") o.cfg.reserved_sms = int_opt(opt, v, 0, 1 << 16);
+    else if (opt == "--swizzle") {
+      o.cfg.swizzle = int_opt(opt, v, 1, 8);
+      if (o.cfg.swizzle & (o.cfg.swizzle - 1)) bad("--swizzle 1|2|4|8, got '" + v + "'");
+    } else if (opt == "--raster") {
+      if (v != "auto" && v != "m" && v != "n") bad("--raster auto|m|n, got '" + v + "'");
+      o.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
+    } else if (opt == "--partials") {
+      if (v != "bf16" && v != "fp32") bad("--partials bf16|fp32, got '" + v + "'");
+      o.cfg.partials = v == "fp32" ? PartialPrecision::kFloat32 : PartialPrecision::kBFloat16;
+    } else if (opt == "--algo") {
+      if (v != "auto" && v != "exchange" && v != "owner") bad("--algo auto|exchange|owner, got '" + v + "'");
+      o.cfg.algo = v == "exchange" ? GemmAllReduceAlgo::kExchange
+                   : v == "owner"  ? GemmAllReduceAlgo::kOwner
+                                   : GemmAllReduceAlgo::kAuto;
+    } else if (opt == "--json") o.json_path = v;
+    else if (opt == "--trace") o.trace_path = v;
+    else bad("unknown option '" + opt + "'");
+  }
+  if (!o.sweep.empty()) o.shapes = sweep_shapes(o.sweep);
+  if (m || n || k) {
+    if (!(m && n && k)) bad("-m, -n and -k go together");
+    o.shapes.push_back({m, n, k});
+  }
+  if (o.shapes.empty()) o.shapes.push_back({8192, 8192, 4096});
+  return o;
+}
+
+const char* tolerance_text() {
+  return "|C_fused - C_ref| <= (P+4) 2^-8 mag + P K_local 2^-24, C_ref = cuBLASLt + ncclAllReduce, mag = "
+         "ncclAllReduce of |bf16 partial| (NaN counts as wrong)";
+}
+
+void print_header(const Options& o, const RunInfo& info) {
+  int rt = 0;
+  cudaRuntimeGetVersion(&rt);
+  std::printf("# tilewire bench gemm-allreduce: tilewire %s, NCCL %s, CUDA runtime %d.%d, commit %s\n", kVersion,
+              nccl_version_string(nccl_runtime_version()).c_str(), rt / 1000, rt % 1000 / 10, commit_id().c_str());
+  std::printf("# %d ranks x %s (%d SMs, L2 %zu MiB), one process, one thread per GPU\n", info.nranks,
+              info.gpu.c_str(), info.sms, info.l2_bytes >> 20);
+  std::printf("# bf16, A_r [M,K_local], B_r [N,K_local] (kNK), C [M,N] = sum over ranks; fused: algo %s, partials "
+              "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, R %d%s%s\n",
+              fused_algo_name(o.cfg.algo), partials_name(o.cfg.partials), o.cfg.reserved_sms, o.cfg.swizzle,
+              raster_name(o.cfg.raster),
+              chunks_text(o.chunks).c_str(), o.iters, o.warmup, o.repeats, o.trace_path.empty() ? "" : "; trace ",
+              o.trace_path.c_str());
+  std::printf("# time: us per iteration, median of R repeats, slowest rank; NCCL in place on C ((b) (d) (f)),\n"
+              "#   tw::allreduce out of place ((c)); (d) = the best chunk count, in ()\n");
+  std::printf("# speedup e-vs-x = t_x / t_e (> 1: fused faster); e/a = t_e / t_a; "
+              "overlap = (t_a + t_f - t_e) / min(t_a, t_f)\n");
+  std::printf("# #wrong: %s, over all ranks; ident: fused C bit-identical on every rank\n", tolerance_text());
+  std::printf("#%6s %6s %6s |%9s %9s %9s %13s %9s %9s |%7s %7s %7s %6s %7s |%7s %5s\n", "M", "N", "K_loc", "(a)gemm",
+              "(b)+nccl", "(c)+tw", "(d)chunked", "(e)fused", "(f)ar", "e-vs-b", "e-vs-c", "e-vs-d", "e/a",
+              "overlap", "#wrong", "ident");
+  std::fflush(stdout);
+}
+
+void print_row(const Row& r) {
+  std::string chunked = num("%.1f", r.us[kChunked]);
+  if (r.chunks) chunked.append("(").append(std::to_string(r.chunks)).append(")");
+  std::printf(" %6d %6d %6d |%9s %9s %9s %13s %9s %9s |%7s %7s %7s %6s %7s |%7s %5s%s%s\n", r.s.m, r.s.n, r.s.k,
+              num("%.1f", r.us[kGemm]).c_str(), num("%.1f", r.us[kGemmNccl]).c_str(),
+              num("%.1f", r.us[kGemmTw]).c_str(), chunked.c_str(), num("%.1f", r.us[kFused]).c_str(),
+              num("%.1f", r.us[kNcclAr]).c_str(), num("%.3f", r.speedup_vs(kGemmNccl)).c_str(),
+              num("%.3f", r.speedup_vs(kGemmTw)).c_str(), num("%.3f", r.speedup_vs(kChunked)).c_str(),
+              num("%.3f", r.fused_over_gemm()).c_str(), num("%.3f", r.overlap()).c_str(),
+              r.checked ? std::to_string(r.wrong).c_str() : "n/a", r.checked ? (r.identical ? "yes" : "no") : "n/a",
+              r.note.empty() ? "" : "  ", r.note.c_str());
+  std::fflush(stdout);
+}
+
+std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok) {
+  std::ostringstream j;
+  j << "{\n  \"bench\": \"gemm-allreduce\",\n  \"gpu\": " << jstr(info.gpu) << ",\n  \"nranks\": " << info.nranks
+    << ",\n  \"commit\": " << jstr(commit_id()) << ",\n  \"tilewire_version\": "
+    << jstr(kVersion) << ",\n  \"nccl_version\": " << jstr(nccl_version_string(nccl_runtime_version()))
+    << ",\n  \"config\": {\"sweep\": " << jstr(o.sweep) << ", \"dtype\": \"bf16\", \"b_layout\": \"nk\""
+    << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
+    << ", \"chunks\": [" << chunks_text(o.chunks) << "], \"reserved_sms\": " << o.cfg.reserved_sms
+    << ", \"swizzle\": " << o.cfg.swizzle << ", \"raster\": " << jstr(raster_name(o.cfg.raster))
+    << ", \"algo\": " << jstr(fused_algo_name(o.cfg.algo)) << ", \"partials\": " << jstr(partials_name(o.cfg.partials)) << ", \"sms\": " << info.sms
+    << ", \"l2_bytes\": " << info.l2_bytes << ", \"trace\": " << (o.trace_path.empty() ? "null" : jstr(o.trace_path))
+    << ",\n    \"timing\": \"us per iteration: median over repeats of (ev1-ev0)/iters, every repeat behind a start "
+       "gate, slowest rank; NCCL in place on C, tw::allreduce out of place\""
+    << ",\n    \"tolerance\": " << jstr(tolerance_text()) << "},\n  \"rows\": [";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    j << (i ? "," : "") << "\n    {\"M\": " << r.s.m << ", \"N\": " << r.s.n << ", \"K_local\": " << r.s.k
+      << ", \"t_gemm_us\": " << jnum(r.us[kGemm]) << ", \"t_gemm_nccl_us\": " << jnum(r.us[kGemmNccl])
+      << ", \"t_gemm_tw_us\": " << jnum(r.us[kGemmTw]) << ", \"t_chunked_us\": " << jnum(r.us[kChunked])
+      << ", \"chunks\": " << (r.chunks ? std::to_string(r.chunks) : "null")
+      << ", \"t_fused_us\": " << jnum(r.us[kFused]) << ", \"t_nccl_ar_us\": " << jnum(r.us[kNcclAr])
+      << ", \"speedup_vs_b\": " << jnum(r.speedup_vs(kGemmNccl)) << ", \"speedup_vs_c\": "
+      << jnum(r.speedup_vs(kGemmTw)) << ", \"speedup_vs_d\": " << jnum(r.speedup_vs(kChunked))
+      << ", \"fused_over_gemm\": " << jnum(r.fused_over_gemm()) << ", \"overlap_eff\": " << jnum(r.overlap())
+      << ", \"wrong\": " << (r.checked ? std::to_string(r.wrong) : "null")
+      << ", \"identical\": " << (r.checked ? (r.identical ? "true" : "false") : "null")
+      << ", \"rotation_sets\": " << r.sets << ", \"note\": " << (r.note.empty() ? "null" : jstr(r.note)) << "}";
+  }
+  j << "\n  ],\n  \"all_correct\": " << (all_ok ? "true" : "false") << "\n}\n";
+  return j.str();
+}
+
+}  // namespace tw::cli::gemm_ar

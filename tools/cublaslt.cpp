@@ -1,0 +1,106 @@
+// cuBLASLt for the benches: dlopen() wrapper and the one matmul shape they use (cublaslt.hpp).
+#include "cublaslt.hpp"
+
+#include <dlfcn.h>
+
+namespace tw::cli {
+namespace {
+
+template <class F>
+void load_sym(void* h, const char* name, F& f) {
+  f = reinterpret_cast<F>(dlsym(h, name));
+  TW_REQUIRE(f != nullptr, kUnsupported, std::string("cuBLASLt: the loaded libcublasLt has no ") + name);
+}
+
+LtApi load() {
+  const char* names[] = {"libcublasLt.so.13", "libcublasLt.so",
+                         "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
+                         "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.13"};
+  void* h = nullptr;
+  for (const char* n : names)
+    if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  TW_REQUIRE(h != nullptr, kUnsupported,
+             "cannot load libcublasLt.so.13 (the cuBLASLt baseline of the GEMM benches); put its folder on "
+             "LD_LIBRARY_PATH");
+  LtApi a;
+  load_sym(h, "cublasLtCreate", a.Create);
+  load_sym(h, "cublasLtDestroy", a.Destroy);
+  load_sym(h, "cublasLtGetStatusString", a.GetStatusString);
+  load_sym(h, "cublasLtMatmulDescCreate", a.MatmulDescCreate);
+  load_sym(h, "cublasLtMatmulDescSetAttribute", a.MatmulDescSetAttribute);
+  load_sym(h, "cublasLtMatmulDescDestroy", a.MatmulDescDestroy);
+  load_sym(h, "cublasLtMatrixLayoutCreate", a.MatrixLayoutCreate);
+  load_sym(h, "cublasLtMatrixLayoutDestroy", a.MatrixLayoutDestroy);
+  load_sym(h, "cublasLtMatmulPreferenceCreate", a.MatmulPreferenceCreate);
+  load_sym(h, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute);
+  load_sym(h, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy);
+  load_sym(h, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic);
+  load_sym(h, "cublasLtMatmul", a.Matmul);
+  return a;
+}
+
+}  // namespace
+
+const LtApi& lt_api() {
+  static const LtApi api = load();  // a failed load throws and is retried by the next call
+  return api;
+}
+
+LtHandle::LtHandle() { TW_CUBLAS_CHECK(lt_api().Create(&h_)); }
+LtHandle::~LtHandle() {
+  if (h_) lt_api().Destroy(h_);
+}
+
+LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes)
+    : h_(h), ws_bytes_(workspace_bytes) {
+  const LtApi& lt = lt_api();
+  cublasLtMatmulPreference_t pref = nullptr;
+  auto release = [&] {
+    if (pref) lt.MatmulPreferenceDestroy(pref);
+    if (la_) lt.MatrixLayoutDestroy(la_);
+    if (lb_) lt.MatrixLayoutDestroy(lb_);
+    if (lc_) lt.MatrixLayoutDestroy(lc_);
+    if (op_) lt.MatmulDescDestroy(op_);
+  };
+  try {
+    // cuBLASLt's "A" is our B' (transposed when B is [N, K]), its "B" is our A, untransposed.
+    TW_CUBLAS_CHECK(lt.MatmulDescCreate(&op_, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t tb = b_layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
+    TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
+    TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
+    if (b_layout == BLayout::kNK) TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, CUDA_R_16BF, K, N, K));
+    else TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, CUDA_R_16BF, N, K, N));
+    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&la_, CUDA_R_16BF, K, M, K));
+    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lc_, CUDA_R_16BF, N, M, N));
+    TW_CUBLAS_CHECK(lt.MatmulPreferenceCreate(&pref));
+    TW_CUBLAS_CHECK(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes_,
+                                                    sizeof(ws_bytes_)));
+    cublasLtMatmulHeuristicResult_t heur{};
+    int found = 0;
+    TW_CUBLAS_CHECK(lt.MatmulAlgoGetHeuristic(h_, op_, lb_, la_, lc_, lc_, pref, 1, &heur, &found));
+    TW_REQUIRE(found > 0, kUnsupported,
+               "cuBLASLt has no algorithm for " + std::to_string(M) + "x" + std::to_string(N) + "x" +
+                   std::to_string(K) + " (bf16, B " + blayout_name(b_layout) + ")");
+    algo_ = heur.algo;
+    lt.MatmulPreferenceDestroy(pref);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+LtMatmul::~LtMatmul() {
+  const LtApi& lt = lt_api();
+  lt.MatrixLayoutDestroy(la_);
+  lt.MatrixLayoutDestroy(lb_);
+  lt.MatrixLayoutDestroy(lc_);
+  lt.MatmulDescDestroy(op_);
+}
+
+void LtMatmul::run(const void* A, const void* B, void* C, void* workspace, cudaStream_t stream) const {
+  const float one = 1.f, zero = 0.f;
+  TW_CUBLAS_CHECK(
+      lt_api().Matmul(h_, op_, &one, B, lb_, A, la_, &zero, C, lc_, C, lc_, &algo_, workspace, ws_bytes_, stream));
+}
+
+}  // namespace tw::cli

@@ -1,0 +1,90 @@
+// tools/cublaslt.hpp — cuBLASLt, the baseline GEMM of the benches (bench gemm, bench gemm-allreduce).
+//
+// Loaded with dlopen() on first use, not linked: the rest of the CLI (info, bench allreduce) must
+// start on machines without libcublasLt (the GPU boxes get dist/ without it). lt_api() looks for
+// libcublasLt.so.13 on LD_LIBRARY_PATH / the loader's paths, else in the GPU boxes' torch venv,
+// and throws tw::Error(kUnsupported) saying what to do when it is nowhere.
+//
+//   LtHandle h;                                   // on the device it will run on
+//   LtMatmul mm(h.get(), M, N, K, BLayout::kNK);  // algorithm chosen once, per shape
+//   mm.run(A, B, C, workspace, stream);           // C [M,N] = A [M,K] * B^T, bf16, row-major
+#pragma once
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+
+#include "tilewire/ops/gemm.hpp"  // BLayout
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::cli {
+
+// The entry points the benches use, resolved from the dlopen()ed library.
+struct LtApi {
+  decltype(&cublasLtCreate) Create = nullptr;
+  decltype(&cublasLtDestroy) Destroy = nullptr;
+  decltype(&cublasLtGetStatusString) GetStatusString = nullptr;
+  decltype(&cublasLtMatmulDescCreate) MatmulDescCreate = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) MatmulDescSetAttribute = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) MatmulDescDestroy = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) MatrixLayoutCreate = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) MatrixLayoutDestroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) MatmulPreferenceCreate = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) MatmulPreferenceSetAttribute = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
+  decltype(&cublasLtMatmul) Matmul = nullptr;
+};
+
+// Loads the library on the first call (thread-safe); throws kUnsupported when it cannot.
+const LtApi& lt_api();
+
+#define TW_CUBLAS_CHECK(expr)                                                                     \
+  do {                                                                                            \
+    cublasStatus_t tw_s_ = (expr);                                                                \
+    TW_REQUIRE(tw_s_ == CUBLAS_STATUS_SUCCESS, kCuda,                                             \
+               std::string(#expr) + " failed: " + ::tw::cli::lt_api().GetStatusString(tw_s_));    \
+  } while (0)
+
+// One cuBLASLt handle. Create it on the thread and device that will use it.
+class LtHandle {
+ public:
+  LtHandle();
+  ~LtHandle();
+  LtHandle(const LtHandle&) = delete;
+  LtHandle& operator=(const LtHandle&) = delete;
+  cublasLtHandle_t get() const { return h_; }
+
+ private:
+  cublasLtHandle_t h_ = nullptr;
+};
+
+// Row-major bf16 C [M, N] = A [M, K] * B, B stored [N, K] (kNK: C = A B^T) or [K, N] (kKN); fp32
+// accumulation, one rounding, no bias. cuBLASLt is column-major, so it is asked for the same
+// memory seen transposed: C^T [N, M] = B' [N, K] * A^T [K, M]. The algorithm is cuBLASLt's first
+// heuristic for the shape with `workspace_bytes` of workspace, chosen once here; throws
+// kUnsupported when there is none.
+class LtMatmul {
+ public:
+  static constexpr size_t kDefaultWorkspace = 64ull << 20;
+
+  LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes = kDefaultWorkspace);
+  ~LtMatmul();
+  LtMatmul(const LtMatmul&) = delete;
+  LtMatmul& operator=(const LtMatmul&) = delete;
+
+  // Enqueue on `stream`. A, B, C: device memory as above (row pitch K, K or N, N elements);
+  // workspace: >= workspace_bytes() bytes that no other call uses concurrently.
+  void run(const void* A, const void* B, void* C, void* workspace, cudaStream_t stream) const;
+  size_t workspace_bytes() const { return ws_bytes_; }
+
+ private:
+  cublasLtHandle_t h_;
+  size_t ws_bytes_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace tw::cli
