@@ -8,6 +8,7 @@
 #   full      info, GPU tests, all benches (bf16 sweep, fp16, fp32, in-place, CUDA graph)
 #   quick     info, GPU tests, the bf16 bench
 #   gemm      (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid sweeps
+#   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
 #             they do not fit the device tool's 10-minute command limit)
 # Results are committed under bench/results/ with scripts/collect_results.py.
@@ -79,6 +80,27 @@ if [ "$MODE" = gemmtune ]; then
   done; done
   step "bench gemm acceptance, epilogue staged_half, raster auto"
   TILEWIRE_GEMM_EPILOGUE=staged_half run 120 "$TW" bench gemm --sweep acceptance --iters 10 -R 5
+fi
+
+if [ "$MODE" = fused ]; then
+  # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
+  # first one, the grid sweep, then compute-sanitizer on the small fused tests.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "fused tests"
+  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  step "bench gemm-allreduce acceptance (+ trace of 8192x8192x4096)"
+  run 200 "$TW" bench gemm-allreduce --sweep acceptance --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
+  step "bench gemm-allreduce grid"
+  run 200 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
+  step "compute-sanitizer on the small fused tests"
+  {
+    TILEWIRE_TIMEOUT_MS=120000 timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+      "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.TraceEventsPerTile'; echo "memcheck rc=$?"
+    TILEWIRE_TIMEOUT_MS=120000 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; echo "racecheck rc=$?"
+  } >"$OUT/sanitizer.log" 2>&1
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$OUT/sanitizer.log" | tee -a "$LOG"
 fi
 
 if [ "$MODE" = iter ]; then

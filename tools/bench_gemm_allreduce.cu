@@ -68,6 +68,7 @@
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
+#include "tilewire/trace/trace.hpp"
 
 namespace tw::cli {
 namespace {
@@ -229,7 +230,7 @@ struct RankSample {
 // Shared by the rank threads: samples[r] and votes[r] are written by rank r and read between
 // barriers; rows by rank 0 only.
 struct Shared {
-  explicit Shared(int P) : barrier(P), samples(P), votes(P) {}
+  explicit Shared(int P) : barrier(P), samples(P), votes(P), trace_events(P), trace_dropped(P) {}
   // The first failure of any rank, kept before the barrier is broken: the peers' "another rank
   // failed" errors that follow must not be what the user reads.
   void fail(std::exception_ptr e) noexcept {
@@ -247,6 +248,8 @@ struct Shared {
   std::vector<Row> rows;
   RunInfo info;
   std::exception_ptr first_error;
+  std::vector<std::vector<trace::Event>> trace_events;  // --trace: per rank, written before a barrier
+  std::vector<uint64_t> trace_dropped;
 };
 
 // note += "; " + what
@@ -461,7 +464,52 @@ class RankRun {
     TW_CUDA_CHECK(cudaMemsetAsync(c, 0, count * 2, s1));  // in-place sums of zeros stay zeros
     smp.sec[kNcclAr] = from_set0([&] { nccl_ar(c, count, s1); });
     if (x.fused_ok) check(x, smp);
+    if (x.fused_ok && !o_.trace_path.empty() && !traced_) {
+      traced_ = true;
+      trace_fused(x);
+    }
     return smp;
+  }
+
+  // --trace FILE (first shape only): the fused op's cost with tracing on (timed like the rows),
+  // then one traced call; rank 0 aligns the clocks, writes the Perfetto/tilewire JSON and prints
+  // the overlap metrics (tilewire/trace/trace.hpp).
+  void trace_fused(const ShapeState& x) {
+    const int tiles = ((x.s.m + 127) / 128) * ((x.s.n + 255) / 256);
+    trace::TraceBuffer buf(uint32_t(8 * tiles + 1024));
+    GemmAllReduceConfig cfg = o_.cfg;
+    cfg.trace = buf.ring(me_);
+    const cudaStream_t s1 = st_.s1.s;
+    int j = 0;
+    bool expired = false;
+    const double off = timed([&] { fused(x, (j++) % x.sets); }, expired);
+    j = 0;
+    const double on = timed(
+        [&] { gemm_allreduce(comm_, fused_args(x.s, x.a[j % x.sets].p, x.b[j % x.sets].p), cfg, s1), ++j; }, expired);
+    const trace::ClockSync cs = trace::measure_clock_offsets(comm_);
+    buf.reset(s1);
+    gemm_allreduce(comm_, fused_args(x.s, x.a[0].p, x.b[0].p), cfg, s1);
+    comm_.sync(s1);
+    uint64_t dropped = 0;
+    std::vector<trace::Event> ev = buf.download(&dropped, s1);
+    {
+      std::lock_guard<std::mutex> lk(sh_.mu);
+      sh_.trace_events[me_] = std::move(ev);
+      sh_.trace_dropped[me_] = dropped;
+    }
+    sh_.barrier.arrive_and_wait("trace events written");
+    if (me_ == 0) {
+      std::lock_guard<std::mutex> lk(sh_.mu);
+      const trace::Trace t = trace::make_trace(sh_.trace_events, cs, sh_.trace_dropped);
+      const trace::Metrics m = trace::compute_metrics(t);
+      trace::save_trace_file(o_.trace_path, t, &m);
+      std::printf("# trace %dx%dx%d (rank 0): fused %.1f us with tracing off, %.1f us on (%+.2f%%); %zu events, "
+                  "%llu dropped, clock residual %lld ns -> %s\n%s",
+                  x.s.m, x.s.n, x.s.k, off * 1e6, on * 1e6, (on / off - 1) * 100, t.events.size(),
+                  (unsigned long long)t.dropped, (long long)t.residual_ns, o_.trace_path.c_str(),
+                  trace::format_metrics(m).c_str());
+    }
+    sh_.barrier.arrive_and_wait("trace written");
   }
 
   // The checked run of (e) against (b) (file comment). tw_c is free scratch by now: every peer's
@@ -531,6 +579,7 @@ class RankRun {
   RankState& st_;
   const int me_, P_;
   int sms_ = 0, l2_ = 0;
+  bool traced_ = false;  // --trace: done (first shape with the fused op)
   size_t fixed_bytes_ = 0;  // C buffers, windows and workspaces: what the rotation sets must leave
 };
 

@@ -27,7 +27,7 @@ struct Options {
   std::vector<int> chunks{2, 4, 8};  // --chunks  row chunks tried by (d), ascending
   GemmAllReduceConfig cfg;         // --reserved-sms --swizzle --raster --partials --algo, for (e)
   std::string json_path;           // --json FILE
-  std::string trace_path;          // --trace FILE: filled by the tracer (issue 5); parsed, not used yet
+  std::string trace_path;          // --trace FILE: Perfetto + tilewire trace JSON of one fused call (first shape)
   bool help = false;
 };
 constexpr int kMaxChunkOptions = 8;  // entries of --chunks

@@ -31,7 +31,8 @@ constexpr const char* kUsage =
     "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
     "  --algo auto|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
     "  --json FILE           also write every row as JSON (rank 0)\n"
-    "  --trace FILE          per-tile trace of the fused op (not implemented yet: accepted, ignored)\n"
+    "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
+    "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
     "  Exit 0 when every checked shape has #wrong 0 and ranks bit-identical (and the fused op ran on\n"
     "  at least one shape), else 1.\n";
 
