@@ -19,7 +19,7 @@
 //   consumers, hook call for V_j:
 //     1. wait `freed` (the comm warp has read V_{j-1} out of shared memory);
 //     2. stage V_j: accumulators -> bf16 -> shared memory, row-major (rows padded 16 bytes);
-//        named barrier; arrive on `staged`;
+//        every thread arrives on `staged`;
 //     3. reduce V_{j-2}: wait arrive[V_{j-2}][q] == tag for every q (normally set long ago), sum
 //        slot[V_{j-2}][0..P) in fp32 in rank order, store C(V_{j-2}) locally (16-byte stores).
 //   comm warp, for V_j:  wait `staged`; copy the tile to slot[V_j][me] of every rank (peers first)
@@ -60,8 +60,8 @@ struct ExchangeHook {
   static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
   struct SharedStorage {
     alignas(128) E buf[kBlkM * kPitch];
-    uint64_t staged;  // mbarrier, 1 arrival per tile: consumer thread 0 after staging
-    uint64_t freed;   // mbarrier, 1 arrival per tile: comm warp lane 0 after reading buf
+    uint64_t staged;  // mbarrier, 256 arrivals per tile: every consumer thread after its writes
+    uint64_t freed;   // mbarrier, 32 arrivals per tile: every comm lane after its reads
   };
 
   DevCtx ctx;
@@ -80,8 +80,8 @@ struct ExchangeHook {
   CUTLASS_HOST_DEVICE bool clock_on() const { return ring.on(); }
 
   CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
-    cutlass::arch::ClusterBarrier::init(&s.staged, 1);
-    cutlass::arch::ClusterBarrier::init(&s.freed, 1);
+    cutlass::arch::ClusterBarrier::init(&s.staged, kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&s.freed, 32);
     cutlass::arch::fence_barrier_init();
   }
 
@@ -111,8 +111,8 @@ struct ExchangeHook {
       q[1] = static_cast<E>(v.acc(i + 1));
       *reinterpret_cast<cute::array_aligned<E, 2, 4>*>(buf + r * kPitch + c) = q;
     }
-    gemm_impl::hook_bar();
-    if (tid == 0) cutlass::arch::ClusterBarrier::arrive(&sm.staged);
+    // Every thread releases its own writes (no barrier-plus-one-arrive cumulativity to rely on).
+    cutlass::arch::ClusterBarrier::arrive(&sm.staged);
     if (ring.on() && tid == 0) {
       const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
       trace::emit(ring, trace::EventKind::kMmaStart, id, v.t_mma_start_ns);
@@ -156,8 +156,7 @@ struct ExchangeHook {
       }
       static_assert(kVecRow == 32, "one 16-byte vector per lane per row");
     }
-    __syncwarp();
-    if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem->freed);  // buf may be overwritten
+    cutlass::arch::ClusterBarrier::arrive(&smem->freed);  // this lane's reads of buf are done
     // Publish: this lane's stores are performed at system scope, then the flags (release).
     __threadfence_system();
     __syncwarp();
@@ -239,54 +238,83 @@ struct ExchangeHook {
     gemm_impl::hook_bar();
     const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
     if (ring.on() && tid == 0) trace::emit(ring, trace::EventKind::kPartialsSeen, id, ptx::globaltimer());
-    const int row0 = u.m * kBlkM, col0 = u.n * kBlkN;
-    const int rows = min(M - row0, kBlkM), vecs = min(N - col0, kBlkN) / 8;  // N % 8 == 0 (can_implement)
-    constexpr int kVecRow = kBlkN / 8;                                          // 32 vectors per row
-#pragma unroll 1
-    for (int base = 0; base < kBlkM * kVecRow; base += 4 * kConsumerThreads) {
-      float s[4][8];
-#pragma unroll 1
-      for (int q = 0; q < lay.P; ++q) {
-        const char* slot = ws + lay.slot(t, q);
-        uint4 w[4];
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 4; ++k) {
-          const int i = base + k * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
-          w[k] = (r < rows && cv < vecs) ? ptx::ld_cg_v4(slot + ((size_t)r * kBlkN + cv * 8) * sizeof(E))
-                                         : make_uint4(0, 0, 0, 0);
-        }
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < 4; ++k) {
-          const uint32_t* h = &w[k].x;
-          CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&h[e]));
-            s[k][2 * e] = q == 0 ? f.x : s[k][2 * e] + f.x;
-            s[k][2 * e + 1] = q == 0 ? f.y : s[k][2 * e + 1] + f.y;
-          }
-        }
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const int i = base + k * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
-        if (r < rows && cv < vecs) {
-          uint4 o;
-          uint32_t* h = &o.x;
-          CUTLASS_PRAGMA_UNROLL
-          for (int e = 0; e < 4; ++e) {
-            __nv_bfloat162 b = __floats2bfloat162_rn(s[k][2 * e], s[k][2 * e + 1]);
-            h[e] = *reinterpret_cast<uint32_t*>(&b);
-          }
-          ptx::st_v4(C + (long long)(row0 + r) * ldc + col0 + cv * 8, o);
-        }
-      }
-    }
+    if (lay.P == 2) reduce_tile<2>(u, t, tid);  // both partials' loads in flight together
+    else reduce_tile<0>(u, t, tid);
     if (ring.on()) {
       gemm_impl::hook_bar();
       if (tid == 0) {
         const uint64_t now = ptx::globaltimer();
         trace::emit(ring, trace::EventKind::kReduceDone, id, now);
         trace::emit(ring, trace::EventKind::kTileLanded, id, now);
+      }
+    }
+  }
+
+  // The tile is 128 x 32 16-byte vectors; thread tid takes vectors tid, tid + 256, ... (16 of
+  // them, coalesced rows), in two halves of 8. Latency, not bandwidth, bounds this (the slots are
+  // mostly L2-resident): every load of a half is issued before the first is used, so a half costs
+  // one round trip for kP = 2 (P round trips otherwise), not one per vector and partial.
+  template <int kP>
+  CUTLASS_DEVICE void reduce_tile(gemm_impl::TileCoord u, int t, int tid) const {
+    constexpr int kVecRow = kBlkN / 8, kHalf = 8;  // 32 vectors per row; 8 vectors per half
+    static_assert(kBlkM * kVecRow == 2 * kHalf * kConsumerThreads, "two halves of 8 vectors per thread");
+    const int row0 = u.m * kBlkM, col0 = u.n * kBlkN;
+    const int rows = min(M - row0, kBlkM), vecs = min(N - col0, kBlkN) / 8;  // N % 8 == 0 (can_implement)
+    const int P = kP > 0 ? kP : lay.P;
+#pragma unroll 1
+    for (int h = 0; h < 2; ++h) {
+      int off[kHalf];
+      bool in[kHalf];
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kHalf; ++k) {
+        const int i = (h * kHalf + k) * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
+        in[k] = r < rows && cv < vecs;
+        off[k] = (r * kBlkN + cv * 8) * int(sizeof(E));
+      }
+      float s[kHalf][8];
+      auto add = [&](const uint4 (&w)[kHalf], bool first) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kHalf; ++k) {
+          const uint32_t* hw = &w[k].x;
+          CUTLASS_PRAGMA_UNROLL
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&hw[e]));
+            s[k][2 * e] = first ? f.x : s[k][2 * e] + f.x;
+            s[k][2 * e + 1] = first ? f.y : s[k][2 * e + 1] + f.y;
+          }
+        }
+      };
+      auto load = [&](int q, uint4 (&w)[kHalf]) {
+        const char* slot = ws + lay.slot(t, q);
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kHalf; ++k) w[k] = in[k] ? ptx::ld_cg_v4(slot + off[k]) : make_uint4(0, 0, 0, 0);
+      };
+      if constexpr (kP == 2) {
+        uint4 w0[kHalf], w1[kHalf];
+        load(0, w0);
+        load(1, w1);
+        add(w0, true);
+        add(w1, false);  // rank order: slot 0 then slot 1
+      } else {
+#pragma unroll 1
+        for (int q = 0; q < P; ++q) {
+          uint4 w[kHalf];
+          load(q, w);
+          add(w, q == 0);
+        }
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kHalf; ++k) {
+        if (!in[k]) continue;
+        const int i = (h * kHalf + k) * kConsumerThreads + tid, r = i / kVecRow, cv = i % kVecRow;
+        uint4 o;
+        uint32_t* ho = &o.x;
+        CUTLASS_PRAGMA_UNROLL
+        for (int e = 0; e < 4; ++e) {
+          __nv_bfloat162 b = __floats2bfloat162_rn(s[k][2 * e], s[k][2 * e + 1]);
+          ho[e] = *reinterpret_cast<uint32_t*>(&b);
+        }
+        ptx::st_v4(C + (long long)(row0 + r) * ldc + col0 + cv * 8, o);
       }
     }
   }
