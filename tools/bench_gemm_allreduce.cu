@@ -73,6 +73,12 @@
 namespace tw::cli {
 namespace {
 
+// One event stamped with the GPU's %globaltimer (the sequential baseline's op-level trace).
+__global__ void stamp_event(trace::Ring r, trace::EventKind kind, uint32_t id) {
+  trace::emit(r, kind, id, ptx::globaltimer());
+}
+
+
 using namespace gemm_ar;
 
 constexpr int kThreads = 256;                // fill / check kernels
@@ -510,6 +516,52 @@ class RankRun {
                   trace::format_metrics(m).c_str());
     }
     sh_.barrier.arrive_and_wait("trace written");
+    trace_sequential(x, cs);
+  }
+
+  // The sequential baseline (b), traced at op granularity: one-thread kernels stamp %globaltimer
+  // events between cuBLASLt's GEMM and ncclAllReduce on the same stream (their kernels cannot emit
+  // events themselves): compute = [mma_start, mma_end] around the GEMM, communication =
+  // [chunk_send, chunk_recv] around the all-reduce. Launch gaps of a few us sit between them.
+  void trace_sequential(const ShapeState& x, const trace::ClockSync& cs) {
+    using K = trace::EventKind;
+    trace::TraceBuffer buf(64);
+    const cudaStream_t s1 = st_.s1.s;
+    void* const c = st_.nc_c.p;
+    auto stamp = [&](K k) {
+      stamp_event<<<1, 1, 0, s1>>>(buf.ring(me_), k, 0u);
+      TW_CUDA_CHECK(cudaGetLastError());
+    };
+    buf.reset(s1);
+    stamp(K::kKernelStart);
+    stamp(K::kMmaStart);
+    gemm(x, 0, c);
+    stamp(K::kMmaEnd);
+    stamp(K::kChunkSend);
+    nccl_ar(c, x.count(), s1);
+    stamp(K::kChunkRecv);
+    stamp(K::kKernelEnd);
+    comm_.sync(s1);
+    uint64_t dropped = 0;
+    std::vector<trace::Event> ev = buf.download(&dropped, s1);
+    {
+      std::lock_guard<std::mutex> lk(sh_.mu);
+      sh_.trace_events[me_] = std::move(ev);
+      sh_.trace_dropped[me_] = dropped;
+    }
+    sh_.barrier.arrive_and_wait("sequential trace events written");
+    if (me_ == 0) {
+      std::lock_guard<std::mutex> lk(sh_.mu);
+      const trace::Trace t = trace::make_trace(sh_.trace_events, cs, sh_.trace_dropped);
+      const trace::Metrics m = trace::compute_metrics(t);
+      std::string path = o_.trace_path;
+      const size_t dot = path.rfind(".json");
+      path.insert(dot == std::string::npos ? path.size() : dot, "_sequential");
+      trace::save_trace_file(path, t, &m);
+      std::printf("# trace of the sequential baseline (cuBLASLt GEMM, then ncclAllReduce) -> %s\n%s", path.c_str(),
+                  trace::format_metrics(m).c_str());
+    }
+    sh_.barrier.arrive_and_wait("sequential trace written");
   }
 
   // The checked run of (e) against (b) (file comment). tw_c is free scratch by now: every peer's
@@ -554,6 +606,11 @@ class RankRun {
       row.s = x.s;
       row.sets = x.sets;
       row.note = x.note;
+      row.path = o_.cfg.path == GemmAllReducePath::kFused ||
+                         (o_.cfg.path == GemmAllReducePath::kAuto &&
+                          gemm_allreduce_prefers_fused(x.s.m, x.s.n, x.s.k, P_))
+                     ? "fused"
+                     : "sequential";
       for (int k = 0; k < kVariants; ++k)
         if (k != kChunked) row.us[k] = slowest(v, [&](const RankSample& q) { return q.sec[k]; }) * 1e6;
       for (size_t p = 0; p < x.splits.size(); ++p) {

@@ -47,6 +47,7 @@ struct Row {
   uint64_t wrong = 0;                // over all ranks
   bool identical = true;             // (e)'s C bit-identical on every rank
   std::string note;                  // why (c) or (e) is n/a; a start gate that expired
+  std::string path;                  // what tw::gemm_allreduce ran for (e): "fused" or "sequential"
 
   Row() { for (double& t : us) t = NAN; }
   double speedup_vs(Variant v) const { return us[v] / us[kFused]; }  // > 1: the fused op is faster

@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (1)\n"
     "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
     "  --algo auto|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
+    "  --path auto|fused|sequential  (e)'s path: auto lets gemm_allreduce choose (the row says which)\n"
     "  --json FILE           also write every row as JSON (rank 0)\n"
     "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
     "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
@@ -152,6 +153,11 @@ Options parse_options(const std::vector<std::string>& argv) {
       o.cfg.algo = v == "exchange" ? GemmAllReduceAlgo::kExchange
                    : v == "owner"  ? GemmAllReduceAlgo::kOwner
                                    : GemmAllReduceAlgo::kAuto;
+    } else if (opt == "--path") {
+      if (v != "auto" && v != "fused" && v != "sequential") bad("--path auto|fused|sequential, got '" + v + "'");
+      o.cfg.path = v == "fused" ? GemmAllReducePath::kFused
+                   : v == "sequential" ? GemmAllReducePath::kSequential
+                                       : GemmAllReducePath::kAuto;
     } else if (opt == "--json") o.json_path = v;
     else if (opt == "--trace") o.trace_path = v;
     else bad("unknown option '" + opt + "'");
@@ -191,20 +197,22 @@ void print_header(const Options& o, const RunInfo& info) {
   std::printf("#%6s %6s %6s |%9s %9s %9s %13s %9s %9s |%7s %7s %7s %6s %7s |%7s %5s\n", "M", "N", "K_loc", "(a)gemm",
               "(b)+nccl", "(c)+tw", "(d)chunked", "(e)fused", "(f)ar", "e-vs-b", "e-vs-c", "e-vs-d", "e/a",
               "overlap", "#wrong", "ident");
+  std::printf("#   (e) is tw::gemm_allreduce as called: the last column says which path it took (fused kernel, or\n"
+              "#   tw::gemm + tw::allreduce when gemm_allreduce_prefers_fused() says fusion does not pay)\n");
   std::fflush(stdout);
 }
 
 void print_row(const Row& r) {
   std::string chunked = num("%.1f", r.us[kChunked]);
   if (r.chunks) chunked.append("(").append(std::to_string(r.chunks)).append(")");
-  std::printf(" %6d %6d %6d |%9s %9s %9s %13s %9s %9s |%7s %7s %7s %6s %7s |%7s %5s%s%s\n", r.s.m, r.s.n, r.s.k,
+  std::printf(" %6d %6d %6d |%9s %9s %9s %13s %9s %9s |%7s %7s %7s %6s %7s |%7s %5s  %s%s%s\n", r.s.m, r.s.n, r.s.k,
               num("%.1f", r.us[kGemm]).c_str(), num("%.1f", r.us[kGemmNccl]).c_str(),
               num("%.1f", r.us[kGemmTw]).c_str(), chunked.c_str(), num("%.1f", r.us[kFused]).c_str(),
               num("%.1f", r.us[kNcclAr]).c_str(), num("%.3f", r.speedup_vs(kGemmNccl)).c_str(),
               num("%.3f", r.speedup_vs(kGemmTw)).c_str(), num("%.3f", r.speedup_vs(kChunked)).c_str(),
               num("%.3f", r.fused_over_gemm()).c_str(), num("%.3f", r.overlap()).c_str(),
               r.checked ? std::to_string(r.wrong).c_str() : "n/a", r.checked ? (r.identical ? "yes" : "no") : "n/a",
-              r.note.empty() ? "" : "  ", r.note.c_str());
+              r.path.c_str(), r.note.empty() ? "" : "  ", r.note.c_str());
   std::fflush(stdout);
 }
 
@@ -228,7 +236,7 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
       << ", \"t_gemm_us\": " << jnum(r.us[kGemm]) << ", \"t_gemm_nccl_us\": " << jnum(r.us[kGemmNccl])
       << ", \"t_gemm_tw_us\": " << jnum(r.us[kGemmTw]) << ", \"t_chunked_us\": " << jnum(r.us[kChunked])
       << ", \"chunks\": " << (r.chunks ? std::to_string(r.chunks) : "null")
-      << ", \"t_fused_us\": " << jnum(r.us[kFused]) << ", \"t_nccl_ar_us\": " << jnum(r.us[kNcclAr])
+      << ", \"path\": " << jstr(r.path) << ", \"t_fused_us\": " << jnum(r.us[kFused]) << ", \"t_nccl_ar_us\": " << jnum(r.us[kNcclAr])
       << ", \"speedup_vs_b\": " << jnum(r.speedup_vs(kGemmNccl)) << ", \"speedup_vs_c\": "
       << jnum(r.speedup_vs(kGemmTw)) << ", \"speedup_vs_d\": " << jnum(r.speedup_vs(kChunked))
       << ", \"fused_over_gemm\": " << jnum(r.fused_over_gemm()) << ", \"overlap_eff\": " << jnum(r.overlap())

@@ -135,6 +135,7 @@ TEST(GemmAllReduce, SmallShapes) {
   for (auto [algo, p] : {std::pair{A::kExchange, PP::kBFloat16}, std::pair{A::kOwner, PP::kBFloat16},
                          std::pair{A::kOwner, PP::kFloat32}}) {
     tw::GemmAllReduceConfig cfg;
+    cfg.path = tw::GemmAllReducePath::kFused;
     cfg.algo = algo;
     cfg.partials = p;
     run_shape({128, 256, 64}, cfg, 1);
@@ -147,8 +148,23 @@ TEST(GemmAllReduce, OddShapes) {
   TW_SKIP_UNLESS_SM90();
   for (tw::GemmAllReduceAlgo algo : {tw::GemmAllReduceAlgo::kExchange, tw::GemmAllReduceAlgo::kOwner}) {
     tw::GemmAllReduceConfig cfg;
+    cfg.path = tw::GemmAllReducePath::kFused;
     cfg.algo = algo;
     for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, cfg, 1);
+  }
+}
+
+// The sequential path (tw::gemm then tw::allreduce in place), forced and chosen by kAuto: same
+// reference, same bit-identity.
+TEST(GemmAllReduce, SequentialPath) {
+  TW_SKIP_UNLESS_SM90();
+  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(256, 512, 128, 2));
+  EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 2));
+  for (tw::GemmAllReducePath path : {tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
+    tw::GemmAllReduceConfig cfg;
+    cfg.path = path;
+    run_shape({256, 512, 128}, cfg, 2);
+    run_shape({7, 5144, 3584}, cfg, 1);
   }
 }
 
@@ -168,6 +184,7 @@ TEST(GemmAllReduce, TraceEventsPerTile) {
     DeviceBuffer events(cap * sizeof(tw::trace::Event)), count(sizeof(unsigned long long));
     TW_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
     tw::GemmAllReduceConfig cfg;
+    cfg.path = tw::GemmAllReducePath::kFused;
     cfg.trace.events = static_cast<tw::trace::Event*>(events.data());
     cfg.trace.count = static_cast<unsigned long long*>(count.data());
     cfg.trace.capacity = cap;
@@ -180,16 +197,24 @@ TEST(GemmAllReduce, TraceEventsPerTile) {
   });
   using K = tw::trace::EventKind;
   for (int r = 0; r < P; ++r) {
-    EXPECT_EQ(counts[r], 6ull * T) << "rank " << r << ": six events per tile";
+    // Six events per tile, plus one kernel_start and one kernel_end per CTA that had a tile.
+    int starts = 0, ends = 0;
     std::vector<std::array<uint64_t, 10>> t(T);
     std::vector<std::array<int, 10>> n(T);
     for (auto& a : n) a.fill(0);
     for (const auto& e : ev[r]) {
+      if (e.kind == (uint8_t)K::kKernelStart || e.kind == (uint8_t)K::kKernelEnd) {
+        (e.kind == (uint8_t)K::kKernelStart ? starts : ends) += 1;
+        continue;
+      }
       ASSERT_LT(e.id, (uint32_t)T);
       EXPECT_EQ(e.rank, r);
       t[e.id][e.kind] = e.t_ns;
       ++n[e.id][e.kind];
     }
+    EXPECT_GT(starts, 0) << "rank " << r;
+    EXPECT_EQ(starts, ends) << "rank " << r << ": a kernel_end for every CTA that started a tile";
+    EXPECT_EQ(counts[r], 6ull * T + starts + ends) << "rank " << r << ": nothing else recorded, nothing dropped";
     for (int id = 0; id < T; ++id) {
       for (K k : {K::kMmaStart, K::kMmaEnd, K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded})
         EXPECT_EQ(n[id][(int)k], 1) << "rank " << r << " tile " << id << " event " << tw::trace::kind_name(k);
@@ -208,6 +233,7 @@ TEST(GemmAllReduce, ConfigsAndReservedSms) {
   for (tw::GemmRaster r : {tw::GemmRaster::kAlongM, tw::GemmRaster::kAlongN})
     for (int reserved : {0, 100}) {
       tw::GemmAllReduceConfig cfg;
+      cfg.path = tw::GemmAllReducePath::kFused;
       cfg.raster = r, cfg.reserved_sms = reserved, cfg.swizzle = 2;
       run_shape({1000, 1032, 520}, cfg, 2);
     }
@@ -215,7 +241,9 @@ TEST(GemmAllReduce, ConfigsAndReservedSms) {
 
 TEST(GemmAllReduce, RepeatedCallsDoNotDrift) {
   TW_SKIP_UNLESS_SM90();
-  run_shape({384, 768, 256}, {}, 1000);
+  tw::GemmAllReduceConfig cfg;
+  cfg.path = tw::GemmAllReducePath::kFused;
+  run_shape({384, 768, 256}, cfg, 1000);
 }
 
 TEST(GemmAllReduce, BadInputWritesNothing) {

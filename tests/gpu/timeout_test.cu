@@ -123,7 +123,9 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
         std::this_thread::sleep_for(std::chrono::seconds(30));
         return;
       }
-      tw::gemm_allreduce(comm, a, {}, s);
+      tw::GemmAllReduceConfig fused;
+      fused.path = tw::GemmAllReducePath::kFused;
+      tw::gemm_allreduce(comm, a, fused, s);
       try {
         comm.sync(s);
       } catch (const tw::Error& e) {

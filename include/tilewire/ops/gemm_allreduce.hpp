@@ -97,17 +97,29 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //   kAuto      kExchange for P <= 2 with bf16 partials, else kOwner.
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner };
 
+// Fused kernel, or the sequential path tw::gemm(C_r = A_r B_r) then tw::allreduce(C) in place
+// (same precision: each partial rounded to bf16, summed in fp32 in rank order, bit-identical).
+// kAuto: gemm_allreduce_prefers_fused() — a rule read off the measured 2-GPU sweep
+// (docs/gemm_allreduce.md): fusion pays where the all-reduce is a large share of the GEMM time.
+enum class GemmAllReducePath { kAuto, kFused, kSequential };
+
 struct GemmAllReduceConfig {
   int reserved_sms = 0;                   // SMs the GEMM leaves idle (0 .. num_sms - 2)
   GemmRaster raster = GemmRaster::kAuto;  // tile walk; also numbers the tiles for ownership
   int swizzle = 1;                        // 1, 2, 4, 8
   PartialPrecision partials = PartialPrecision::kBFloat16;
   GemmAllReduceAlgo algo = GemmAllReduceAlgo::kAuto;
+  GemmAllReducePath path = GemmAllReducePath::kAuto;
   // Per-tile %globaltimer events (exchange algorithm): MMA start/end, partial leaves, partials
   // seen, reduction done, tile landed, into this device ring (tilewire/trace/trace.hpp's
   // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
   trace::Ring trace{};
 };
+
+// The kAuto path rule: fused iff M >= 2048 and K_local <= 8192 (P = 2 measurements: below that M
+// the 128 x 256 tile grid leaves SMs idle; at large K_local the all-reduce is under a fifth of the
+// GEMM and the fused kernel's per-tile epilogue costs more than it hides). Pure host logic.
+bool gemm_allreduce_prefers_fused(int M, int N, int K_local, int nranks);
 
 // Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current
 // device (sm_90, residency); writes nothing.

@@ -1,16 +1,15 @@
 // src/ops/gemm/launch.hpp — the GEMM kernels this build instantiates, one translation unit each
-// (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu.
+// (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu (the
+// hook kernel), gemm_sm90_bf16_nk_streamk.cu (the stream-K kernel, plain GEMM only).
 // Arguments are already checked (gemm.cu); num_sms is the device's SM count.
 #pragma once
 #include <cuda_runtime.h>
 
+#include "plan.hpp"  // kBlkM, kBlkN, kClusterM: the hook kernel's tile; StreamKPlan
 #include "scheduler.hpp"
 #include "tilewire/ops/gemm.hpp"
 
 namespace tw::gemm_impl {
-
-// The one tile configuration built: (BLK_M, BLK_N) = (128, 256), clusters of 2 CTAs along M.
-inline constexpr int kBlkM = 128, kBlkN = 256, kClusterM = 2;
 
 // Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured
 // against it (TILEWIRE_GEMM_EPILOGUE = staged | staged_half | direct | none, read once).
@@ -20,6 +19,11 @@ void launch_bf16_nk_variant(Epilogue e, const GemmArgs& a, const GemmConfig& cfg
                             cudaStream_t stream);
 
 void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+void launch_bf16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                            cudaStream_t stream);
 void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+
+// TILEWIRE_GEMM_KERNEL = auto | hook | streamk, read once (gemm.cu).
+KernelPref kernel_pref();
 
 }  // namespace tw::gemm_impl

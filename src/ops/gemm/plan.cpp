@@ -1,4 +1,5 @@
-// Host-side GEMM checks and planning (no GPU): can_implement, workspace_size, raster choice.
+// Host-side GEMM checks and planning (no GPU): can_implement, workspace_size, raster choice, the
+// kernel choice and the stream-K plan.
 // Unit-tested in tests/cpu/gemm_plan_test.cpp.
 #include "plan.hpp"
 
@@ -69,6 +70,8 @@ Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
   return Status{};
 }
 
+// Nothing from the caller: the stream-K kernel's scratch is cached by the launcher
+// (src/ops/gemm/scratch.hpp; ops/gemm.hpp "Device memory").
 size_t workspace_size(const GemmArgs&, const GemmConfig&) { return 0; }
 
 namespace gemm_impl {
@@ -85,6 +88,80 @@ Status check_sms(const GemmConfig& cfg, int num_sms, int cluster_m) {
                              std::to_string(num_sms - cfg.reserved_sms) + " of " + std::to_string(num_sms) +
                              " SMs; the kernel needs at least " + std::to_string(cluster_m) + " (one cluster)"};
   return Status{};
+}
+
+const char* kernel_name(GemmKernel k) {
+  switch (k) {
+    case GemmKernel::kHook: return "hook";
+    case GemmKernel::kStreamK: return "streamk";
+  }
+  return "?";
+}
+
+std::optional<KernelPref> parse_kernel_pref(const std::string& s) {
+  if (s == "auto") return KernelPref::kAuto;
+  if (s == "hook") return KernelPref::kHook;
+  if (s == "streamk") return KernelPref::kStreamK;
+  return std::nullopt;
+}
+
+double HookWaves::tail_fill() const {
+  const int rem = units % groups;
+  return rem == 0 ? 1.0 : double(rem) / groups;
+}
+
+HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  HookWaves w;
+  w.units = ceil_div(ceil_div(a.M, kBlkM), kClusterM) * ceil_div(a.N, kBlkN);
+  w.groups = (num_sms - cfg.reserved_sms) / kClusterM;
+  if (w.groups < 1) w.groups = 1;
+  return w;
+}
+
+bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  if (a.dtype != DType::kBFloat16 || a.b_layout != BLayout::kNK) return false;  // not built
+  const HookWaves w = hook_waves(a, cfg, num_sms);
+  return w.waves() < kHookMinWaves && w.tail_fill() < kHookMinTailFill;
+}
+
+GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref) {
+  if (a.dtype != DType::kBFloat16 || a.b_layout != BLayout::kNK) return GemmKernel::kHook;
+  switch (pref) {
+    case KernelPref::kHook: return GemmKernel::kHook;
+    case KernelPref::kStreamK: return GemmKernel::kStreamK;
+    case KernelPref::kAuto: break;
+  }
+  return use_streamk(a, cfg, num_sms) ? GemmKernel::kStreamK : GemmKernel::kHook;
+}
+
+StreamKTileShape tile_shape(StreamKTile t) {
+  return t == StreamKTile::k128x256c2 ? StreamKTileShape{128, 256, 2} : StreamKTileShape{128, 128, 1};
+}
+
+int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want) {
+  const int blocks_m = ceil_div(tiles_m, cluster_m) * cluster_m;  // CUTLASS pads M to whole clusters first
+  int s = 1;
+  while (s * 2 <= want) s *= 2;
+  for (; s > 1; s /= 2)
+    if (blocks_m % (s * cluster_m) == 0 && tiles_n % s == 0) break;
+  return s;
+}
+
+StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  StreamKPlan p;
+  if (hook_waves(a, cfg, num_sms).waves() >= 1.0) {
+    p.tile = StreamKTile::k128x256c2;
+    p.decomposition = Decomposition::kStreamK;  // CUTLASS's heuristic keeps a tail over half full data-parallel
+  } else {
+    p.tile = StreamKTile::k128x128c1;
+    p.decomposition = Decomposition::kHeuristic;
+  }
+  const StreamKTileShape t = tile_shape(p.tile);
+  p.raster = resolve_raster(a, cfg, t.blk_m, t.blk_n);
+  p.swizzle = streamk_swizzle(ceil_div(a.M, t.blk_m), ceil_div(a.N, t.blk_n), t.cluster_m, cfg.swizzle);
+  p.splits = 1;
+  p.deterministic = true;
+  return p;
 }
 
 }  // namespace gemm_impl

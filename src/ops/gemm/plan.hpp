@@ -1,10 +1,18 @@
 // src/ops/gemm/plan.hpp — host-side GEMM planning shared by the launcher and the CPU tests
-// (tests/cpu/gemm_plan_test.cpp): raster choice and the config checks that need the SM count.
+// (tests/cpu/gemm_plan_test.cpp): raster choice, the config checks that need the SM count, and
+// which of the two kernels runs a plain GEMM (and how the stream-K one splits its work).
 #pragma once
+#include <optional>
+#include <string>
+
 #include "scheduler.hpp"
 #include "tilewire/ops/gemm.hpp"
 
 namespace tw::gemm_impl {
+
+// The hook kernel's tile (gemm_sm90.cuh static_asserts it): (BLK_M, BLK_N) = (128, 256), clusters
+// of 2 CTAs along M.
+inline constexpr int kBlkM = 128, kBlkN = 256, kClusterM = 2;
 
 // GemmConfig::raster resolved for (M, N): kAuto walks along M when the output has more tile
 // columns than tile rows (a band of B tiles stays in L2 while A streams), else along N.
@@ -13,5 +21,86 @@ Raster resolve_raster(const GemmArgs& a, const GemmConfig& cfg, int blk_m, int b
 // Checks that need the device's SM count: reserved_sms must leave at least one cluster of
 // `cluster_m` SMs to the GEMM.
 Status check_sms(const GemmConfig& cfg, int num_sms, int cluster_m);
+
+// ------------------------------------------------------------------------------ kernel choice
+// Two kernels compute a plain GEMM:
+//   kHook     gemm_sm90.cuh: 128x256 tiles, 2x1 clusters, tilewire's tile order, the per-tile hook
+//             epilogue (StoreC). The fused ops always use it. One output tile per CTA per step,
+//             so a problem of T tiles on G cluster groups runs ceil(T / G) full-length waves.
+//   kStreamK  gemm_sm90_bf16_nk_streamk.cu: CUTLASS's kernel with its stream-K scheduler and TMA
+//             epilogue; CTAs split the K loop of some tiles and add up partial tiles in a device
+//             workspace, so small grids and ragged last waves keep every SM busy. bf16, B kNK only.
+enum class GemmKernel { kHook, kStreamK };
+const char* kernel_name(GemmKernel k);  // "hook", "streamk"
+
+// TILEWIRE_GEMM_KERNEL: auto (kernel_for's rule), hook, streamk (wherever it is built).
+enum class KernelPref { kAuto, kHook, kStreamK };
+std::optional<KernelPref> parse_kernel_pref(const std::string& s);  // nullopt when not one of the three
+
+// The hook kernel's grid, in its own units: `units` cluster units of (256 rows, 256 columns) over
+// `groups` persistent cluster groups ((num_sms - reserved_sms) / 2).
+struct HookWaves {
+  int units = 0, groups = 1;
+  double waves() const { return double(units) / groups; }
+  // Fill of the last wave, in (0, 1]: 1 when the waves come out even.
+  double tail_fill() const;
+};
+HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
+
+// When the hook kernel is as fast as cuBLASLt (H200, 132 SMs, measured):
+//   many waves      8192^3 (15.5 waves) 1.000, 16384x8192x4096 (31.0) 0.993: at >= 15 waves a
+//                   ragged last wave is a small part of the time, and cuBLASLt pays it too;
+//   full last wave  2048x4096 (1.94 waves, last 94% full) 0.97-1.02, 512x8192 (0.97) 0.94-0.96.
+// Elsewhere it loses: 4096x8192x8192 (7.76 waves, last 76% full) 0.951, 2048x8192x4096 (3.88, 88%)
+// 0.948, and the small grids (M = 128: 0.24-0.48 waves) 0.34-0.47.
+inline constexpr double kHookMinWaves = 15.0;
+inline constexpr double kHookMinTailFill = 0.9;
+
+// The automatic rule: stream-K for a bf16 kNK GEMM whose hook grid has fewer than kHookMinWaves
+// waves and a last wave less than kHookMinTailFill full; the hook kernel otherwise.
+bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
+
+// The kernel tw::gemm runs: `pref` (TILEWIRE_GEMM_KERNEL) first, the rule for kAuto. Where the
+// stream-K kernel is not built (fp16, B kKN) it is always kHook.
+GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref);
+
+// ------------------------------------------------------------------------------ stream-K plan
+// The two instantiations of the stream-K kernel (gemm_sm90_bf16_nk_streamk.cu), both CUTLASS's
+// warp-specialized cooperative kernel (one TMA producer warp, two consumer warpgroups of 64 rows;
+// CUTLASS's ping-pong kernel does not take the stream-K scheduler):
+//   k128x256c2  (128, 256, 64) tiles, 2x1 clusters: the hook kernel's mainloop, for grids of a
+//               wave or more whose last wave is ragged;
+//   k128x128c1  (128, 128, 64) tiles, 1x1 clusters: twice the tiles to spread, half the bytes per
+//               partial tile, no padding CTA when M <= 128: for grids under one hook wave.
+enum class StreamKTile { k128x256c2, k128x128c1 };
+struct StreamKTileShape {
+  int blk_m, blk_n, cluster_m;
+};
+StreamKTileShape tile_shape(StreamKTile t);
+
+// CUTLASS's decomposition modes (PersistentTileSchedulerSm90StreamKParams::DecompositionMode):
+// kHeuristic (CUTLASS decides: stream-K over the tiles when they fill less than half a wave, else
+// data-parallel), kDataParallel, kSplitK (`splits` equal K ranges per tile), kStreamK (the last
+// one or two waves' worth of tiles split evenly in K over all CTAs, the rest data-parallel).
+enum class Decomposition { kHeuristic, kDataParallel, kSplitK, kStreamK };
+
+struct StreamKPlan {
+  StreamKTile tile = StreamKTile::k128x128c1;
+  Decomposition decomposition = Decomposition::kHeuristic;
+  int splits = 1;                // kSplitK only
+  Raster raster = Raster::kAlongM;
+  int swizzle = 1;               // CUTLASS max_swizzle_size (see streamk_swizzle)
+  bool deterministic = true;     // partial tiles added in K order (bitwise reproducible), else atomics
+};
+
+// The plan tw::gemm uses: k128x256c2 with kStreamK when the hook grid has at least one wave (its
+// ragged tail is what stream-K fixes), else k128x128c1 with kHeuristic; raster from
+// resolve_raster for that tile; swizzle from streamk_swizzle; deterministic reduction.
+StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
+
+// CUTLASS's scheduler rounds the tile grid up to a multiple of swizzle * cluster along both axes
+// and gives the padding tiles real work (a K loop over zeros). The largest power of two <= `want`
+// that adds no padding tile to a (tiles_m, tiles_n) grid of `cluster_m`-CTA clusters.
+int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 }  // namespace tw::gemm_impl

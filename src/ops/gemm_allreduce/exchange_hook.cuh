@@ -115,6 +115,8 @@ struct ExchangeHook {
     cutlass::arch::ClusterBarrier::arrive(&sm.staged);
     if (ring.on() && tid == 0) {
       const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
+      // The consumers' start (HookEpilogue's constructor) is the first tile's MMA start.
+      if (j == 0) trace::emit(ring, trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
       trace::emit(ring, trace::EventKind::kMmaStart, id, v.t_mma_start_ns);
       trace::emit(ring, trace::EventKind::kMmaEnd, id, t_mma_end);
     }
@@ -178,6 +180,7 @@ struct ExchangeHook {
       reduce(tile_at(group, x, last), tag, tid);
     }
     gemm_impl::hook_bar();
+    if (ring.on() && tid == 0 && last >= 0) trace::emit(ring, trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
     if (tid == 0) {
       // Every CTA of this rank read the tag before arriving here (its comm warp too: the last
       // reduction waited for its flag); the last one advances the call counter and tells the

@@ -9,6 +9,7 @@
 #include "../gemm/plan.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
+#include "tilewire/ops/allreduce.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -96,6 +97,22 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   comm.require_usable("gemm_allreduce");
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  const bool fused = cfg.path == GemmAllReducePath::kFused ||
+                     (cfg.path == GemmAllReducePath::kAuto &&
+                      gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
+  if (!fused) {
+    // Sequential: the partial into this rank's C, then the in-place all-reduce of C (a window).
+    GemmConfig g;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
+    g.reserved_sms = cfg.reserved_sms;
+    gemm(gemm_allreduce_impl::as_gemm_args(a), g, stream);
+    AllReduceArgs ar;
+    ar.send = a.C;
+    ar.recv = a.C;
+    ar.count = (size_t)a.M * a.N;
+    ar.dtype = a.dtype;
+    allreduce(comm, ar, stream);
+    return;
+  }
   DeviceInfo d;
   const bool exchange = gemm_allreduce_impl::uses_exchange(comm.lsa_size(), cfg);
   const Status ds = device_info(exchange, &d);

@@ -65,6 +65,9 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
   if (cfg.algo == GemmAllReduceAlgo::kExchange && cfg.partials != PartialPrecision::kBFloat16)
     return fail("the exchange algorithm sends bf16 partials only (its shared-memory tile is bf16); use kOwner "
                 "for fp32 partials");
+  if (cfg.path != GemmAllReducePath::kAuto && cfg.path != GemmAllReducePath::kFused &&
+      cfg.path != GemmAllReducePath::kSequential)
+    return fail("unknown path (kAuto, kFused or kSequential)");
   if (a.workspace == nullptr) return fail("workspace is null (allocate workspace_size() bytes in a window)");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return fail("workspace is not 256-byte aligned");
   const Layout l = layout_for(a, nranks, cfg);
@@ -78,6 +81,10 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 }
 
 }  // namespace gemm_allreduce_impl
+
+bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int /*nranks*/) {
+  return M >= 2048 && K_local <= 8192;
+}
 
 size_t workspace_size(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {
   if (a.M <= 0 || a.N <= 0 || nranks < 1) return 0;
