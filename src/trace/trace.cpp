@@ -68,6 +68,8 @@ Ring TraceBuffer::ring(int rank) const {
 void TraceBuffer::reset(cudaStream_t stream) {
   TW_REQUIRE(count_ != nullptr, kState, "TraceBuffer::reset: the buffer was moved from");
   TW_CUDA_CHECK(cudaMemsetAsync(count_, 0, sizeof(unsigned long long), stream));
+  // Slots written with emit_at() are found by t_ns != 0: clear them all.
+  TW_CUDA_CHECK(cudaMemsetAsync(events_, 0, sizeof(Event) * capacity_, stream));
 }
 
 namespace {
@@ -78,6 +80,8 @@ std::vector<Event> fetch(const Event* events, const unsigned long long* count, u
   std::vector<Event> out(kept);
   if (kept) TW_CUDA_CHECK(cudaMemcpy(out.data(), events, sizeof(Event) * kept, cudaMemcpyDeviceToHost));
   if (dropped) *dropped = (uint64_t)(n - kept);
+  // Reserved slots an emitter never wrote (emit_at layouts with holes) hold zeros.
+  out.erase(std::remove_if(out.begin(), out.end(), [](const Event& e) { return e.t_ns == 0; }), out.end());
   return out;
 }
 }  // namespace

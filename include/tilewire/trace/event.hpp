@@ -9,10 +9,15 @@
 //                      sm     %smid of the recording CTA
 //                      kind   EventKind; its role (compute or communication) is role_of(kind)
 //
-// A Ring is a device buffer of `capacity` events plus a 64-bit counter. emit() claims a slot with
-// one atomicAdd and writes the event if the slot is < capacity; the counter keeps counting past
-// capacity, so the host sees how many were dropped. Tracing off = a null Ring::events: emitters
-// test one pointer per tile (uniform branch) and do nothing else.
+// A Ring is a device buffer of `capacity` events plus a 64-bit counter. Two ways to fill it:
+//   emit()     claims a slot with one atomicAdd and writes the event if the slot is < capacity; the
+//              counter keeps counting past capacity, so the host sees how many were dropped.
+//   emit_at()  writes a slot the emitter computed itself (an op with a fixed event layout: no
+//              atomic, no round trip on its critical path); the op raises the counter to the end
+//              of its layout once (reserve()). Unwritten slots stay zero (TraceBuffer::reset clears
+//              them) and the host drops events with t_ns == 0.
+// Tracing off = a null Ring::events: emitters test one pointer per tile (uniform branch) and do
+// nothing else.
 #pragma once
 #include <cstdint>
 
@@ -103,6 +108,21 @@ __device__ __forceinline__ void emit(const Ring& r, EventKind kind, uint32_t id,
     e.kind = static_cast<uint8_t>(kind);
     r.events[slot] = e;
   }
+}
+__device__ __forceinline__ void emit_at(const Ring& r, unsigned long long slot, EventKind kind, uint32_t id,
+                                        uint64_t t_ns) {
+  if (!r.on() || slot >= r.capacity) return;
+  Event e;
+  e.t_ns = t_ns;
+  e.id = id;
+  e.rank = r.rank;
+  e.sm = static_cast<uint8_t>(tw::ptx::smid());
+  e.kind = static_cast<uint8_t>(kind);
+  r.events[slot] = e;
+}
+// Slots [0, n) are in use (emit_at's layout); past capacity they count as dropped.
+__device__ __forceinline__ void reserve(const Ring& r, unsigned long long n) {
+  if (r.on()) atomicMax(r.count, n);
 }
 #endif
 

@@ -38,7 +38,8 @@ class TraceBuffer {
 
   // The device view a kernel takes (events, counter, capacity, the rank it stamps).
   Ring ring(int rank) const;
-  // Zero the counter, asynchronously on `stream` (the events themselves are not cleared).
+  // Zero the counter and the events, asynchronously on `stream` (emit_at layouts find unwritten
+  // slots by t_ns == 0; download() drops them).
   void reset(cudaStream_t stream);
   // The events recorded since the last reset, in claim order. `dropped` (optional) receives how
   // many emits found the ring full. The first overload waits for the whole device, the second

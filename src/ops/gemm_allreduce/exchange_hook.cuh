@@ -116,9 +116,9 @@ struct ExchangeHook {
     if (ring.on() && tid == 0) {
       const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
       // The consumers' start (HookEpilogue's constructor) is the first tile's MMA start.
-      if (j == 0) trace::emit(ring, trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
-      trace::emit(ring, trace::EventKind::kMmaStart, id, v.t_mma_start_ns);
-      trace::emit(ring, trace::EventKind::kMmaEnd, id, t_mma_end);
+      if (j == 0) trace::emit_at(ring, cta_slot(0), trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
+      trace::emit_at(ring, tile_slot(id, trace::EventKind::kMmaStart), trace::EventKind::kMmaStart, id, v.t_mma_start_ns);
+      trace::emit_at(ring, tile_slot(id, trace::EventKind::kMmaEnd), trace::EventKind::kMmaEnd, id, t_mma_end);
     }
 
     // 3. reduce the tile before the previous one.
@@ -141,8 +141,11 @@ struct ExchangeHook {
     const int t = lay.tile_index(tile_m, tile_n);
     const int rows = min(M - tile_m * kBlkM, kBlkM), vecs = min(N - tile_n * kBlkN, kBlkN) / 8;
     constexpr int kVecRow = kBlkN / 8;  // 32: one row per warp instruction
-    if (ring.on() && lane == 0)
-      trace::emit(ring, trace::EventKind::kPartialLeave, uint32_t(tile_m * lay.tiles_n + tile_n), ptx::globaltimer());
+    if (ring.on() && lane == 0) {
+      const uint32_t id = uint32_t(tile_m * lay.tiles_n + tile_n);
+      trace::emit_at(ring, tile_slot(id, trace::EventKind::kPartialLeave), trace::EventKind::kPartialLeave, id,
+                     ptx::globaltimer());
+    }
     const char* src = reinterpret_cast<const char*>(smem->buf);
 #pragma unroll 1
     for (int k = 1; k <= lay.P; ++k) {
@@ -180,7 +183,10 @@ struct ExchangeHook {
       reduce(tile_at(group, x, last), tag, tid);
     }
     gemm_impl::hook_bar();
-    if (ring.on() && tid == 0 && last >= 0) trace::emit(ring, trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
+    if (ring.on() && tid == 0) {
+      if (last >= 0) trace::emit_at(ring, cta_slot(1), trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
+      trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
+    }
     if (tid == 0) {
       // Every CTA of this rank read the tag before arriving here (its comm warp too: the last
       // reduction waited for its flag); the last one advances the call counter and tells the
@@ -199,6 +205,16 @@ struct ExchangeHook {
   }
 
  private:
+  // Trace layout (emit_at, no atomics): six slots per tile (kinds mma_start .. tile_landed), then
+  // kernel_start / kernel_end per CTA. Ring capacity >= 6 T + 2 * grid CTAs (else events drop).
+  static constexpr int kTileEvents = 6;
+  CUTLASS_DEVICE static unsigned long long tile_slot(uint32_t id, trace::EventKind k) {
+    return (unsigned long long)id * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart));
+  }
+  CUTLASS_DEVICE unsigned long long cta_slot(int which) const {
+    return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
+  }
+
   CUTLASS_DEVICE uint64_t call_tag() const {
     return *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
   }
@@ -240,15 +256,17 @@ struct ExchangeHook {
     if (tid < lay.P) wait_flag(ws + lay.arrive_flag(t, tid), tag, "gemm_allreduce.partial");
     gemm_impl::hook_bar();
     const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
-    if (ring.on() && tid == 0) trace::emit(ring, trace::EventKind::kPartialsSeen, id, ptx::globaltimer());
+    if (ring.on() && tid == 0)
+      trace::emit_at(ring, tile_slot(id, trace::EventKind::kPartialsSeen), trace::EventKind::kPartialsSeen, id,
+                     ptx::globaltimer());
     if (lay.P == 2) reduce_tile<2>(u, t, tid);  // both partials' loads in flight together
     else reduce_tile<0>(u, t, tid);
     if (ring.on()) {
       gemm_impl::hook_bar();
       if (tid == 0) {
         const uint64_t now = ptx::globaltimer();
-        trace::emit(ring, trace::EventKind::kReduceDone, id, now);
-        trace::emit(ring, trace::EventKind::kTileLanded, id, now);
+        trace::emit_at(ring, tile_slot(id, trace::EventKind::kReduceDone), trace::EventKind::kReduceDone, id, now);
+        trace::emit_at(ring, tile_slot(id, trace::EventKind::kTileLanded), trace::EventKind::kTileLanded, id, now);
       }
     }
   }

@@ -1,0 +1,79 @@
+// tests/gpu/trace_test.cu — the tracer's device side (tilewire/trace/trace.hpp): clock alignment
+// across GPUs and the trace buffer. (The fused op's per-tile events: gemm_allreduce_test.cu.)
+//
+//   Trace.ClockOffsetsAgreeWithinTheirError   two independent measurements of every rank's clock
+//                                              offset differ by no more than the sum of their
+//                                              stated error bounds, and the bound is small (< 50 us)
+//   Trace.BufferRoundTrip                      emit / emit_at from a kernel, download drops unwritten
+//                                              slots, counts what did not fit
+#include <cstdlib>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/trace/trace.hpp"
+
+namespace {
+using namespace tw_test;
+
+TEST(Trace, ClockOffsetsAgreeWithinTheirError) {
+  TW_SKIP_UNLESS_GPUS(2);
+  const int P = gpu_count();
+  std::vector<tw::trace::ClockSync> a(P), b(P);
+  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+    a[comm.rank()] = tw::trace::measure_clock_offsets(comm);
+    b[comm.rank()] = tw::trace::measure_clock_offsets(comm);
+  });
+  for (int r = 0; r < P; ++r) {  // every rank returns the same table
+    EXPECT_EQ(a[r].offset_ns, a[0].offset_ns) << "rank " << r;
+    EXPECT_EQ(b[r].offset_ns, b[0].offset_ns) << "rank " << r;
+  }
+  const tw::trace::ClockSync& x = a[0];
+  const tw::trace::ClockSync& y = b[0];
+  ASSERT_EQ((int)x.offset_ns.size(), P);
+  EXPECT_EQ(x.offset_ns[0], 0);
+  for (int q = 1; q < P; ++q) {
+    EXPECT_GT(x.error_ns[q], 0) << "rank " << q;
+    EXPECT_LT(x.error_ns[q], 50000) << "rank " << q << ": a round trip over NVLink is a few us";
+    EXPECT_LE(std::llabs(x.offset_ns[q] - y.offset_ns[q]), x.error_ns[q] + y.error_ns[q])
+        << "rank " << q << ": offsets " << x.offset_ns[q] << " and " << y.offset_ns[q] << " ns, errors "
+        << x.error_ns[q] << " and " << y.error_ns[q] << " ns";
+  }
+  std::printf("clock offsets (ns, +- error):");
+  for (int q = 0; q < P; ++q) std::printf(" rank %d %lld +- %lld", q, (long long)x.offset_ns[q], (long long)x.error_ns[q]);
+  std::printf("\n");
+}
+
+__global__ void emit_some(tw::trace::Ring r) {
+  // 3 claimed events, 2 fixed slots (one past capacity), 1 reserve.
+  if (threadIdx.x < 3) tw::trace::emit(r, tw::trace::EventKind::kChunkSend, threadIdx.x, 1000 + threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    tw::trace::emit_at(r, 5, tw::trace::EventKind::kChunkRecv, 7, 2000);
+    tw::trace::emit_at(r, 1000, tw::trace::EventKind::kChunkRecv, 8, 3000);  // beyond capacity: ignored
+    tw::trace::reserve(r, 6);
+  }
+}
+
+TEST(Trace, BufferRoundTrip) {
+  TW_SKIP_UNLESS_GPUS(1);
+  TW_CUDA_CHECK(cudaSetDevice(0));
+  Stream s;
+  tw::trace::TraceBuffer buf(8);
+  for (int pass = 0; pass < 2; ++pass) {  // reset() clears what the first pass wrote
+    buf.reset(s);
+    emit_some<<<1, 32, 0, s>>>(buf.ring(3));
+    TW_CUDA_CHECK(cudaGetLastError());
+    uint64_t dropped = 99;
+    const std::vector<tw::trace::Event> ev = buf.download(&dropped, s);
+    EXPECT_EQ(dropped, 0u);
+    ASSERT_EQ(ev.size(), 4u) << "3 claimed + 1 fixed slot; the empty slots 3 and 4 are dropped";
+    int recv = 0;
+    for (const auto& e : ev) {
+      EXPECT_EQ(e.rank, 3);
+      recv += e.kind == (uint8_t)tw::trace::EventKind::kChunkRecv;
+    }
+    EXPECT_EQ(recv, 1);
+  }
+}
+
+}  // namespace
