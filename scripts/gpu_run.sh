@@ -40,13 +40,13 @@ run() {  # run <limit_s> cmd...: log output, remember failures
 
 if [ "$MODE" = gemm ]; then
   step "GEMM tests"
-  run 300 "$TESTS" --gtest_filter='Gemm*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
-  step "memcheck on the small GEMM tests"
-  run 300 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
+  run 150 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
+  step "memcheck on the small GEMM tests (hook and stream-K kernels)"
+  run 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
     --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'
   step "bench gemm"
-  run 300 "$TW" bench gemm --sweep acceptance --json "$OUT/bench_gemm_acceptance.json"
-  run 300 "$TW" bench gemm --sweep grid --json "$OUT/bench_gemm_grid.json"
+  run 150 "$TW" bench gemm --sweep acceptance --json "$OUT/bench_gemm_acceptance.json"
+  run 150 "$TW" bench gemm --sweep grid --json "$OUT/bench_gemm_grid.json"
 fi
 
 if [ "$MODE" = probe ]; then
@@ -88,7 +88,7 @@ if [ "$MODE" = fused ]; then
   export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   step "fused tests"
-  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "bench gemm-allreduce acceptance (+ trace of 8192x8192x4096)"
   run 200 "$TW" bench gemm-allreduce --sweep acceptance --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
   step "bench gemm-allreduce grid"

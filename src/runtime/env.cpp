@@ -26,6 +26,10 @@ static const Var kVars[] = {
     {"TILEWIRE_GEMM_EPILOGUE", Type::kString, "staged",
      "GEMM epilogue of the bf16 [N,K] kernel, for measurement: staged (shared memory + bulk copies), "
      "staged_half (two 128-column passes), direct (register stores), none (mainloop only; C not written)."},
+    {"TILEWIRE_GEMM_KERNEL", Type::kString, "auto",
+     "Kernel of the plain GEMM: auto (stream-K for bf16 [N,K] shapes whose 128x256 tile grid leaves SMs idle: "
+     "fewer than 15 waves with a last wave under 90% full; the hook kernel otherwise), hook (tilewire's "
+     "persistent kernel, the one the fused ops use), streamk (CUTLASS stream-K wherever it is built: bf16, B [N,K])."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",

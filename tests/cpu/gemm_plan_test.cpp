@@ -1,6 +1,7 @@
 // GEMM argument checks without a GPU (ops/gemm.hpp can_implement, src/ops/gemm/plan.hpp): each
-// rejection with its reason, valid shapes accepted, raster choice, SM reservation; gemm() throws
-// kInvalidArgument before touching the device.
+// rejection with its reason, valid shapes accepted, raster choice, SM reservation, the choice
+// between the hook and the stream-K kernel and the stream-K plan; gemm() throws kInvalidArgument
+// before touching the device.
 #include <cstdint>
 
 #include "cpu_util.hpp"
@@ -33,7 +34,9 @@ TEST(GemmPlan, AcceptsValidShapes) {
   GemmConfig cfg;
   cfg.reserved_sms = 16, cfg.swizzle = 8, cfg.raster = tw::GemmRaster::kAlongN, cfg.rank = 3, cfg.nranks = 4;
   EXPECT_TRUE(tw::can_implement(args(256, 256, 64), cfg).ok);
+  // The caller provides no workspace: the stream-K kernel's scratch is cached by the library.
   EXPECT_EQ(tw::workspace_size(args(256, 256, 64)), 0u);
+  EXPECT_EQ(tw::workspace_size(args(128, 4096, 4096)), 0u);
 }
 
 struct Reject {
@@ -121,6 +124,161 @@ TEST(GemmPlan, ReservedSmsLeaveACluster) {
   const tw::Status s = check_sms(cfg, 132, 2);
   EXPECT_FALSE(s.ok);
   EXPECT_TRUE(contains(s.reason, "reserved_sms=131 leaves 1 of 132 SMs"));
+}
+
+// ------------------------------------------------------------------------------ kernel choice
+// H200: 132 SMs, so the hook kernel runs 66 cluster groups of 2 CTAs.
+constexpr int kSms = 132;
+
+TEST(GemmPlan, KernelPrefParses) {
+  using tw::gemm_impl::KernelPref;
+  using tw::gemm_impl::parse_kernel_pref;
+  EXPECT_EQ(parse_kernel_pref("auto"), KernelPref::kAuto);
+  EXPECT_EQ(parse_kernel_pref("hook"), KernelPref::kHook);
+  EXPECT_EQ(parse_kernel_pref("streamk"), KernelPref::kStreamK);
+  for (const char* bad : {"", "Hook", "stream-k", "cutlass", "auto "})
+    EXPECT_FALSE(parse_kernel_pref(bad).has_value()) << "'" << bad << "'";
+  EXPECT_STREQ(tw::gemm_impl::kernel_name(tw::gemm_impl::GemmKernel::kHook), "hook");
+  EXPECT_STREQ(tw::gemm_impl::kernel_name(tw::gemm_impl::GemmKernel::kStreamK), "streamk");
+}
+
+TEST(GemmPlan, HookWaves) {
+  using tw::gemm_impl::hook_waves;
+  GemmConfig cfg;
+  // 4096x8192: 32 x 32 tiles = 16 x 32 cluster units = 512 over 66 groups.
+  auto w = hook_waves(args(4096, 8192, 8192), cfg, kSms);
+  EXPECT_EQ(w.units, 512);
+  EXPECT_EQ(w.groups, 66);
+  EXPECT_NEAR(w.waves(), 7.76, 0.01);
+  EXPECT_NEAR(w.tail_fill(), 50.0 / 66, 1e-9);
+  // M = 128: one tile row, still one cluster unit per tile column (the padding CTA).
+  w = hook_waves(args(128, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(w.units, 16);
+  EXPECT_NEAR(w.tail_fill(), 16.0 / 66, 1e-9);
+  // Waves that come out even: a full last wave.
+  w = hook_waves(args(2048, 4096, 64), cfg, 128);  // 8 x 16 = 128 units over 64 groups
+  EXPECT_EQ(w.tail_fill(), 1.0);
+  // Reserved SMs shrink the groups; odd leftovers round down; never below one group.
+  cfg.reserved_sms = 11;
+  EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 60);
+  cfg.reserved_sms = 131;
+  EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 1);
+}
+
+// The issue-3 grid and the acceptance shapes on 132 SMs: the rule sends exactly the shapes where the
+// hook kernel was measured below cuBLASLt (plan.hpp) to the stream-K kernel. K does not matter.
+TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
+  using tw::gemm_impl::use_streamk;
+  struct Case {
+    int M, N;
+    bool streamk;
+    const char* why;
+  };
+  const Case cases[] = {
+      {128, 4096, true, "0.24 waves"},          {128, 8192, true, "0.48 waves"},
+      {512, 4096, true, "0.48 waves"},          {512, 8192, false, "0.97 waves: last wave 97% full"},
+      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, true, "3.88 waves, last 88% full"},
+      {4096, 8192, true, "7.76 waves, 76%"},    {8192, 4096, true, "7.76 waves, 76%"},
+      {8192, 8192, false, "15.5 waves"},        {16384, 8192, false, "31.0 waves"},
+  };
+  for (const Case& c : cases)
+    for (int K : {4096, 8192})
+      EXPECT_EQ(use_streamk(args(c.M, c.N, K), {}, kSms), c.streamk) << c.M << "x" << c.N << "x" << K << ": " << c.why;
+}
+
+TEST(GemmPlan, StreamKRuleEdges) {
+  using tw::gemm_impl::use_streamk;
+  GemmConfig cfg;
+  // Only bf16 with B [N, K] has a stream-K kernel.
+  EXPECT_TRUE(use_streamk(args(128, 4096, 4096), cfg, kSms));
+  EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kKN), cfg, kSms));
+  EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), cfg, kSms));
+  // Tiny and odd shapes: under a wave.
+  EXPECT_TRUE(use_streamk(args(1, 8, 16), cfg, kSms));
+  EXPECT_TRUE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
+  // Reserved SMs move the waves: 2048x4096 is 128 units; 66 groups leave the last wave 94% full,
+  // 64 groups make exactly 2 waves, 61 groups a 10% last wave.
+  cfg.reserved_sms = 0;
+  EXPECT_FALSE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  cfg.reserved_sms = 4;
+  EXPECT_FALSE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  cfg.reserved_sms = 10;
+  EXPECT_TRUE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  // Exactly at the wave threshold the hook kernel stays.
+  cfg.reserved_sms = 0;
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66, 64), cfg, kSms)) << "15 full waves";
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 64), cfg, kSms)) << "15 waves and a ragged 16th";
+  EXPECT_TRUE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14 waves and a ragged 15th";
+}
+
+TEST(GemmPlan, KernelPreferenceOverridesTheRule) {
+  using tw::gemm_impl::GemmKernel;
+  using tw::gemm_impl::kernel_for;
+  using tw::gemm_impl::KernelPref;
+  const GemmArgs small = args(128, 4096, 4096), big = args(8192, 8192, 8192);
+  EXPECT_EQ(kernel_for(small, {}, kSms, KernelPref::kAuto), GemmKernel::kStreamK);
+  EXPECT_EQ(kernel_for(big, {}, kSms, KernelPref::kAuto), GemmKernel::kHook);
+  EXPECT_EQ(kernel_for(small, {}, kSms, KernelPref::kHook), GemmKernel::kHook);
+  EXPECT_EQ(kernel_for(big, {}, kSms, KernelPref::kStreamK), GemmKernel::kStreamK);
+  // Not built: the hook kernel whatever the preference.
+  EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kKN), {}, kSms, KernelPref::kStreamK), GemmKernel::kHook);
+  EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), {}, kSms, KernelPref::kStreamK),
+            GemmKernel::kHook);
+}
+
+TEST(GemmPlan, StreamKPlan) {
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::plan_streamk;
+  using tw::gemm_impl::Raster;
+  using tw::gemm_impl::StreamKTile;
+  GemmConfig cfg;  // swizzle 4
+  // A ragged tail over several waves: the hook kernel's tile, stream-K over the last waves.
+  auto p = plan_streamk(args(4096, 8192, 8192), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
+  EXPECT_EQ(p.decomposition, Decomposition::kStreamK);
+  EXPECT_EQ(p.swizzle, 4);
+  EXPECT_EQ(p.raster, Raster::kAlongN) << "32 tile rows, 32 tile columns";
+  EXPECT_TRUE(p.deterministic);
+  p = plan_streamk(args(2048, 8192, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
+  EXPECT_EQ(p.raster, Raster::kAlongM) << "16 tile rows, 32 tile columns";
+  // Under one hook wave: the small tile, CUTLASS's heuristic (stream-K below half a wave of its
+  // tiles, data-parallel above), no swizzle over a single tile row.
+  p = plan_streamk(args(128, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
+  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
+  EXPECT_EQ(p.swizzle, 1);
+  EXPECT_EQ(p.raster, Raster::kAlongM);
+  p = plan_streamk(args(512, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
+  EXPECT_EQ(p.swizzle, 4) << "4 x 32 tiles";
+  // The caller's raster and swizzle reach the plan.
+  cfg.raster = tw::GemmRaster::kAlongN, cfg.swizzle = 1;
+  p = plan_streamk(args(4096, 8192, 8192), cfg, kSms);
+  EXPECT_EQ(p.raster, Raster::kAlongN);
+  EXPECT_EQ(p.swizzle, 1);
+}
+
+TEST(GemmPlan, StreamKSwizzleAddsNoPadding) {
+  using tw::gemm_impl::streamk_swizzle;
+  EXPECT_EQ(streamk_swizzle(32, 32, 2, 4), 4);
+  EXPECT_EQ(streamk_swizzle(32, 32, 2, 8), 8);
+  EXPECT_EQ(streamk_swizzle(1, 32, 1, 4), 1) << "one tile row";
+  EXPECT_EQ(streamk_swizzle(24, 21, 2, 4), 1) << "21 tile columns: odd";
+  EXPECT_EQ(streamk_swizzle(23, 40, 2, 8), 4) << "23 rows pad to 24 clusters' worth, 24 % 16 != 0";
+  EXPECT_EQ(streamk_swizzle(32, 32, 2, 1), 1);
+  EXPECT_EQ(streamk_swizzle(32, 32, 2, 3), 2) << "rounded down to a power of two";
+  // Whatever it returns, CUTLASS's round-up (to swizzle * cluster along M, swizzle along N) is a no-op.
+  for (int tm : {1, 2, 3, 5, 8, 23, 24, 64})
+    for (int tn : {1, 3, 4, 6, 21, 32})
+      for (int c : {1, 2})
+        for (int want : {1, 2, 4, 8}) {
+          const int s = streamk_swizzle(tm, tn, c, want);
+          const int bm = (tm + c - 1) / c * c;
+          EXPECT_EQ(bm % (s * c), 0) << tm << " " << tn << " " << c << " " << want;
+          EXPECT_EQ(tn % s, 0) << tm << " " << tn << " " << c << " " << want;
+          EXPECT_LE(s, want);
+        }
 }
 
 TEST(GemmPlan, LayoutNames) {

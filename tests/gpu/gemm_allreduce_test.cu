@@ -176,11 +176,11 @@ TEST(GemmAllReduce, TraceEventsPerTile) {
   const Shape s{1000, 1032, 520};  // 8 x 5 tiles, the last row and column partial
   const int P = tw_test::gpu_count();
   const int tiles_m = (s.M + 127) / 128, tiles_n = (s.N + 255) / 256, T = tiles_m * tiles_n;
+  const uint32_t cap = 6 * T + 2 * 1024;  // the op's layout: 6 per tile + 2 per CTA (grid <= 1024 CTAs)
   std::vector<std::vector<tw::trace::Event>> ev(P);
   std::vector<unsigned long long> counts(P);
   tw::Comm::run_local({}, [&](tw::Comm& comm) {
     const int r = comm.rank();
-    const uint32_t cap = 6 * T + 2 * 1024;  // the op's layout: 6 per tile + 2 per CTA (grid <= 1024 CTAs)
     DeviceBuffer events(cap * sizeof(tw::trace::Event)), count(sizeof(unsigned long long));
     TW_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
     TW_CUDA_CHECK(cudaMemset(events.data(), 0, cap * sizeof(tw::trace::Event)));

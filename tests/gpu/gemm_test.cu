@@ -1,12 +1,16 @@
 // GEMM on one Hopper GPU (ops/gemm.hpp) against an fp64 host reference: small and odd shapes,
 // both B layouts, poisoned outputs (an unwritten element stays NaN and fails), bad inputs write
-// nothing, and a custom epilogue hook that records every tile it is called for (exactly once each,
-// with the right extents) under rank rotation and reserved SMs.
+// nothing, both kernels of the plain GEMM forced on the same inputs (the hook kernel and every
+// stream-K tile and decomposition, deterministic repeats, scratch reuse across shapes), and a
+// custom epilogue hook that records every tile it is called for (exactly once each, with the
+// right extents) under rank rotation and reserved SMs.
 //
 // This file instantiates one more kernel (bf16, kNK, RecordHook): the third of the build.
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -64,15 +68,17 @@ std::vector<int> rows_to_check(int M) {
   return r;
 }
 
-// "" when C matches the fp64 reference on the checked rows and holds no poison anywhere, else the
-// first problem. Bound per element (C = round_bf16(fp32 sum)): half a bf16 ulp of the result,
-// 2^-8 |ref|, plus the worst-case fp32 accumulation error K * 2^-24 * sum_k |a_k b_k|.
-std::string check(const Buffers& b, cudaStream_t s) {
-  const Problem& p = b.p;
-  const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
-  for (size_t i = 0; i < size_t(p.M) * p.N; ++i)
-    if (std::isnan(tw_test::from_bits(kT, tw_test::elem(c, kT, i))))
-      return "C[" + std::to_string(i / p.N) + "," + std::to_string(i % p.N) + "] is NaN (never written?)";
+// fp64 reference of the checked rows (rows_to_check), with the bound per element: C =
+// round_bf16(fp32 sum) may differ from it by half a bf16 ulp of the result, 2^-8 |ref|, plus the
+// worst-case fp32 accumulation error K * 2^-24 * sum_k |a_k b_k|.
+struct Reference {
+  std::vector<int> rows;
+  std::vector<double> ref, tol;  // [rows.size()][N]
+};
+
+Reference reference(const Problem& p) {
+  Reference r;
+  r.rows = rows_to_check(p.M);
   const Bytes a_bits = tw_test::host_inputs(p.fill, kT, size_t(p.M) * p.K, kSeedA, 0);
   const Bytes b_bits = tw_test::host_inputs(p.fill, kT, size_t(p.N) * p.K, kSeedB, 0);
   // B as [N][K] floats (exact: bf16 -> fp32), whatever its device layout.
@@ -83,7 +89,7 @@ std::string check(const Buffers& b, cudaStream_t s) {
       bt[size_t(n) * p.K + k] = (float)tw_test::from_bits(kT, tw_test::elem(b_bits, kT, i));
     }
   std::vector<double> arow(p.K);
-  for (int m : rows_to_check(p.M)) {
+  for (int m : r.rows) {
     for (int k = 0; k < p.K; ++k) arow[k] = tw_test::from_bits(kT, tw_test::elem(a_bits, kT, size_t(m) * p.K + k));
     for (int n = 0; n < p.N; ++n) {
       const float* br = &bt[size_t(n) * p.K];
@@ -92,14 +98,34 @@ std::string check(const Buffers& b, cudaStream_t s) {
         ref += arow[k] * br[k];
         mag += std::fabs(arow[k] * br[k]);
       }
+      r.ref.push_back(ref);
+      r.tol.push_back(std::ldexp(std::fabs(ref), -8) + p.K * std::ldexp(mag, -24));
+    }
+  }
+  return r;
+}
+
+// "" when C (copied back) holds no poison anywhere and matches the reference on the checked rows,
+// else the first problem.
+std::string compare(const Problem& p, const Reference& r, const Bytes& c) {
+  for (size_t i = 0; i < size_t(p.M) * p.N; ++i)
+    if (std::isnan(tw_test::from_bits(kT, tw_test::elem(c, kT, i))))
+      return "C[" + std::to_string(i / p.N) + "," + std::to_string(i % p.N) + "] is NaN (never written?)";
+  for (size_t j = 0; j < r.rows.size(); ++j) {
+    const int m = r.rows[j];
+    for (int n = 0; n < p.N; ++n) {
+      const double ref = r.ref[j * p.N + n], tol = r.tol[j * p.N + n];
       const double got = tw_test::from_bits(kT, tw_test::elem(c, kT, size_t(m) * p.N + n));
-      const double tol = std::ldexp(std::fabs(ref), -8) + p.K * std::ldexp(mag, -24);
       if (!(std::fabs(got - ref) <= tol))
         return "C[" + std::to_string(m) + "," + std::to_string(n) + "] = " + std::to_string(got) + ", reference " +
                std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
     }
   }
   return "";
+}
+
+std::string check(const Buffers& b, cudaStream_t s) {
+  return compare(b.p, reference(b.p), tw_test::to_host(b.C.data(), b.C.bytes, s));
 }
 
 void run_and_check(const Problem& p, const tw::GemmConfig& cfg = {}) {
@@ -158,6 +184,173 @@ TEST(Gemm, BadInputWritesNothing) {
   EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm(b.args(), cfg, s); }, tw::Errc::kInvalidArgument, {"reserved_sms"}));
   const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
   EXPECT_EQ(tw_test::check_fill(c, 0, c.size(), tw_test::kPoison, "C"), "");
+}
+
+// ------------------------------------------------------------------------------ the two kernels
+// tw::gemm picks the hook or the stream-K kernel per call (src/ops/gemm/plan.hpp kernel_for); here
+// each is forced by calling the launcher tw::gemm would call, on the same inputs, C poisoned
+// before every run. Stream-K is run with tw::gemm's own plan and with each tile and decomposition
+// forced, so both instantiations and CUTLASS's data-parallel, split-K and stream-K paths all run.
+struct Variant {
+  std::string name;
+  bool hook;
+  tw::gemm_impl::StreamKPlan plan;  // stream-K only
+};
+
+std::vector<Variant> variants(const tw::GemmArgs& a, const tw::GemmConfig& cfg, int num_sms) {
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::StreamKTile;
+  std::vector<Variant> v;
+  v.push_back({"hook", true, {}});
+  v.push_back({"streamk (tw::gemm's plan)", false, tw::gemm_impl::plan_streamk(a, cfg, num_sms)});
+  for (StreamKTile t : {StreamKTile::k128x128c1, StreamKTile::k128x256c2})
+    for (Decomposition d : {Decomposition::kHeuristic, Decomposition::kStreamK, Decomposition::kSplitK,
+                            Decomposition::kDataParallel}) {
+      tw::gemm_impl::StreamKPlan p = tw::gemm_impl::plan_streamk(a, cfg, num_sms);
+      p.tile = t, p.decomposition = d, p.splits = d == Decomposition::kSplitK ? 3 : 1;
+      const auto ts = tw::gemm_impl::tile_shape(t);
+      p.raster = tw::gemm_impl::resolve_raster(a, cfg, ts.blk_m, ts.blk_n);
+      p.swizzle = tw::gemm_impl::streamk_swizzle((a.M + ts.blk_m - 1) / ts.blk_m, (a.N + ts.blk_n - 1) / ts.blk_n,
+                                                 ts.cluster_m, cfg.swizzle);
+      const char* dn = d == Decomposition::kHeuristic  ? "heuristic"
+                       : d == Decomposition::kStreamK  ? "stream-K"
+                       : d == Decomposition::kSplitK   ? "split-K 3"
+                                                       : "data-parallel";
+      v.push_back({std::string("streamk ") + (t == StreamKTile::k128x128c1 ? "128x128" : "128x256") + " " + dn, false, p});
+    }
+  return v;
+}
+
+void launch(const Variant& v, const tw::GemmArgs& a, const tw::GemmConfig& cfg, int num_sms, cudaStream_t s) {
+  if (v.hook)
+    tw::gemm_impl::launch_bf16_nk(a, cfg, num_sms,
+                                  tw::gemm_impl::resolve_raster(a, cfg, tw::gemm_impl::kBlkM, tw::gemm_impl::kBlkN), s);
+  else tw::gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, v.plan, s);
+}
+
+int device_sms() {
+  int dev = 0, n = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+  return n;
+}
+
+// Every variant on problem p: each result checked against one fp64 reference; the deterministic
+// stream-K runs repeated once (counters left by the first run, no memset: scratch.hpp) and
+// required to give the same bits.
+void run_all_kernels(const Problem& p, const tw::GemmConfig& cfg = {}) {
+  SCOPED_TRACE(p.name());
+  const int num_sms = device_sms();
+  Stream s;
+  Buffers b(p);
+  b.fill_and_poison(s);
+  const Reference ref = reference(p);
+  const tw::GemmArgs a = b.args();
+  ASSERT_TRUE(tw::can_implement(a, cfg).ok);
+  for (const Variant& v : variants(a, cfg, num_sms)) {
+    SCOPED_TRACE(v.name);
+    tw_test::poison(b.C.data(), b.C.bytes, s);
+    launch(v, a, cfg, num_sms, s);
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+    EXPECT_EQ(compare(p, ref, c), "");
+    if (v.hook) continue;
+    tw_test::poison(b.C.data(), b.C.bytes, s);
+    launch(v, a, cfg, num_sms, s);
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+  }
+}
+
+TEST(Gemm, BothKernelsSmallAndOddShapes) {
+  TW_SKIP_UNLESS_SM90();
+  for (int M : {1, 7, 128, 3000})
+    for (int N : {8, 4096, 5144})
+      for (int K : {16, 3584}) run_all_kernels({M, N, K, BLayout::kNK, Fill::kRandom});
+}
+
+TEST(Gemm, BothKernelsWithReservedSmsAndRanks) {
+  TW_SKIP_UNLESS_SM90();
+  tw::GemmConfig cfg;
+  cfg.reserved_sms = 36, cfg.swizzle = 2, cfg.raster = tw::GemmRaster::kAlongN, cfg.rank = 2, cfg.nranks = 4;
+  run_all_kernels({1000, 1032, 2056, BLayout::kNK, Fill::kSmallInt}, cfg);
+}
+
+// The acceptance shapes where tw::gemm takes the stream-K kernel (data-parallel waves, then the
+// last waves split in K), both kernels.
+TEST(Gemm, BothKernelsOnRaggedWaveShapes) {
+  TW_SKIP_UNLESS_SM90();
+  const int num_sms = device_sms();
+  for (const Problem& p : {Problem{2048, 8192, 4096, BLayout::kNK, Fill::kRandom},
+                           Problem{4096, 8192, 8192, BLayout::kNK, Fill::kRandom}}) {
+    SCOPED_TRACE(p.name());
+    Stream s;
+    Buffers b(p);
+    b.fill_and_poison(s);
+    const Reference ref = reference(p);
+    const tw::GemmArgs a = b.args();
+    for (const Variant& v : {Variant{"hook", true, {}},
+                             Variant{"streamk", false, tw::gemm_impl::plan_streamk(a, {}, num_sms)}}) {
+      SCOPED_TRACE(v.name);
+      tw_test::poison(b.C.data(), b.C.bytes, s);
+      launch(v, a, {}, num_sms, s);
+      TW_CUDA_CHECK(cudaStreamSynchronize(s));
+      EXPECT_EQ(compare(p, ref, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+    }
+  }
+}
+
+// One stream, shapes and plans alternating: the scratch is reused with the counters of the last
+// layout known zero (no memset), re-zeroed on a change of layout, and grown (a new buffer) when a
+// plan needs more. A stale counter would hang the kernel or add a wrong partial: every result is
+// checked and must equal the first run of its shape bit for bit.
+TEST(Gemm, StreamKScratchReuseAcrossShapes) {
+  TW_SKIP_UNLESS_SM90();
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::StreamKTile;
+  const int num_sms = device_sms();
+  Stream s;
+  struct Case {
+    Problem p;
+    StreamKTile tile;
+    Decomposition d;
+  };
+  const Case cases[] = {
+      {{128, 4096, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x128c1, Decomposition::kHeuristic},
+      {{7, 5144, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x128c1, Decomposition::kSplitK},
+      {{3000, 5144, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x256c2, Decomposition::kStreamK},
+  };
+  std::vector<std::unique_ptr<Buffers>> bufs;
+  std::vector<Reference> refs;
+  std::vector<Bytes> first;
+  for (const Case& c : cases) {
+    bufs.push_back(std::make_unique<Buffers>(c.p));
+    bufs.back()->fill_and_poison(s);
+    refs.push_back(reference(c.p));
+  }
+  first.resize(std::size(cases));
+  for (int i : {0, 0, 1, 1, 0, 2, 1, 2, 2, 0, 2}) {
+    const Case& c = cases[i];
+    SCOPED_TRACE(c.p.name() + " (step with case " + std::to_string(i) + ")");
+    Buffers& b = *bufs[i];
+    const tw::GemmArgs a = b.args();
+    tw::gemm_impl::StreamKPlan plan = tw::gemm_impl::plan_streamk(a, {}, num_sms);
+    plan.tile = c.tile, plan.decomposition = c.d, plan.splits = c.d == Decomposition::kSplitK ? 4 : 1;
+    const auto ts = tw::gemm_impl::tile_shape(c.tile);
+    plan.raster = tw::gemm_impl::resolve_raster(a, {}, ts.blk_m, ts.blk_n);
+    plan.swizzle = tw::gemm_impl::streamk_swizzle((a.M + ts.blk_m - 1) / ts.blk_m, (a.N + ts.blk_n - 1) / ts.blk_n,
+                                                  ts.cluster_m, 4);
+    tw_test::poison(b.C.data(), b.C.bytes, s);
+    tw::gemm_impl::launch_bf16_nk_streamk(a, {}, num_sms, plan, s);
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    const Bytes out = tw_test::to_host(b.C.data(), b.C.bytes, s);
+    if (first[i].empty()) {
+      first[i] = out;
+      EXPECT_EQ(compare(c.p, refs[i], out), "");
+    } else {
+      EXPECT_TRUE(out == first[i]) << "differs from the first run of this shape";
+    }
+  }
 }
 
 // ------------------------------------------------------------------------------ custom hook

@@ -33,15 +33,44 @@
 //     the stream; making them visible to a peer earlier is the hook's job (release fence +
 //     signal, tilewire/device/signal.cuh).
 //
-// What is built (compile time on a 2-core machine matters; each instantiation is minutes of nvcc):
-//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu
+// Two kernels for the plain GEMM. tw::gemm() runs, per call, either the hook kernel above (with
+// StoreC) or, for bf16 with B kNK, a stream-K kernel (src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu):
+// CUTLASS's own cooperative kernel with CUTLASS's stream-K tile scheduler and TMA epilogue, whose
+// CTAs split the K loop of some tiles and add the fp32 partial tiles up in device scratch, so that
+// small grids (M = 128: 16 tiles of 128x256 for 132 SMs) and ragged last waves keep every SM busy.
+// Rule (src/ops/gemm/plan.hpp use_streamk, from H200 measurements): stream-K when the 128x256 grid
+// has fewer than 15 waves of (num_sms - reserved_sms) / 2 clusters and its last wave is less than
+// 90% full; the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk overrides it (read
+// once). Partial tiles are added in K order, so results are bitwise reproducible with either
+// kernel (the two kernels may differ from each other in the last bit). The fused ops always use
+// the hook kernel.
+//
+// What is built (compile time on a 2-core machine matters; each instantiation is ~1 min of nvcc):
+//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu (+ _variants.cu: epilogues
+//                                     measured against it, TILEWIRE_GEMM_EPILOGUE)
 //   bf16 x bf16 -> bf16, B kKN        src/ops/gemm/gemm_sm90_bf16_kn.cu
-// plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook (3 in all).
+//   bf16, B kNK, stream-K             src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu (128x256 tiles in 2x1
+//                                     clusters; 128x128 tiles in 1x1 clusters for grids under a wave)
+// plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook.
 // fp16 is the same template (one more two-line instantiation file each); until then
 // can_implement() rejects fp16 with that reason.
 //
+// Device memory. gemm() takes no workspace: the stream-K kernel's scratch (fp32 partial tiles and
+// per-tile counters; up to a few tens of MiB for the largest shapes) is allocated by the library
+// on first need and cached, one buffer per (device, stream) — so GEMMs on different streams never
+// share one — grown (cudaMalloc, powers of two from 1 MiB) when a call needs more, never shrunk,
+// and freed at process exit; old buffers are kept until exit too, as earlier kernels or captured
+// CUDA graphs may still use them. A mutex makes it safe to call gemm() from several host threads.
+// Under stream capture, captured calls get scratch of their own (allocated during the capture; the
+// counters are zeroed by a memset node in the graph), apart from eager calls on the same stream;
+// the graph keeps using the scratch of the stream it was captured on: replay it on that stream,
+// or at least not concurrently with another replay or capture of a GEMM on that stream.
+//
 // Rank rotation and the tile order: GemmConfig's raster/swizzle/rank/nranks choose the order of
 // scheduler.hpp; reserved_sms leaves SMs idle for communication kernels running concurrently.
+// The stream-K kernel honours reserved_sms, raster and swizzle (CUTLASS's raster order and swizzle,
+// the swizzle lowered where it would add padding tiles) and ignores rank/nranks: rank rotation only
+// orders tiles for the fused ops, which do not use it.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -83,12 +112,13 @@ struct GemmConfig {
 // C overlapping A or B, unsupported or not-built dtypes, a bad GemmConfig.
 Status can_implement(const GemmArgs& a, const GemmConfig& cfg = {});
 
-// Bytes of device workspace gemm() needs for these arguments (0 today; the API keeps the slot).
+// Bytes of device workspace the caller must provide: 0 (the stream-K scratch is the library's own,
+// see "Device memory" above; the API keeps the slot).
 size_t workspace_size(const GemmArgs& a, const GemmConfig& cfg = {});
 
 // Enqueue C = A * B on `stream` (current device). Throws tw::Error(kInvalidArgument) with
 // can_implement()'s reason and writes nothing on bad input; kUnsupported on a device that is not
-// sm_90 or when the kernel does not fit; kCuda when a launch fails.
+// sm_90 or when the kernel does not fit; kCuda when a launch or the scratch allocation fails.
 void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream);
 
 }  // namespace tw

@@ -114,6 +114,9 @@ struct GemmAllReduceConfig {
   // seen, reduction done, tile landed, into this device ring (tilewire/trace/trace.hpp's
   // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
   trace::Ring trace{};
+  // Measurement only: run the exchange kernel built without any trace code (trace must be off),
+  // so `tilewire bench gemm-allreduce --trace` can show what tracing-off costs.
+  bool untraced_kernel = false;
 };
 
 // The kAuto path rule: fused iff M >= 2048 and K_local <= 8192 (P = 2 measurements: below that M

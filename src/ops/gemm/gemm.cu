@@ -1,7 +1,9 @@
-// tw::gemm(): checks (plan.cpp), the device checks, then the one dispatch from (dtype, B layout)
-// to the instantiated kernels (launch.hpp).
+// tw::gemm(): checks (plan.cpp), the device checks, the kernel choice (plan.hpp kernel_for: the
+// stream-K kernel or the hook kernel), then the one dispatch from (dtype, B layout) to the
+// instantiated kernels (launch.hpp).
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <string>
 
 #include "launch.hpp"
@@ -25,6 +27,16 @@ Epilogue epilogue_variant() {
   }();
   return e;
 }
+
+KernelPref kernel_pref() {
+  static const KernelPref k = [] {
+    const std::string v = env::get_string("TILEWIRE_GEMM_KERNEL");
+    const std::optional<KernelPref> p = parse_kernel_pref(v);
+    TW_REQUIRE(p.has_value(), kInvalidArgument, "TILEWIRE_GEMM_KERNEL='" + v + "' is not one of auto, hook, streamk");
+    return *p;
+  }();
+  return k;
+}
 }  // namespace gemm_impl
 
 void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
@@ -42,6 +54,16 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
                  "; tilewire's GEMM is built for sm_90a (Hopper) only");
   const Status sms = gemm_impl::check_sms(cfg, num_sms, gemm_impl::kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
+
+  // Which kernel: TILEWIRE_GEMM_KERNEL, else plan.hpp's rule. The TILEWIRE_GEMM_EPILOGUE variants
+  // exist to measure the hook kernel, so with one of them set "auto" means the hook kernel.
+  gemm_impl::KernelPref pref = gemm_impl::kernel_pref();
+  if (pref == gemm_impl::KernelPref::kAuto && gemm_impl::epilogue_variant() != gemm_impl::Epilogue::kStaged)
+    pref = gemm_impl::KernelPref::kHook;
+  if (gemm_impl::kernel_for(a, cfg, num_sms, pref) == gemm_impl::GemmKernel::kStreamK) {
+    gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, gemm_impl::plan_streamk(a, cfg, num_sms), stream);
+    return;
+  }
 
   const gemm_impl::Raster raster = gemm_impl::resolve_raster(a, cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
   dispatch_dtype(a.dtype, [&](auto tag) {

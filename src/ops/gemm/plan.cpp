@@ -134,10 +134,6 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
   return use_streamk(a, cfg, num_sms) ? GemmKernel::kStreamK : GemmKernel::kHook;
 }
 
-StreamKTileShape tile_shape(StreamKTile t) {
-  return t == StreamKTile::k128x256c2 ? StreamKTileShape{128, 256, 2} : StreamKTileShape{128, 128, 1};
-}
-
 int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want) {
   const int blocks_m = ceil_div(tiles_m, cluster_m) * cluster_m;  // CUTLASS pads M to whole clusters first
   int s = 1;

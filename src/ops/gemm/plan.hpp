@@ -76,7 +76,9 @@ enum class StreamKTile { k128x256c2, k128x128c1 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;
 };
-StreamKTileShape tile_shape(StreamKTile t);
+constexpr StreamKTileShape tile_shape(StreamKTile t) {
+  return t == StreamKTile::k128x256c2 ? StreamKTileShape{128, 256, 2} : StreamKTileShape{128, 128, 1};
+}
 
 // CUTLASS's decomposition modes (PersistentTileSchedulerSm90StreamKParams::DecompositionMode):
 // kHeuristic (CUTLASS decides: stream-K over the tiles when they fill less than half a wave, else

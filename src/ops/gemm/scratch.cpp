@@ -102,15 +102,18 @@ ScratchLease lease_scratch(cudaStream_t stream, size_t bytes) {
   if (e->bytes < bytes) {
     const size_t cap = round_capacity(bytes);
     void* p = nullptr;
+    // cudaMalloc is a "potentially unsafe" call while any thread captures in the global mode: this
+    // thread allows it for the one call (the allocation is not a stream operation).
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    TW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     const cudaError_t err = cudaMalloc(&p, cap);
+    TW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
     if (err != cudaSuccess) {
       (void)cudaGetLastError();
       TW_REQUIRE(false, kCuda,
                  "gemm: the stream-K kernel needs " + std::to_string(bytes) + " bytes of device scratch (" +
-                     std::to_string(cap) + " allocated, cached per stream) and cudaMalloc failed: " +
-                     cudaGetErrorString(err) +
-                     (capture ? " (during stream capture: capture in cudaStreamCaptureModeRelaxed)" : "") +
-                     "; free device memory or set TILEWIRE_GEMM_KERNEL=hook");
+                     std::to_string(cap) + " to allocate, cached per stream) and cudaMalloc failed: " +
+                     cudaGetErrorString(err) + "; free device memory or set TILEWIRE_GEMM_KERNEL=hook");
     }
     if (e->ptr != nullptr) cache().retire(e->device, e->ptr);
     e->ptr = p;

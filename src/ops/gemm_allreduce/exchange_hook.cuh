@@ -54,7 +54,10 @@
 
 namespace tw::gemm_allreduce_impl {
 
-struct ExchangeHook {
+// kTraced = false: the same hook with the trace code compiled out (the kernel tracing-off is
+// measured against: GemmAllReduceConfig::untraced_kernel).
+template <bool kTraced>
+struct ExchangeHookT {
   using E = cutlass::bfloat16_t;
   static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes)
   static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
@@ -77,7 +80,11 @@ struct ExchangeHook {
   int M = 0, N = 0;
   trace::Ring ring{};              // per-tile events when ring.on()
 
-  CUTLASS_HOST_DEVICE bool clock_on() const { return ring.on(); }
+  CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
+  CUTLASS_HOST_DEVICE bool tracing() const {
+    if constexpr (kTraced) return ring.on();
+    else return false;
+  }
 
   CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
     cutlass::arch::ClusterBarrier::init(&s.staged, kConsumerThreads);
@@ -89,7 +96,7 @@ struct ExchangeHook {
   template <class View>
   CUTLASS_DEVICE void operator()(View const& v) const {
     using namespace cute;
-    const uint64_t t_mma_end = ring.on() ? ptx::globaltimer() : 0;
+    const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
     const int tid = v.thread_idx;
     const uint64_t tag = call_tag();
     const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
@@ -113,7 +120,7 @@ struct ExchangeHook {
     }
     // Every thread releases its own writes (no barrier-plus-one-arrive cumulativity to rely on).
     cutlass::arch::ClusterBarrier::arrive(&sm.staged);
-    if (ring.on() && tid == 0) {
+    if (tracing() && tid == 0) {
       const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
       // The consumers' start (HookEpilogue's constructor) is the first tile's MMA start.
       if (j == 0) trace::emit_at(ring, cta_slot(0), trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
@@ -141,7 +148,7 @@ struct ExchangeHook {
     const int t = lay.tile_index(tile_m, tile_n);
     const int rows = min(M - tile_m * kBlkM, kBlkM), vecs = min(N - tile_n * kBlkN, kBlkN) / 8;
     constexpr int kVecRow = kBlkN / 8;  // 32: one row per warp instruction
-    if (ring.on() && lane == 0) {
+    if (tracing() && lane == 0) {
       const uint32_t id = uint32_t(tile_m * lay.tiles_n + tile_n);
       trace::emit_at(ring, tile_slot(id, trace::EventKind::kPartialLeave), trace::EventKind::kPartialLeave, id,
                      ptx::globaltimer());
@@ -183,7 +190,7 @@ struct ExchangeHook {
       reduce(tile_at(group, x, last), tag, tid);
     }
     gemm_impl::hook_bar();
-    if (ring.on() && tid == 0) {
+    if (tracing() && tid == 0) {
       if (last >= 0) trace::emit_at(ring, cta_slot(1), trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
       trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
     }
@@ -256,12 +263,12 @@ struct ExchangeHook {
     if (tid < lay.P) wait_flag(ws + lay.arrive_flag(t, tid), tag, "gemm_allreduce.partial");
     gemm_impl::hook_bar();
     const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
-    if (ring.on() && tid == 0)
+    if (tracing() && tid == 0)
       trace::emit_at(ring, tile_slot(id, trace::EventKind::kPartialsSeen), trace::EventKind::kPartialsSeen, id,
                      ptx::globaltimer());
     if (lay.P == 2) reduce_tile<2>(u, t, tid);  // both partials' loads in flight together
     else reduce_tile<0>(u, t, tid);
-    if (ring.on()) {
+    if (tracing()) {
       gemm_impl::hook_bar();
       if (tid == 0) {
         const uint64_t now = ptx::globaltimer();
@@ -341,6 +348,7 @@ struct ExchangeHook {
   }
 };
 
+using ExchangeHook = ExchangeHookT<true>;
 static_assert(std::is_trivially_copyable_v<ExchangeHook>, "hooks travel in the kernel parameters");
 
 }  // namespace tw::gemm_allreduce_impl

@@ -136,6 +136,9 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ws_win = ww.handle, p.ws_off = ww.offset;
   p.ws = a.workspace;
   p.exchange = exchange;
+  TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
+             "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
+  p.untraced = cfg.untraced_kernel;
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
   try {

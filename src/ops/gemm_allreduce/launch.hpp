@@ -25,6 +25,7 @@ struct LaunchParams {
   void* ws = nullptr;             // this rank's workspace (local pointer)
   bool exchange = false;          // exchange_hook.cuh (else hook.cuh, the owner algorithm)
   trace::Ring ring{};             // per-tile events (exchange only); null: off
+  bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
 };
 
 // Clusters of the bf16 kNK fused kernel that can be resident at once on the current device
