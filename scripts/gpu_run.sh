@@ -93,10 +93,10 @@ if [ "$MODE" = fused ]; then
   run 200 "$TW" bench gemm-allreduce --sweep acceptance --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
   step "bench gemm-allreduce grid"
   run 200 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
-  step "experiment: the fused kernel on one GPU (no NVLink traffic), traced"
-  CUDA_VISIBLE_DEVICES=0 run 100 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --path fused --iters 10 -R 3 \
-    --trace "$OUT/trace_1gpu_8192x8192x4096.json"
-  rm -f "$OUT/trace_1gpu_8192x8192x4096_sequential.json"
+  step "the other GPU tests, and the all-reduce bench (issue 2) at this commit"
+  run 200 "$TESTS" --gtest_filter='-GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*:Gemm.*' \
+    --gtest_output=json:"$OUT/gpu_tests_other.json"
+  run 200 "$TW" bench allreduce -b 8K -e 1G -f 2 -d bf16 --json "$OUT/bench_allreduce_bf16.json"
   step "compute-sanitizer on the small fused tests"
   {
     TILEWIRE_TIMEOUT_MS=120000 timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
