@@ -8,6 +8,7 @@
 #   full      info, GPU tests, all benches (bf16 sweep, fp16, fp32, in-place, CUDA graph)
 #   quick     info, GPU tests, the bf16 bench
 #   gemm      (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid sweeps
+#   trace     (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
 #             they do not fit the device tool's 10-minute command limit)
@@ -105,6 +106,15 @@ if [ "$MODE" = fused ]; then
       "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; echo "racecheck rc=$?"
   } >"$OUT/sanitizer.log" 2>&1
   grep -E "ERROR SUMMARY|RACECHECK SUMMARY|rc=" "$OUT/sanitizer.log" | tee -a "$LOG"
+fi
+
+if [ "$MODE" = trace ]; then
+  # Issue 5 (nvidia-h200-x2): the headline shape traced, fused and sequential, with long timings
+  # (compiled-out / off / on) so the tracing cost is above the noise.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  step "bench gemm-allreduce 8192x8192x4096 --trace"
+  run 200 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --iters 50 -R 9 --trace "$OUT/trace_8192x8192x4096.json" \
+    --json "$OUT/bench_gar_8192x8192x4096.json"
 fi
 
 if [ "$MODE" = iter ]; then
