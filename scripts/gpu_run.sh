@@ -114,6 +114,7 @@ if [ "$MODE" = trace ]; then
   export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
   step "bench gemm-allreduce 8192x8192x4096 --trace"
   run 200 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --iters 50 -R 9 --trace "$OUT/trace_8192x8192x4096.json" \
+    --plot "$OUT/trace_8192x8192x4096.png" \
     --json "$OUT/bench_gar_8192x8192x4096.json"
 fi
 

@@ -256,6 +256,7 @@ struct Shared {
   std::exception_ptr first_error;
   std::vector<std::vector<trace::Event>> trace_events;  // --trace: per rank, written before a barrier
   std::vector<uint64_t> trace_dropped;
+  std::string trace_json;                               // --trace: the JSON section (rank 0)
 };
 
 // note += "; " + what
@@ -514,6 +515,11 @@ class RankRun {
       const trace::Trace t = trace::make_trace(sh_.trace_events, cs, sh_.trace_dropped);
       const trace::Metrics m = trace::compute_metrics(t);
       trace::save_trace_file(o_.trace_path, t, &m);
+      std::ostringstream tj;
+      tj << "{\"file\": \"" << o_.trace_path << "\", \"shape\": [" << x.s.m << ", " << x.s.n << ", " << x.s.k
+         << "], \"tracing_cost\": {\"compiled_out_us\": " << out * 1e6 << ", \"off_us\": " << off * 1e6
+         << ", \"on_us\": " << on * 1e6 << "}, \"fused\": " << trace::metrics_json(m);
+      sh_.trace_json = tj.str();
       std::printf("# trace %dx%dx%d (rank 0): fused %.1f us with the trace code compiled out, %.1f us with tracing "
                   "off (%+.2f%%), %.1f us on (%+.2f%% vs off); %zu events, "
                   "%llu dropped, clock residual %lld ns -> %s\n%s",
@@ -565,6 +571,19 @@ class RankRun {
       const size_t dot = path.rfind(".json");
       path.insert(dot == std::string::npos ? path.size() : dot, "_sequential");
       trace::save_trace_file(path, t, &m);
+      sh_.trace_json += ", \"sequential_file\": \"" + path + "\", \"sequential\": " + trace::metrics_json(m) + "}";
+      if (!o_.plot_path.empty()) {
+        std::string seq_png = o_.plot_path;
+        const size_t d = seq_png.rfind(".png");
+        seq_png.insert(d == std::string::npos ? seq_png.size() : d, "_sequential");
+        try {
+          plot_trace_file(o_.trace_path, o_.plot_path);
+          plot_trace_file(path, seq_png);
+          std::printf("# timelines: %s, %s\n", o_.plot_path.c_str(), seq_png.c_str());
+        } catch (const Error& e) {
+          std::printf("# --plot skipped: %s\n", e.what());  // the trace files are written; plot them elsewhere
+        }
+      }
       std::printf("# trace of the sequential baseline (cuBLASLt GEMM, then ncclAllReduce) -> %s\n%s", path.c_str(),
                   trace::format_metrics(m).c_str());
     }
@@ -726,7 +745,7 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv) {
                 "notes)\n",
                 total);
   if (json.is_open()) {
-    json << to_json(o, sh.info, sh.rows, ok);
+    json << to_json(o, sh.info, sh.rows, ok, sh.trace_json);
     json.close();
     TW_REQUIRE(!json.fail(), kState, "--json " + o.json_path + ": write failed");
     std::printf("# wrote %s\n", o.json_path.c_str());

@@ -28,6 +28,7 @@ struct Options {
   GemmAllReduceConfig cfg;         // --reserved-sms --swizzle --raster --partials --algo, for (e)
   std::string json_path;           // --json FILE
   std::string trace_path;          // --trace FILE: Perfetto + tilewire trace JSON of one fused call (first shape)
+  std::string plot_path;           // --plot FILE.png: its timeline (and FILE_sequential.png for the baseline)
   bool help = false;
 };
 constexpr int kMaxChunkOptions = 8;  // entries of --chunks
@@ -71,6 +72,8 @@ const char* tolerance_text();
 
 void print_header(const Options& o, const RunInfo& info);
 void print_row(const Row& r);
-std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok);
+// trace_json: the --trace section ({"file", "tracing_cost", "fused", "sequential"} metrics) or "".
+std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok,
+                    const std::string& trace_json = "");
 
 }  // namespace tw::cli::gemm_ar

@@ -34,6 +34,7 @@ constexpr const char* kUsage =
     "  --json FILE           also write every row as JSON (rank 0)\n"
     "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
     "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
+    "  --plot FILE.png       with --trace: draw the timelines (FILE.png, FILE_sequential.png)\n"
     "  Exit 0 when every checked shape has #wrong 0 and ranks bit-identical (and the fused op ran on\n"
     "  at least one shape), else 1.\n";
 
@@ -160,6 +161,7 @@ Options parse_options(const std::vector<std::string>& argv) {
                                        : GemmAllReducePath::kAuto;
     } else if (opt == "--json") o.json_path = v;
     else if (opt == "--trace") o.trace_path = v;
+    else if (opt == "--plot") o.plot_path = v;
     else bad("unknown option '" + opt + "'");
   }
   if (!o.sweep.empty()) o.shapes = sweep_shapes(o.sweep);
@@ -216,7 +218,8 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
-std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok) {
+std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok,
+                    const std::string& trace_json) {
   std::ostringstream j;
   j << "{\n  \"bench\": \"gemm-allreduce\",\n  \"gpu\": " << jstr(info.gpu) << ",\n  \"nranks\": " << info.nranks
     << ",\n  \"commit\": " << jstr(commit_id()) << ",\n  \"tilewire_version\": "
@@ -244,7 +247,8 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
       << ", \"identical\": " << (r.checked ? (r.identical ? "true" : "false") : "null")
       << ", \"rotation_sets\": " << r.sets << ", \"note\": " << (r.note.empty() ? "null" : jstr(r.note)) << "}";
   }
-  j << "\n  ],\n  \"all_correct\": " << (all_ok ? "true" : "false") << "\n}\n";
+  j << "\n  ],\n  \"trace_metrics\": " << (trace_json.empty() ? "null" : trace_json);
+  j << ",\n  \"all_correct\": " << (all_ok ? "true" : "false") << "\n}\n";
   return j.str();
 }
 

@@ -29,4 +29,8 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv);
 // trace file (tw::trace::save_trace_file); --plot runs scripts/plot_trace.py. 0, or throws.
 int trace_command(const std::vector<std::string>& args);
 
+// Draw a trace file (tw::trace::save_trace_file) as a PNG with scripts/plot_trace.py (python3 +
+// matplotlib). Throws tw::Error(kUnsupported) when python3, matplotlib or the script is missing.
+void plot_trace_file(const std::string& trace_file, const std::string& out);
+
 }  // namespace tw::cli

@@ -127,4 +127,7 @@ int trace_command(const std::vector<std::string>& args) {
   bad("unknown subcommand '" + sub + "' (available: summarize)");
 }
 
+// For other commands (bench gemm-allreduce --plot): draw `trace_file` as a PNG timeline.
+void plot_trace_file(const std::string& trace_file, const std::string& out) { run_plot(trace_file, out); }
+
 }  // namespace tw::cli
