@@ -112,6 +112,8 @@ if [ "$MODE" = trace ]; then
   # Issue 5 (nvidia-h200-x2): the headline shape traced, fused and sequential, with long timings
   # (compiled-out / off / on) so the tracing cost is above the noise.
   export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  step "tracer GPU tests"
+  run 120 "$TESTS" --gtest_filter='Trace.*:GemmAllReduce.TraceEventsPerTile' --gtest_output=json:"$OUT/gpu_tests_trace.json"
   step "bench gemm-allreduce 8192x8192x4096 --trace"
   run 200 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --iters 50 -R 9 --trace "$OUT/trace_8192x8192x4096.json" \
     --plot "$OUT/trace_8192x8192x4096.png" \

@@ -236,7 +236,7 @@ struct RankSample {
 // Shared by the rank threads: samples[r] and votes[r] are written by rank r and read between
 // barriers; rows by rank 0 only.
 struct Shared {
-  explicit Shared(int P) : barrier(P), samples(P), votes(P), trace_events(P), trace_dropped(P) {}
+  explicit Shared(int P) : barrier(P), samples(P), votes(P) {}
   // The first failure of any rank, kept before the barrier is broken: the peers' "another rank
   // failed" errors that follow must not be what the user reads.
   void fail(std::exception_ptr e) noexcept {
@@ -254,8 +254,6 @@ struct Shared {
   std::vector<Row> rows;
   RunInfo info;
   std::exception_ptr first_error;
-  std::vector<std::vector<trace::Event>> trace_events;  // --trace: per rank, written before a barrier
-  std::vector<uint64_t> trace_dropped;
   std::string trace_json;                               // --trace: the JSON section (rank 0)
 };
 
@@ -502,17 +500,9 @@ class RankRun {
     buf.reset(s1);
     gemm_allreduce(comm_, fused_args(x.s, x.a[0].p, x.b[0].p), cfg, s1);
     comm_.sync(s1);
-    uint64_t dropped = 0;
-    std::vector<trace::Event> ev = buf.download(&dropped, s1);
-    {
-      std::lock_guard<std::mutex> lk(sh_.mu);
-      sh_.trace_events[me_] = std::move(ev);
-      sh_.trace_dropped[me_] = dropped;
-    }
-    sh_.barrier.arrive_and_wait("trace events written");
+    const trace::Trace t = trace::gather_trace(comm_, buf, cs, s1);  // collective: every rank gets it
     if (me_ == 0) {
       std::lock_guard<std::mutex> lk(sh_.mu);
-      const trace::Trace t = trace::make_trace(sh_.trace_events, cs, sh_.trace_dropped);
       const trace::Metrics m = trace::compute_metrics(t);
       trace::save_trace_file(o_.trace_path, t, &m);
       std::ostringstream tj;
@@ -555,17 +545,9 @@ class RankRun {
     stamp(K::kChunkRecv);
     stamp(K::kKernelEnd);
     comm_.sync(s1);
-    uint64_t dropped = 0;
-    std::vector<trace::Event> ev = buf.download(&dropped, s1);
-    {
-      std::lock_guard<std::mutex> lk(sh_.mu);
-      sh_.trace_events[me_] = std::move(ev);
-      sh_.trace_dropped[me_] = dropped;
-    }
-    sh_.barrier.arrive_and_wait("sequential trace events written");
+    const trace::Trace t = trace::gather_trace(comm_, buf, cs, s1);
     if (me_ == 0) {
       std::lock_guard<std::mutex> lk(sh_.mu);
-      const trace::Trace t = trace::make_trace(sh_.trace_events, cs, sh_.trace_dropped);
       const trace::Metrics m = trace::compute_metrics(t);
       std::string path = o_.trace_path;
       const size_t dot = path.rfind(".json");

@@ -3,12 +3,15 @@
 #include "tilewire/trace/trace.hpp"
 
 #include <cuda_runtime.h>
+#include <nccl.h>
 
 #include <algorithm>
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
+#include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::trace {
@@ -180,6 +183,44 @@ Trace make_trace(const std::vector<std::vector<Event>>& per_rank, const ClockSyn
   }
   for (uint64_t d : dropped) t.dropped += d;
   return t;
+}
+
+// ------------------------------------------------------------------------------ gather
+Trace gather_trace(Comm& comm, const TraceBuffer& buf, const ClockSync& sync, cudaStream_t stream) {
+  const int P = comm.nranks();
+  TW_REQUIRE(buf.device_count() != nullptr, kState, "gather_trace: the buffer was moved from");
+  TW_REQUIRE((int)sync.offset_ns.size() == P, kInvalidArgument,
+             "gather_trace: " + std::to_string(sync.offset_ns.size()) + " clock offsets for " + std::to_string(P) +
+                 " ranks (measure_clock_offsets on this communicator)");
+  // Device scratch: [P] counts, then P x capacity events. Freed on every path.
+  struct Scratch {
+    void* p = nullptr;
+    ~Scratch() { cudaFree(p); }
+  } scratch;
+  const size_t cap = buf.capacity();
+  const size_t count_bytes = 256;  // P <= 32 counts; events start 256-byte aligned
+  TW_REQUIRE(P <= 32, kUnsupported, "gather_trace: more than 32 ranks");
+  TW_CUDA_CHECK(cudaMalloc(&scratch.p, count_bytes + (size_t)P * cap * sizeof(Event)));
+  auto* counts = static_cast<unsigned long long*>(scratch.p);
+  auto* events = reinterpret_cast<Event*>(static_cast<char*>(scratch.p) + count_bytes);
+  TW_NCCL_CHECK(ncclAllGather(buf.device_count(), counts, 1, ncclUint64, comm.nccl(), stream));
+  TW_NCCL_CHECK(ncclAllGather(buf.device_events(), events, cap * sizeof(Event), ncclUint8, comm.nccl(), stream));
+  std::vector<unsigned long long> n(P);
+  std::vector<Event> all((size_t)P * cap);
+  TW_CUDA_CHECK(cudaMemcpyAsync(n.data(), counts, sizeof(unsigned long long) * P, cudaMemcpyDeviceToHost, stream));
+  TW_CUDA_CHECK(cudaMemcpyAsync(all.data(), events, sizeof(Event) * all.size(), cudaMemcpyDeviceToHost, stream));
+  TW_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<std::vector<Event>> per_rank(P);
+  std::vector<uint64_t> dropped(P);
+  for (int r = 0; r < P; ++r) {
+    const size_t kept = (size_t)std::min<unsigned long long>(n[r], cap);
+    dropped[r] = (uint64_t)(n[r] - kept);
+    for (size_t i = 0; i < kept; ++i) {
+      const Event& e = all[(size_t)r * cap + i];
+      if (e.t_ns != 0) per_rank[r].push_back(e);  // emit_at slots never written stay zero
+    }
+  }
+  return make_trace(per_rank, sync, dropped);
 }
 
 }  // namespace tw::trace

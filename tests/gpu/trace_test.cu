@@ -4,6 +4,8 @@
 //   Trace.ClockOffsetsAgreeWithinTheirError   two independent measurements of every rank's clock
 //                                              offset differ by no more than the sum of their
 //                                              stated error bounds, and the bound is small (< 50 us)
+//   Trace.GatherMatchesEveryRanksDownload     gather_trace (ncclAllGather of every rank's events) gives
+//                                              every rank the same merged trace as the per-rank downloads
 //   Trace.BufferRoundTrip                      emit / emit_at from a kernel, download drops unwritten
 //                                              slots, counts what did not fit
 #include <cstdlib>
@@ -41,6 +43,49 @@ TEST(Trace, ClockOffsetsAgreeWithinTheirError) {
   std::printf("clock offsets (ns, +- error):");
   for (int q = 0; q < P; ++q) std::printf(" rank %d %lld +- %lld", q, (long long)x.offset_ns[q], (long long)x.error_ns[q]);
   std::printf("\n");
+}
+
+__global__ void emit_rank_events(tw::trace::Ring r, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    tw::trace::emit(r, tw::trace::EventKind::kChunkSend, (uint32_t)i, 1 + (uint64_t)i * 1000 + r.rank);
+}
+
+TEST(Trace, GatherMatchesEveryRanksDownload) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = gpu_count();
+  std::vector<tw::trace::Trace> gathered(P);
+  std::vector<std::vector<tw::trace::Event>> own(P);
+  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+    const int r = comm.rank();
+    Stream s;
+    tw::trace::TraceBuffer buf(64);
+    const tw::trace::ClockSync cs = tw::trace::measure_clock_offsets(comm);
+    buf.reset(s);
+    emit_rank_events<<<1, 32, 0, s>>>(buf.ring(r), 10 + 5 * r);  // ranks record different counts
+    TW_CUDA_CHECK(cudaGetLastError());
+    gathered[r] = tw::trace::gather_trace(comm, buf, cs, s);
+    own[r] = buf.download(nullptr, s);
+  });
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(gathered[r].nranks, P);
+    ASSERT_EQ(gathered[r].events.size(), gathered[0].events.size()) << "rank " << r;
+    for (size_t i = 0; i < gathered[r].events.size(); ++i) {
+      EXPECT_EQ(gathered[r].events[i].t_ns, gathered[0].events[i].t_ns);
+      EXPECT_EQ(gathered[r].events[i].rank, gathered[0].events[i].rank);
+    }
+  }
+  size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    EXPECT_EQ(own[r].size(), size_t(10 + 5 * r));
+    total += own[r].size();
+    for (const auto& e : own[r]) {  // each downloaded event is in the gathered trace
+      bool found = false;
+      for (const auto& g : gathered[0].events) found = found || (g.rank == e.rank && g.t_ns == e.t_ns && g.id == e.id);
+      EXPECT_TRUE(found) << "rank " << r << " event " << e.id;
+    }
+  }
+  EXPECT_EQ(gathered[0].events.size(), total);
+  EXPECT_EQ(gathered[0].dropped, 0u);
 }
 
 __global__ void emit_some(tw::trace::Ring r) {

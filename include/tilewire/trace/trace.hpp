@@ -49,6 +49,8 @@ class TraceBuffer {
 
   uint32_t capacity() const { return capacity_; }
   int device() const { return device_; }
+  const Event* device_events() const { return events_; }
+  const unsigned long long* device_count() const { return count_; }
 
  private:
   void release() noexcept;
@@ -113,6 +115,12 @@ struct Trace {
 // `dropped[r]` as download() reported (may be empty).
 Trace make_trace(const std::vector<std::vector<Event>>& per_rank, const ClockSync& sync,
                  const std::vector<uint64_t>& dropped = {});
+
+// Collective (every rank of `comm`, same order as its other collectives): waits for `stream`,
+// gathers every rank's events of `buf` with two ncclAllGather calls (counts, then the events) and
+// returns on every rank the merged Trace aligned with `sync` (make_trace). Works with one
+// process per GPU as with Comm::run_local. Every rank's buffer must have the same capacity.
+Trace gather_trace(Comm& comm, const TraceBuffer& buf, const ClockSync& sync, cudaStream_t stream);
 
 // ------------------------------------------------------------------------------ metrics
 // All times in ns, on rank 0's clock (after align()). -1 (and NaN for percentages) means
