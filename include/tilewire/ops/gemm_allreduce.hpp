@@ -3,12 +3,18 @@
 //   C = sum over ranks r of A_r [M, K_local] * B_r,   written to every rank's C [M, N],
 //   bf16 in and out, fp32 accumulation, bit-identical on every rank.
 //
-// Status: compiled, not yet run on a GPU (design note: docs/gemm_allreduce.md).
+// Status: correct and bit-identical on 2 x H200 (GPU tests, compute-sanitizer memcheck + racecheck);
+// 8192x8192x4096: 1.15x faster than cuBLAS GEMM + NCCL, 1.35x the GEMM alone (issue 4 asks for
+// 1.10x: not yet). Design note and measurements: docs/gemm_allreduce.md.
 //
-// The GEMM is tw::gemm's sm90 kernel (ops/gemm.hpp) with a communicating epilogue hook
-// (src/ops/gemm_allreduce/hook.cuh). LSA loads/stores only: no NVLink multicast, no copy engine.
+// The GEMM is tw::gemm's sm90 kernel (ops/gemm.hpp) with a communicating epilogue hook. LSA
+// loads/stores only: no NVLink multicast, no copy engine. Two algorithms (GemmAllReduceAlgo):
+// exchange (default for 2 ranks, src/ops/gemm_allreduce/exchange_hook.cuh: every rank sends its
+// partial of every tile to every rank through the kernel's idle epilogue-load warp and reduces
+// every tile itself) and owner (below, src/ops/gemm_allreduce/hook.cuh). kAuto paths that do not
+// pay run tw::gemm + tw::allreduce instead (GemmAllReducePath).
 //
-// Tile ownership. Tiles are (128, 256) blocks of C. Number them along the GEMM's raster order
+// Owner algorithm. Tile ownership. Tiles are (128, 256) blocks of C. Number them along the GEMM's raster order
 // (kAlongM: t = tn * tiles_m + tm, kAlongN: t = tm * tiles_n + tn); tile t is owned by rank t % P.
 // Consecutive tiles of the walk, which the persistent CTAs compute at about the same time, have
 // consecutive owners, and every rank owns floor(T/P) or ceil(T/P) of the T tiles.
