@@ -237,7 +237,9 @@ struct ExchangeHookT {
       if (tile_at(group, x, s).m < sched.tiles_m) return s;
     return -1;
   }
-  // How many valid tiles come before `step`: the j of V_j (mbarrier phases).
+  // How many valid tiles come before `step`: the j of V_j (mbarrier phases). O(step) per call, so
+  // O(steps^2) per CTA: negligible up to a few hundred steps (16384 x 8192: 31); for much larger
+  // grids keep a running count in the hook's shared memory instead (not yet measured, not done).
   CUTLASS_DEVICE int valid_before(int group, int x, int step) const {
     int n = 0;
 #pragma unroll 1
