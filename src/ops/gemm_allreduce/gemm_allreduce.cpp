@@ -3,6 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <string>
 
 #include "../gemm/launch.hpp"
@@ -39,11 +42,24 @@ Status device_info(bool exchange, DeviceInfo* out) {
   if (major != 9 || minor != 0)
     return fail("device " + std::to_string(dev) + " is sm_" + std::to_string(major * 10 + minor) +
                 "; the fused kernel is built for sm_90a (Hopper) only");
-  try {
-    out->clusters = exchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
-                             : gemm_allreduce_impl::max_active_clusters_bf16_nk();
-  } catch (const Error& e) {
-    return fail(std::string("occupancy query failed: ") + e.what());
+  // The occupancy query (cudaFuncSetAttribute + cudaOccupancyMaxActiveClusters) once per device
+  // and kernel: it runs on every call otherwise (twice: can_implement, then the launch), and the
+  // host time matters for small fused calls enqueued back to back.
+  static std::mutex mu;
+  static std::map<std::pair<int, bool>, int> cache;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    auto it = cache.find({dev, exchange});
+    if (it == cache.end()) {
+      try {
+        const int c = exchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
+                               : gemm_allreduce_impl::max_active_clusters_bf16_nk();
+        it = cache.emplace(std::make_pair(dev, exchange), c).first;
+      } catch (const Error& e) {
+        return fail(std::string("occupancy query failed: ") + e.what());
+      }
+    }
+    out->clusters = it->second;
   }
   if (out->clusters < 1)
     return fail("the kernel cannot be resident on this device (0 clusters of 2 CTAs fit); its persistent "
