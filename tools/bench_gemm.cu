@@ -9,7 +9,7 @@
 // of `repeats`. TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's
 // than 2 bf16 ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
-// Compiled, not yet run on a GPU.
+// Measured on nvidia-h200: bench/results/2026-11-30-s2-h200/.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

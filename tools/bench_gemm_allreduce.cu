@@ -41,7 +41,7 @@
 // sqrt(K_total) flagged 3e-6..5e-3 of correct elements: up to 10^5 per 8192 x 8192 C.)
 // identical: a position-sensitive checksum of C (sum of mix64(bits, i)) on every rank, compared.
 //
-// Compiled, not yet run on a GPU.
+// Measured on nvidia-h200-x2: bench/results/2026-11-30-s2-h200x2/ (run03 onwards).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>

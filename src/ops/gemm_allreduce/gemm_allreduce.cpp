@@ -1,5 +1,5 @@
-// tw::gemm_allreduce(): checks (plan.cpp + communicator + device), residency, then the one
-// instantiated kernel (launch.hpp). Compiled, not yet run on a GPU.
+// tw::gemm_allreduce(): checks (plan.cpp + communicator + device), the path (fused or sequential),
+// residency, then the instantiated kernel of the chosen algorithm (launch.hpp).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -1,5 +1,5 @@
 // Host-side planning of the fused GEMM + all-reduce (no GPU): argument checks, workspace size.
-// Unit-tested in tests/cpu/gemm_allreduce_plan_test.cpp. Compiled, not yet run on a GPU.
+// Unit-tested in tests/cpu/gemm_allreduce_plan_test.cpp.
 #include "plan.hpp"
 
 #include <cstdint>
