@@ -40,6 +40,21 @@ __global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
   dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel, "test.lone_barrier");
 }
 
+// Rank 0 of a child: wait for `s`; exit kCaughtTimeout with the diagnostic on stderr when the wait
+// timed out, kOtherError on another error, kWaitReturned (printing `if_returned`) when it ended.
+[[noreturn]] void sync_and_exit(tw::Comm& comm, cudaStream_t s, const char* if_returned) {
+  try {
+    comm.sync(s);
+  } catch (const tw::Error& e) {
+    const bool timeout = e.code() == tw::Errc::kTimeout;
+    std::fprintf(stderr, "%s (%s): %s\n", timeout ? "TIMEOUT" : "ERROR", tw::errc_name(e.code()), e.what());
+    std::fflush(stderr);
+    _exit(timeout ? kCaughtTimeout : kOtherError);
+  }
+  std::fprintf(stderr, "%s\n", if_returned);
+  _exit(kWaitReturned);
+}
+
 // Child body: a communicator over `ngpus` GPUs with a 500 ms bound; rank 0 runs `launch` and syncs,
 // the other ranks never take part (they sleep until rank 0 ends the process). Never returns.
 [[noreturn]] void timeout_child(int ngpus, const std::function<void(tw::Comm&, cudaStream_t)>& launch) {
@@ -55,16 +70,7 @@ __global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
       }
       Stream s;
       launch(comm, s);
-      try {
-        comm.sync(s);
-      } catch (const tw::Error& e) {
-        const bool timeout = e.code() == tw::Errc::kTimeout;
-        std::fprintf(stderr, "%s (%s): %s\n", timeout ? "TIMEOUT" : "ERROR", tw::errc_name(e.code()), e.what());
-        std::fflush(stderr);
-        _exit(timeout ? kCaughtTimeout : kOtherError);
-      }
-      std::fprintf(stderr, "the wait returned\n");
-      _exit(kWaitReturned);
+      sync_and_exit(comm, s, "the wait returned");
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "setup failed: %s\n", e.what());
@@ -126,16 +132,7 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
       tw::GemmAllReduceConfig fused;
       fused.path = tw::GemmAllReducePath::kFused;
       tw::gemm_allreduce(comm, a, fused, s);
-      try {
-        comm.sync(s);
-      } catch (const tw::Error& e) {
-        const bool timeout = e.code() == tw::Errc::kTimeout;
-        std::fprintf(stderr, "%s (%s): %s\n", timeout ? "TIMEOUT" : "ERROR", tw::errc_name(e.code()), e.what());
-        std::fflush(stderr);
-        _exit(timeout ? kCaughtTimeout : kOtherError);
-      }
-      std::fprintf(stderr, "the fused op returned without its peer\n");
-      _exit(kWaitReturned);
+      sync_and_exit(comm, s, "the fused op returned without its peer");
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "setup failed: %s\n", e.what());
