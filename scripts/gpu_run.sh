@@ -72,15 +72,24 @@ if [ "$MODE" = probe ]; then
 fi
 
 if [ "$MODE" = gemmtune ]; then
-  # Tile-order sweep on issue 3's acceptance shapes (nvidia-h200): which raster/swizzle to pick.
+  # Stream-K plan sweep (nvidia-h200, issue 3): the skinny (M = 128) and ragged-wave shapes under
+  # TILEWIRE_GEMM_STREAMK_PLAN overrides; the bench prints what ran and cuBLASLt's algorithm.
   step "GEMM tests"
   run 120 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
-  for r in m n; do for z in 1 2 4 8; do
-    step "bench gemm acceptance raster $r swizzle $z"
-    run 120 "$TW" bench gemm --sweep acceptance --raster $r --swizzle $z --iters 10 -R 5
-  done; done
-  step "bench gemm acceptance, epilogue staged_half, raster auto"
-  TILEWIRE_GEMM_EPILOGUE=staged_half run 120 "$TW" bench gemm --sweep acceptance --iters 10 -R 5
+  for p in "" tile=128x128,det=0 tile=128x128,mode=splitk,splits=4 tile=128x128,mode=splitk,splits=4,det=0 \
+           tile=128x128,mode=streamk,det=0 tile=128x64 tile=128x64,det=0 tile=128x64,mode=dp \
+           tile=128x64,mode=splitk,splits=2 tile=128x64,mode=splitk,splits=2,det=0 tile=128x64,mode=streamk,det=0 \
+           tile=128x256,mode=splitk,splits=8,det=0 tile=128x256,mode=streamk,det=0; do
+    step "skinny, streamk plan '$p'"
+    TILEWIRE_GEMM_KERNEL=streamk TILEWIRE_GEMM_STREAMK_PLAN=$p run 60 "$TW" bench gemm --sweep skinny --iters 50 -R 5
+  done
+  step "ragged, hook kernel"
+  TILEWIRE_GEMM_KERNEL=hook run 60 "$TW" bench gemm --sweep ragged --iters 10 -R 5
+  for p in "" det=0 mode=heuristic mode=dp tile=128x128,mode=streamk tile=128x128,mode=streamk,det=0 \
+           swizzle=1 swizzle=2,det=0 raster=n; do
+    step "ragged, streamk plan '$p'"
+    TILEWIRE_GEMM_KERNEL=streamk TILEWIRE_GEMM_STREAMK_PLAN=$p run 60 "$TW" bench gemm --sweep ragged --iters 10 -R 5
+  done
 fi
 
 if [ "$MODE" = fused ]; then

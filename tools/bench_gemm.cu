@@ -49,7 +49,8 @@ constexpr const char* kUsage =
     "  -m M -n N -k K        one shape (bf16: A [M,K], B per --layout, C [M,N] row-major)\n"
     "  --sweep NAME          acceptance: the issue-3 shapes (8192^3, 8192x8192x4096, 16384x8192x4096,\n"
     "                        4096x8192x8192, 2048x8192x4096); grid: M {128,512,2048,8192} x N {4096,8192}\n"
-    "                        x K {4096,8192}\n"
+    "                        x K {4096,8192}; skinny: the grid's M = 128 shapes; ragged: 4096x8192x8192,\n"
+    "                        2048x8192x4096 (ragged last waves)\n"
     "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
     "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
     "  -R N                  repeats, median reported (5)\n"
@@ -101,7 +102,11 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
     for (int mm : {128, 512, 2048, 8192})
       for (int nn : {4096, 8192})
         for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
-  } else TW_REQUIRE(sweep.empty(), kInvalidArgument, "bench gemm: --sweep acceptance|grid, got '" + sweep + "'");
+  } else if (sweep == "skinny") {
+    for (int nn : {4096, 8192})
+      for (int kk : {4096, 8192}) a.shapes.push_back({128, nn, kk});
+  } else if (sweep == "ragged") a.shapes = {{4096, 8192, 8192}, {2048, 8192, 4096}};
+  else TW_REQUIRE(sweep.empty(), kInvalidArgument, "bench gemm: --sweep acceptance|grid|skinny|ragged, got '" + sweep + "'");
   if (m || n || k) {
     TW_REQUIRE(m > 0 && n > 0 && k > 0, kInvalidArgument, "bench gemm: -m, -n and -k go together, all positive");
     a.shapes.push_back({m, n, k});
@@ -131,6 +136,7 @@ struct Row {
   Shape s;
   double tw_us = 0, cublas_us = 0;
   unsigned long long wrong = 0;
+  std::string tw_plan, cublas_algo;  // what ran: gemm_plan(), LtMatmul::describe()
   double tflops(double us) const { return us > 0 ? 2.0 * s.m * s.n * s.k / (us * 1e-6) / 1e12 : 0; }
 };
 
@@ -180,6 +186,8 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
 
   const LtMatmul mm(lt, s.m, s.n, s.k, a.layout, ws_bytes);
+  row.cublas_algo = mm.describe();
+  row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, DType::kBFloat16, a.layout}, a.cfg);
   auto cublas = [&](int i, void* out) {
     const int j = i % sets;
     mm.run(A[j], B[j], out, ws, st);
@@ -242,6 +250,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
     const Row r = bench_one(a, s, lt.get(), st, prop.l2CacheSize);
     std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
                 r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
+    std::printf("#   tilewire: %s | cublasLt: %s\n", r.tw_plan.c_str(), r.cublas_algo.c_str());
     std::fflush(stdout);
     ok = ok && r.wrong == 0;
     rows.push_back(r);
@@ -256,7 +265,8 @@ int bench_gemm(const std::vector<std::string>& argv) {
       o << (i ? "," : "") << "{\"m\":" << r.s.m << ",\"n\":" << r.s.n << ",\"k\":" << r.s.k << ",\"tw_us\":" << r.tw_us
         << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"cublas_us\":" << r.cublas_us
         << ",\"cublas_tflops\":" << r.tflops(r.cublas_us) << ",\"ratio\":" << r.tflops(r.tw_us) / r.tflops(r.cublas_us)
-        << ",\"wrong\":" << r.wrong << "}";
+        << ",\"wrong\":" << r.wrong << ",\"tw_plan\":\"" << r.tw_plan << "\",\"cublas_algo\":\"" << r.cublas_algo
+        << "\"}";
     }
     o << "],\"ok\":" << (ok ? "true" : "false") << "}\n";
     json << o.str();

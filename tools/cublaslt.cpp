@@ -35,6 +35,7 @@ LtApi load() {
   load_sym(h, "cublasLtMatmulPreferenceSetAttribute", a.MatmulPreferenceSetAttribute);
   load_sym(h, "cublasLtMatmulPreferenceDestroy", a.MatmulPreferenceDestroy);
   load_sym(h, "cublasLtMatmulAlgoGetHeuristic", a.MatmulAlgoGetHeuristic);
+  load_sym(h, "cublasLtMatmulAlgoConfigGetAttribute", a.MatmulAlgoConfigGetAttribute);
   load_sym(h, "cublasLtMatmul", a.Matmul);
   return a;
 }
@@ -101,6 +102,28 @@ void LtMatmul::run(const void* A, const void* B, void* C, void* workspace, cudaS
   const float one = 1.f, zero = 0.f;
   TW_CUBLAS_CHECK(
       lt_api().Matmul(h_, op_, &one, B, lb_, A, la_, &zero, C, lc_, C, lc_, &algo_, workspace, ws_bytes_, stream));
+}
+
+std::string LtMatmul::describe() const {
+  const LtApi& lt = lt_api();
+  struct Attr {
+    cublasLtMatmulAlgoConfigAttributes_t id;
+    const char* name;
+  };
+  static constexpr Attr kAttrs[] = {
+      {CUBLASLT_ALGO_CONFIG_ID, "algo"},           {CUBLASLT_ALGO_CONFIG_TILE_ID, "tile"},
+      {CUBLASLT_ALGO_CONFIG_STAGES_ID, "stages"},  {CUBLASLT_ALGO_CONFIG_SPLITK_NUM, "splitK"},
+      {CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, "reduction"}, {CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING, "swizzle"},
+      {CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, "cluster"},   {CUBLASLT_ALGO_CONFIG_INNER_SHAPE_ID, "inner"},
+  };
+  std::string out;
+  for (const Attr& a : kAttrs) {
+    uint32_t v = 0;  // every attribute read here is a 32-bit enum or int
+    size_t written = 0;
+    if (lt.MatmulAlgoConfigGetAttribute(&algo_, a.id, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) continue;
+    out += (out.empty() ? "" : " ") + std::string(a.name) + " " + std::to_string(v);
+  }
+  return out;
 }
 
 }  // namespace tw::cli

@@ -35,6 +35,7 @@ struct LtApi {
   decltype(&cublasLtMatmulPreferenceDestroy) MatmulPreferenceDestroy = nullptr;
   decltype(&cublasLtMatmulAlgoGetHeuristic) MatmulAlgoGetHeuristic = nullptr;
   decltype(&cublasLtMatmul) Matmul = nullptr;
+  decltype(&cublasLtMatmulAlgoConfigGetAttribute) MatmulAlgoConfigGetAttribute = nullptr;
 };
 
 // Loads the library on the first call (thread-safe); throws kUnsupported when it cannot.
@@ -78,6 +79,9 @@ class LtMatmul {
   // workspace: >= workspace_bytes() bytes that no other call uses concurrently.
   void run(const void* A, const void* B, void* C, void* workspace, cudaStream_t stream) const;
   size_t workspace_bytes() const { return ws_bytes_; }
+  // The chosen algorithm's configuration, as cuBLASLt's numeric ids (cublasLt.h enums): "algo 66
+  // tile 23 stages 19 splitK 1 reduction 0 swizzle 0 cluster 3 inner 0". For bench reports.
+  std::string describe() const;
 
  private:
   cublasLtHandle_t h_;

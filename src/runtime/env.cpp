@@ -30,6 +30,9 @@ static const Var kVars[] = {
      "Kernel of the plain GEMM: auto (stream-K for bf16 [N,K] shapes whose 128x256 tile grid leaves SMs idle: "
      "fewer than 15 waves with a last wave under 90% full; the hook kernel otherwise), hook (tilewire's "
      "persistent kernel, the one the fused ops use), streamk (CUTLASS stream-K wherever it is built: bf16, B [N,K])."},
+    {"TILEWIRE_GEMM_STREAMK_PLAN", Type::kString, "",
+     "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64, "
+     "mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=1|2|4|8, raster=m|n (empty: the built-in rule)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",

@@ -287,3 +287,35 @@ TEST(GemmPlan, LayoutNames) {
 }
 
 }  // namespace
+
+TEST(GemmPlan, StreamKPlanOverride) {
+  using tw::gemm_impl::apply_streamk_plan_override;
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::StreamKPlan;
+  using tw::gemm_impl::StreamKTile;
+  StreamKPlan p;
+  p.tile = StreamKTile::k128x256c2;
+  p.swizzle = 4;
+  const StreamKPlan before = p;
+  EXPECT_TRUE(apply_streamk_plan_override("", &p).ok);
+  EXPECT_EQ(p.tile, before.tile);
+  ASSERT_TRUE(apply_streamk_plan_override("tile=128x64,mode=splitk,splits=4,det=0,swizzle=1,raster=n", &p).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64c1);
+  EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_FALSE(p.deterministic);
+  EXPECT_EQ(p.swizzle, 1);
+  EXPECT_EQ(p.raster, tw::gemm_impl::Raster::kAlongN);
+  EXPECT_EQ(tw::gemm_impl::describe(p), "streamk 128x64c1 mode splitk splits 4 det 0 raster n swizzle 1");
+  // A bad entry leaves the plan untouched and names the entry.
+  const StreamKPlan good = p;
+  for (const char* bad : {"tile=64x64", "mode=fast", "splits=0", "splits=65", "det=2", "swizzle=3", "raster=k",
+                          "depth=2", "tile", "tile=128x128,splits=x"}) {
+    StreamKPlan q = good;
+    const tw::Status st = apply_streamk_plan_override(bad, &q);
+    EXPECT_FALSE(st.ok) << bad;
+    EXPECT_NE(st.reason.find("TILEWIRE_GEMM_STREAMK_PLAN"), std::string::npos) << st.reason;
+    EXPECT_EQ(q.tile, good.tile) << bad;
+    EXPECT_EQ(q.splits, good.splits) << bad;
+  }
+}

@@ -121,4 +121,8 @@ size_t workspace_size(const GemmArgs& a, const GemmConfig& cfg = {});
 // sm_90 or when the kernel does not fit; kCuda when a launch or the scratch allocation fails.
 void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream);
 
+// What gemm() would run for (a, cfg) on the current device, in words, for bench reports:
+// "hook raster m swizzle 4" or "streamk 128x256c2 mode streamk det 1 raster m swizzle 4".
+std::string gemm_plan(const GemmArgs& a, const GemmConfig& cfg = {});
+
 }  // namespace tw

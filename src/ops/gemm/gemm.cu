@@ -37,7 +37,48 @@ KernelPref kernel_pref() {
   }();
   return k;
 }
+const std::string& streamk_plan_override() {
+  static const std::string v = env::get_string("TILEWIRE_GEMM_STREAMK_PLAN");
+  return v;
+}
+
+namespace {
+struct Choice {
+  GemmKernel kernel;
+  StreamKPlan streamk;  // kStreamK
+  Raster raster;        // kHook
+};
+
+int device_sms() {
+  int dev = 0, num_sms = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  return num_sms;
+}
+
+// Which kernel: TILEWIRE_GEMM_KERNEL, else plan.hpp's rule; the stream-K plan with
+// TILEWIRE_GEMM_STREAMK_PLAN's overrides. The TILEWIRE_GEMM_EPILOGUE variants exist to measure the
+// hook kernel, so with one of them set "auto" means the hook kernel.
+Choice choose(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  KernelPref pref = kernel_pref();
+  if (pref == KernelPref::kAuto && epilogue_variant() != Epilogue::kStaged) pref = KernelPref::kHook;
+  Choice c{kernel_for(a, cfg, num_sms, pref), {}, resolve_raster(a, cfg, kBlkM, kBlkN)};
+  if (c.kernel == GemmKernel::kStreamK) {
+    c.streamk = plan_streamk(a, cfg, num_sms);
+    const Status st = apply_streamk_plan_override(streamk_plan_override(), &c.streamk);
+    TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  }
+  return c;
+}
+}  // namespace
 }  // namespace gemm_impl
+
+std::string gemm_plan(const GemmArgs& a, const GemmConfig& cfg) {
+  const gemm_impl::Choice c = gemm_impl::choose(a, cfg, gemm_impl::device_sms());
+  if (c.kernel == gemm_impl::GemmKernel::kStreamK) return gemm_impl::describe(c.streamk);
+  return std::string("hook raster ") + (c.raster == gemm_impl::Raster::kAlongM ? "m" : "n") + " swizzle " +
+         std::to_string(cfg.swizzle);
+}
 
 void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   const Status st = can_implement(a, cfg);
@@ -55,17 +96,12 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   const Status sms = gemm_impl::check_sms(cfg, num_sms, gemm_impl::kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
 
-  // Which kernel: TILEWIRE_GEMM_KERNEL, else plan.hpp's rule. The TILEWIRE_GEMM_EPILOGUE variants
-  // exist to measure the hook kernel, so with one of them set "auto" means the hook kernel.
-  gemm_impl::KernelPref pref = gemm_impl::kernel_pref();
-  if (pref == gemm_impl::KernelPref::kAuto && gemm_impl::epilogue_variant() != gemm_impl::Epilogue::kStaged)
-    pref = gemm_impl::KernelPref::kHook;
-  if (gemm_impl::kernel_for(a, cfg, num_sms, pref) == gemm_impl::GemmKernel::kStreamK) {
-    gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, gemm_impl::plan_streamk(a, cfg, num_sms), stream);
+  const gemm_impl::Choice choice = gemm_impl::choose(a, cfg, num_sms);
+  if (choice.kernel == gemm_impl::GemmKernel::kStreamK) {
+    gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
     return;
   }
-
-  const gemm_impl::Raster raster = gemm_impl::resolve_raster(a, cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
+  const gemm_impl::Raster raster = choice.raster;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {

@@ -1,6 +1,6 @@
 // The plain GEMM's stream-K kernel: bf16 A [M, K] row-major, B as [N, K] (BLayout::kNK), bf16 C,
-// fp32 accumulation. Two instantiations (plan.hpp StreamKTile): (128, 256, 64) tiles in 2x1 clusters
-// and (128, 128, 64) tiles in 1x1 clusters. gemm.cu picks this kernel or the hook kernel
+// fp32 accumulation. Three instantiations (plan.hpp StreamKTile): (128, 256, 64) tiles in 2x1
+// clusters, (128, 128, 64) and (128, 64, 64) tiles in 1x1 clusters. gemm.cu picks this kernel or the hook kernel
 // (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused ops never come here.
 //
 // All CUTLASS 4.2, nothing copied:
@@ -136,6 +136,7 @@ template <StreamKTile t>
 using GemmOf = StreamKGemm<tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m>;
 using Wide = GemmOf<StreamKTile::k128x256c2>;
 using Narrow = GemmOf<StreamKTile::k128x128c1>;
+using Skinny = GemmOf<StreamKTile::k128x64c1>;
 
 template <class G>
 void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
@@ -217,10 +218,11 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
 
 void launch_bf16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                             cudaStream_t stream) {
-  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8, "can_implement checks 16-byte rows");
+  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8, "can_implement checks 16-byte rows");
   switch (plan.tile) {
     case StreamKTile::k128x256c2: run_streamk<Wide>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
+    case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
 }

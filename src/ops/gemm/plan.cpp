@@ -160,5 +160,73 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
   return p;
 }
 
+Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan) {
+  StreamKPlan p = *plan;
+  auto bad = [&](const std::string& why) {
+    return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
+                             " (keys: tile=128x256|128x128|128x64, mode=heuristic|dp|splitk|streamk, splits=1..64, "
+                             "det=0|1, swizzle=1|2|4|8, raster=m|n)"};
+  };
+  size_t at = 0;
+  while (at < spec.size()) {
+    size_t end = spec.find(',', at);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(at, end - at);
+    at = end + 1;
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) return bad("'" + item + "' is not key=value");
+    const std::string k = item.substr(0, eq), v = item.substr(eq + 1);
+    auto as_int = [&](int lo, int hi, int* out) {
+      if (v.empty() || v.size() > 3 || v.find_first_not_of("0123456789") != std::string::npos) return false;
+      const int x = std::stoi(v);
+      if (x < lo || x > hi) return false;
+      *out = x;
+      return true;
+    };
+    if (k == "tile") {
+      if (v == "128x256") p.tile = StreamKTile::k128x256c2;
+      else if (v == "128x128") p.tile = StreamKTile::k128x128c1;
+      else if (v == "128x64") p.tile = StreamKTile::k128x64c1;
+      else return bad("tile '" + v + "'");
+    } else if (k == "mode") {
+      if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;
+      else if (v == "dp") p.decomposition = Decomposition::kDataParallel;
+      else if (v == "splitk") p.decomposition = Decomposition::kSplitK;
+      else if (v == "streamk") p.decomposition = Decomposition::kStreamK;
+      else return bad("mode '" + v + "'");
+    } else if (k == "splits") {
+      if (!as_int(1, 64, &p.splits)) return bad("splits '" + v + "'");
+    } else if (k == "det") {
+      if (v != "0" && v != "1") return bad("det '" + v + "'");
+      p.deterministic = v == "1";
+    } else if (k == "swizzle") {
+      if (!as_int(1, 8, &p.swizzle) || (p.swizzle & (p.swizzle - 1)) != 0) return bad("swizzle '" + v + "'");
+    } else if (k == "raster") {
+      if (v == "m") p.raster = Raster::kAlongM;
+      else if (v == "n") p.raster = Raster::kAlongN;
+      else return bad("raster '" + v + "'");
+    } else {
+      return bad("unknown key '" + k + "'");
+    }
+  }
+  *plan = p;
+  return Status{};
+}
+
+std::string describe(const StreamKPlan& p) {
+  const StreamKTileShape t = tile_shape(p.tile);
+  const char* mode = p.decomposition == Decomposition::kHeuristic      ? "heuristic"
+                     : p.decomposition == Decomposition::kDataParallel ? "dp"
+                     : p.decomposition == Decomposition::kSplitK       ? "splitk"
+                                                                       : "streamk";
+  std::string s = "streamk " + std::to_string(t.blk_m) + "x" + std::to_string(t.blk_n) + "c" +
+                  std::to_string(t.cluster_m) + " mode " + mode;
+  if (p.decomposition == Decomposition::kSplitK) s += " splits " + std::to_string(p.splits);
+  s += std::string(" det ") + (p.deterministic ? "1" : "0") + " raster " + (p.raster == Raster::kAlongM ? "m" : "n") +
+       " swizzle " + std::to_string(p.swizzle);
+  return s;
+}
+
 }  // namespace gemm_impl
 }  // namespace tw

@@ -72,12 +72,17 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //               wave or more whose last wave is ragged;
 //   k128x128c1  (128, 128, 64) tiles, 1x1 clusters: twice the tiles to spread, half the bytes per
 //               partial tile, no padding CTA when M <= 128: for grids under one hook wave.
-enum class StreamKTile { k128x256c2, k128x128c1 };
+//   k128x64c1   (128, 64, 64) tiles, 1x1 clusters: four times the tiles of k128x256c2 for the
+//               skinny, bandwidth-bound grids (M <= 128), where a split of K costs a partial tile
+//               and more tiles cost only re-reads of the small A from L2.
+enum class StreamKTile { k128x256c2, k128x128c1, k128x64c1 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;
 };
 constexpr StreamKTileShape tile_shape(StreamKTile t) {
-  return t == StreamKTile::k128x256c2 ? StreamKTileShape{128, 256, 2} : StreamKTileShape{128, 128, 1};
+  return t == StreamKTile::k128x256c2   ? StreamKTileShape{128, 256, 2}
+         : t == StreamKTile::k128x128c1 ? StreamKTileShape{128, 128, 1}
+                                        : StreamKTileShape{128, 64, 1};
 }
 
 // CUTLASS's decomposition modes (PersistentTileSchedulerSm90StreamKParams::DecompositionMode):
@@ -104,5 +109,12 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 // and gives the padding tiles real work (a K loop over zeros). The largest power of two <= `want`
 // that adds no padding tile to a (tiles_m, tiles_n) grid of `cluster_m`-CTA clusters.
 int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
+
+// TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
+// list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64,
+// mode heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8,
+// raster m | n. Empty leaves the plan as it is. A bad entry: ok = false and the reason.
+Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan);
+std::string describe(const StreamKPlan& p);  // "streamk 128x256c2 mode streamk det 1 raster m swizzle 4"
 
 }  // namespace tw::gemm_impl
