@@ -6,8 +6,9 @@
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
-// of `repeats`. TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's
-// than 2 bf16 ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
+// of `repeats`, the two kernels timed in alternation after a warm-up of both (time_pair_us).
+// TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's than 2 bf16
+// ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: bench/results/2026-11-30-s2-h200/.
 #include <cuda_bf16.h>
@@ -20,6 +21,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "bench_args.hpp"  // median
@@ -140,29 +143,49 @@ struct Row {
   double tflops(double us) const { return us > 0 ? 2.0 * s.m * s.n * s.k / (us * 1e-6) / 1e12 : 0; }
 };
 
-template <class F>
-double time_us(int warmup, int iters, int repeats, cudaStream_t st, F&& call) {
-  for (int i = 0; i < warmup; ++i) call(i);
+// Times two candidates the same way: CUDA events around `iters` back-to-back calls, `repeats`
+// times each, in alternation (A B, B A, A B, ...), after a warm-up of both that lasts at least
+// kWarmMs of GPU time. Why: an H200 lowers its SM clock within tens of milliseconds of full-power
+// GEMMs, so a candidate timed first from idle clocks and the other after it would be compared at
+// different clocks (seen on nvidia-h200: cuBLASLt timed second drifted 686 -> 808 us on one shape
+// within a run). Medians per candidate.
+constexpr double kWarmMs = 200.0;
+
+template <class FA, class FB>
+std::pair<double, double> time_pair_us(int warmup, int iters, int repeats, cudaStream_t st, FA&& a, FB&& b) {
   cudaEvent_t e0, e1;
   TW_CUDA_CHECK(cudaEventCreate(&e0));
   TW_CUDA_CHECK(cudaEventCreate(&e1));
-  std::vector<double> t;
-  for (int r = 0; r < repeats; ++r) {
+  auto timed = [&](auto&& call, int n) {
     TW_CUDA_CHECK(cudaEventRecord(e0, st));
-    for (int i = 0; i < iters; ++i) call(i);
+    for (int i = 0; i < n; ++i) call(i);
     TW_CUDA_CHECK(cudaEventRecord(e1, st));
     TW_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
     TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    t.push_back(ms * 1e3 / iters);
+    return double(ms);
+  };
+  double warmed = 0;
+  for (int round = 0; round < 1000 && (round == 0 || warmed < kWarmMs); ++round)
+    warmed += timed(a, std::max(1, warmup)) + timed(b, std::max(1, warmup));
+  std::vector<double> ta, tb;
+  for (int r = 0; r < repeats; ++r) {
+    if (r % 2 == 0) {
+      ta.push_back(timed(a, iters) * 1e3 / iters);
+      tb.push_back(timed(b, iters) * 1e3 / iters);
+    } else {
+      tb.push_back(timed(b, iters) * 1e3 / iters);
+      ta.push_back(timed(a, iters) * 1e3 / iters);
+    }
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return median(t);
+  return {median(ta), median(tb)};
 }
 
 Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t st, int l2_bytes) {
-  Row row{s};
+  Row row;
+  row.s = s;
   const size_t na = size_t(s.m) * s.k, nb = size_t(s.n) * s.k, nc = size_t(s.m) * s.n;
   const size_t set_bytes = 2 * (na + nb + nc);
   size_t free_b = 0, total_b = 0;
@@ -204,8 +227,8 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
     count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc, wrong);
   }
   TW_CUDA_CHECK(cudaGetLastError());
-  row.tw_us = time_us(a.warmup, a.iters, a.repeats, st, tilewire);
-  row.cublas_us = time_us(a.warmup, a.iters, a.repeats, st, [&](int i) { cublas(i, C[i % sets]); });
+  std::tie(row.tw_us, row.cublas_us) =
+      time_pair_us(a.warmup, a.iters, a.repeats, st, tilewire, [&](int i) { cublas(i, C[i % sets]); });
   TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
   TW_CUDA_CHECK(cudaStreamSynchronize(st));
 

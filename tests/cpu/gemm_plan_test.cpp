@@ -165,8 +165,8 @@ TEST(GemmPlan, HookWaves) {
   EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 1);
 }
 
-// The issue-3 grid and the acceptance shapes on 132 SMs: the rule sends exactly the shapes where the
-// hook kernel was measured below cuBLASLt (plan.hpp) to the stream-K kernel. K does not matter.
+// The issue-3 grid and the acceptance shapes on 132 SMs: M <= 128 and grids whose last wave is
+// mostly empty go to the stream-K kernel; ragged multi-wave grids stay on the hook kernel (plan.hpp).
 TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
   using tw::gemm_impl::use_streamk;
   struct Case {
@@ -177,8 +177,8 @@ TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
   const Case cases[] = {
       {128, 4096, true, "0.24 waves"},          {128, 8192, true, "0.48 waves"},
       {512, 4096, true, "0.48 waves"},          {512, 8192, false, "0.97 waves: last wave 97% full"},
-      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, true, "3.88 waves, last 88% full"},
-      {4096, 8192, true, "7.76 waves, 76%"},    {8192, 4096, true, "7.76 waves, 76%"},
+      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, false, "3.88 waves: 4.27 > 4"},
+      {4096, 8192, false, "7.76 waves: 8.5 > 8"}, {8192, 4096, false, "7.76 waves"},
       {8192, 8192, false, "15.5 waves"},        {16384, 8192, false, "31.0 waves"},
   };
   for (const Case& c : cases)
@@ -195,7 +195,10 @@ TEST(GemmPlan, StreamKRuleEdges) {
   EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), cfg, kSms));
   // Tiny and odd shapes: under a wave.
   EXPECT_TRUE(use_streamk(args(1, 8, 16), cfg, kSms));
-  EXPECT_TRUE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
+  EXPECT_FALSE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
+  EXPECT_TRUE(use_streamk(args(256 * 36, 256 * 2, 64), cfg, kSms)) << "72 units: 1.09 waves";
+  EXPECT_TRUE(use_streamk(args(256 * 29, 256 * 2, 64), cfg, kSms)) << "58 units: 0.88 waves";
+  EXPECT_FALSE(use_streamk(args(256 * 31, 256 * 2, 64), cfg, kSms)) << "62 units: 0.94 waves";
   // Reserved SMs move the waves: 2048x4096 is 128 units; 66 groups leave the last wave 94% full,
   // 64 groups make exactly 2 waves, 61 groups a 10% last wave.
   cfg.reserved_sms = 0;
@@ -208,7 +211,7 @@ TEST(GemmPlan, StreamKRuleEdges) {
   cfg.reserved_sms = 0;
   EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66, 64), cfg, kSms)) << "15 full waves";
   EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 64), cfg, kSms)) << "15 waves and a ragged 16th";
-  EXPECT_TRUE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14 waves and a ragged 15th";
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14 waves and a ragged 15th";
 }
 
 TEST(GemmPlan, KernelPreferenceOverridesTheRule) {
@@ -242,13 +245,24 @@ TEST(GemmPlan, StreamKPlan) {
   p = plan_streamk(args(2048, 8192, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
   EXPECT_EQ(p.raster, Raster::kAlongM) << "16 tile rows, 32 tile columns";
-  // Under one hook wave: the small tile, CUTLASS's heuristic (stream-K below half a wave of its
-  // tiles, data-parallel above), no swizzle over a single tile row.
+  // One tile row (M <= 128): 128x64 tiles; split-K 2 while the units fit on the SMs, no swizzle
+  // over a single tile row.
   p = plan_streamk(args(128, 4096, 4096), cfg, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
-  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64c1);
+  EXPECT_EQ(p.decomposition, Decomposition::kSplitK) << "64 tiles x 2 splits = 128 units on 132 SMs";
+  EXPECT_EQ(p.splits, 2);
   EXPECT_EQ(p.swizzle, 1);
   EXPECT_EQ(p.raster, Raster::kAlongM);
+  p = plan_streamk(args(128, 8192, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64c1);
+  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "128 tiles already fill a wave";
+  EXPECT_EQ(p.splits, 1);
+  p = plan_streamk(args(7, 4096, 512), cfg, kSms);
+  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "8 K tiles: too short to split";
+  GemmConfig reserved = cfg;
+  reserved.reserved_sms = 8;
+  EXPECT_EQ(plan_streamk(args(128, 4096, 4096), reserved, kSms).decomposition, Decomposition::kHeuristic)
+      << "128 units do not fit on 124 SMs";
   p = plan_streamk(args(512, 4096, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
   EXPECT_EQ(p.swizzle, 4) << "4 x 32 tiles";

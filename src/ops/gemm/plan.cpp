@@ -3,6 +3,7 @@
 // Unit-tested in tests/cpu/gemm_plan_test.cpp.
 #include "plan.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 
@@ -120,8 +121,10 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.dtype != DType::kBFloat16 || a.b_layout != BLayout::kNK) return false;  // not built
+  if (a.M <= kBlkM) return true;
   const HookWaves w = hook_waves(a, cfg, num_sms);
-  return w.waves() < kHookMinWaves && w.tail_fill() < kHookMinTailFill;
+  const double waves = w.waves();
+  return waves * kStreamKPenalty < std::ceil(waves);
 }
 
 GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref) {
@@ -145,7 +148,16 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want) {
 
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   StreamKPlan p;
-  if (hook_waves(a, cfg, num_sms).waves() >= 1.0) {
+  if (a.M <= kBlkM) {
+    p.tile = StreamKTile::k128x64c1;
+    const int tiles_n = ceil_div(a.N, tile_shape(p.tile).blk_n);
+    if (2 * tiles_n <= num_sms - cfg.reserved_sms && ceil_div(a.K, 64) >= 16) {
+      p.decomposition = Decomposition::kSplitK;
+      p.splits = 2;
+    } else {
+      p.decomposition = Decomposition::kHeuristic;
+    }
+  } else if (hook_waves(a, cfg, num_sms).waves() >= 1.0) {
     p.tile = StreamKTile::k128x256c2;
     p.decomposition = Decomposition::kStreamK;  // CUTLASS's heuristic keeps a tail over half full data-parallel
   } else {
@@ -155,7 +167,7 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
   const StreamKTileShape t = tile_shape(p.tile);
   p.raster = resolve_raster(a, cfg, t.blk_m, t.blk_n);
   p.swizzle = streamk_swizzle(ceil_div(a.M, t.blk_m), ceil_div(a.N, t.blk_n), t.cluster_m, cfg.swizzle);
-  p.splits = 1;
+  if (p.decomposition != Decomposition::kSplitK) p.splits = 1;
   p.deterministic = true;
   return p;
 }

@@ -47,17 +47,16 @@ struct HookWaves {
 };
 HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
-// When the hook kernel is as fast as cuBLASLt (H200, 132 SMs, measured):
-//   many waves      8192^3 (15.5 waves) 1.000, 16384x8192x4096 (31.0) 0.993: at >= 15 waves a
-//                   ragged last wave is a small part of the time, and cuBLASLt pays it too;
-//   full last wave  2048x4096 (1.94 waves, last 94% full) 0.97-1.02, 512x8192 (0.97) 0.94-0.96.
-// Elsewhere it loses: 4096x8192x8192 (7.76 waves, last 76% full) 0.951, 2048x8192x4096 (3.88, 88%)
-// 0.948, and the small grids (M = 128: 0.24-0.48 waves) 0.34-0.47.
-inline constexpr double kHookMinWaves = 15.0;
-inline constexpr double kHookMinTailFill = 0.9;
+// When to leave the hook kernel (H200, 132 SMs, measured):
+//   * M <= 128: one row of 128x256 tiles gives 16-32 tiles for 132 SMs (0.34-0.47x cuBLASLt,
+//     run06); the stream-K kernel with 128x64 tiles (plan_streamk) fills the machine.
+//   * otherwise the hook kernel runs ceil(waves) full-length waves, the CUTLASS stream-K kernel
+//     ~waves * kStreamKPenalty: its data-parallel mode with the same 128x256 tiles and order took
+//     1.11x the hook kernel's time on 2048x8192x4096 (bench/results/2026-11-30-s3-h200/run01), so
+//     splitting K pays only when the last wave is mostly empty (e.g. 1.1 waves, or under one wave
+//     at M > 128). The ragged acceptance shapes (3.88 and 7.76 waves) stay on the hook kernel.
+inline constexpr double kStreamKPenalty = 1.10;
 
-// The automatic rule: stream-K for a bf16 kNK GEMM whose hook grid has fewer than kHookMinWaves
-// waves and a last wave less than kHookMinTailFill full; the hook kernel otherwise.
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // The kernel tw::gemm runs: `pref` (TILEWIRE_GEMM_KERNEL) first, the rule for kAuto. Where the
@@ -100,9 +99,13 @@ struct StreamKPlan {
   bool deterministic = true;     // partial tiles added in K order (bitwise reproducible), else atomics
 };
 
-// The plan tw::gemm uses: k128x256c2 with kStreamK when the hook grid has at least one wave (its
-// ragged tail is what stream-K fixes), else k128x128c1 with kHeuristic; raster from
-// resolve_raster for that tile; swizzle from streamk_swizzle; deterministic reduction.
+// The plan tw::gemm uses (raster from resolve_raster for the tile, swizzle from streamk_swizzle,
+// deterministic reduction):
+//   M <= 128        k128x64c1; split-K 2 while 2 * ceil(N / 64) units fit on the SMs and K has
+//                   >= 16 K tiles, else kHeuristic (data-parallel at ~1 wave). cuBLASLt runs these
+//                   with 64x64 / 128x64 tiles, no split (its algorithm is printed by bench gemm).
+//   hook grid >= 1 wave   k128x256c2, kStreamK (the ragged tail is what stream-K fixes);
+//   otherwise       k128x128c1, kHeuristic.
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // CUTLASS's scheduler rounds the tile grid up to a multiple of swizzle * cluster along both axes
