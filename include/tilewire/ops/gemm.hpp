@@ -37,10 +37,10 @@
 // StoreC) or, for bf16 with B kNK, a stream-K kernel (src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu):
 // CUTLASS's own cooperative kernel with CUTLASS's stream-K tile scheduler and TMA epilogue, whose
 // CTAs split the K loop of some tiles and add the fp32 partial tiles up in device scratch, so that
-// small grids (M = 128: 16 tiles of 128x256 for 132 SMs) and ragged last waves keep every SM busy.
-// Rule (src/ops/gemm/plan.hpp use_streamk, from H200 measurements): stream-K when the 128x256 grid
-// has fewer than 15 waves of (num_sms - reserved_sms) / 2 clusters and its last wave is less than
-// 90% full; the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk overrides it (read
+// small grids (M = 128: 16 tiles of 128x256 for 132 SMs) keep every SM busy.
+// Rule (src/ops/gemm/plan.hpp use_streamk, from H200 measurements): stream-K when M <= 128 (128x64
+// tiles, split-K 2 where the units fit) or when the 128x256 grid's last wave is so empty that
+// waves * 1.10 < ceil(waves) (the CUTLASS kernel is ~10% slower per tile); the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk overrides it (read
 // once). Partial tiles are added in K order, so results are bitwise reproducible with either
 // kernel (the two kernels may differ from each other in the last bit). The fused ops always use
 // the hook kernel.
@@ -50,7 +50,7 @@
 //                                     measured against it, TILEWIRE_GEMM_EPILOGUE)
 //   bf16 x bf16 -> bf16, B kKN        src/ops/gemm/gemm_sm90_bf16_kn.cu
 //   bf16, B kNK, stream-K             src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu (128x256 tiles in 2x1
-//                                     clusters; 128x128 tiles in 1x1 clusters for grids under a wave)
+//                                     clusters; 128x128 and 128x64 tiles in 1x1 clusters)
 // plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook.
 // fp16 is the same template (one more two-line instantiation file each); until then
 // can_implement() rejects fp16 with that reason.
