@@ -40,6 +40,7 @@ run() {  # run <limit_s> cmd...: log output, remember failures
 }
 
 if [ "$MODE" = gemm ]; then
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   step "GEMM tests"
   run 150 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
   step "memcheck on the small GEMM tests (hook and stream-K kernels)"
@@ -93,6 +94,22 @@ if [ "$MODE" = gemmtune ]; then
     step "ragged, streamk plan '$p'"
     TILEWIRE_GEMM_KERNEL=streamk TILEWIRE_GEMM_STREAMK_PLAN=$p run 60 "$TW" bench gemm --sweep ragged --iters 10 -R 5
   done
+fi
+
+if [ "$MODE" = artune ]; then
+  # Issue 2 tuning (nvidia-h200-x2): NVLink transport ceilings (SM stores, TMA bulk copies, copy
+  # engines; bench/nvlink_ceiling.cu), one-shot grid at 64K..512K, two-shot grid at 256M..1G.
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "nvlink_ceiling 256 MiB"
+  run 120 "$DIST/bin/nvlink_ceiling" 256
+  for b in 64 128; do for t in 256 512; do
+    step "one-shot blocks $b threads $t"
+    TILEWIRE_ONESHOT_BLOCKS=$b TILEWIRE_ONESHOT_THREADS=$t run 60 "$TW" bench allreduce -b 64K -e 512K -f 2 -d bf16 -n 50
+  done; done
+  for b in 0 66 264; do for t in 256 512; do
+    step "two-shot blocks cap $b threads $t"
+    TILEWIRE_ALLREDUCE_BLOCKS=$b TILEWIRE_ALLREDUCE_THREADS=$t run 90 "$TW" bench allreduce -b 256M -e 1G -f 2 -d bf16 -n 10
+  done; done
 fi
 
 if [ "$MODE" = fused ]; then

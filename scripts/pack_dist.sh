@@ -6,10 +6,10 @@ cd "$(dirname "$0")/.."
 [ -f build-env.sh ] && . ./build-env.sh
 BUILD=${BUILD:-build}
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-cmake --build "$BUILD" --target tilewire tilewire_cli tilewire_gpu_tests 02_allreduce
+cmake --build "$BUILD" --target tilewire tilewire_cli tilewire_gpu_tests 02_allreduce nvlink_ceiling
 rm -rf dist && mkdir -p dist/bin dist/lib
 cp -a "$BUILD"/libtilewire.so* dist/lib/
-cp "$BUILD"/tools/tilewire "$BUILD"/tests/tilewire_gpu_tests "$BUILD"/examples/02_allreduce dist/bin/
+cp "$BUILD"/tools/tilewire "$BUILD"/tests/tilewire_gpu_tests "$BUILD"/examples/02_allreduce "$BUILD"/nvlink_ceiling dist/bin/
 git rev-parse --short HEAD >dist/COMMIT
 git diff --quiet HEAD -- src include tools tests examples || echo "$(cat dist/COMMIT)+dirty" >dist/COMMIT
 du -sh dist
