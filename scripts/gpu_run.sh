@@ -112,6 +112,22 @@ if [ "$MODE" = artune ]; then
   done; done
 fi
 
+if [ "$MODE" = relay ]; then
+  # First contact with the relay algorithm (nvidia-h200-x2): small fused tests under a short
+  # limit, the rest only when they pass, then the acceptance shapes with relay and exchange.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "GemmAllReduce.SmallShapes"
+  if run 90 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; then
+    step "bench gemm-allreduce acceptance, relay"
+    run 200 "$TW" bench gemm-allreduce --sweep acceptance --algo relay --iters 10 -R 3 --json "$OUT/bench_gar_relay.json"
+    step "bench gemm-allreduce 8192x8192x4096, exchange"
+    run 100 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --algo exchange --iters 10 -R 3
+    step "fused tests"
+    run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  fi
+fi
+
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.

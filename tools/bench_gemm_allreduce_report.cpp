@@ -29,7 +29,7 @@ constexpr const char* kUsage =
     "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
     "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (1)\n"
     "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
-    "  --algo auto|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
+    "  --algo auto|relay|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
     "  --path auto|fused|sequential  (e)'s path: auto lets gemm_allreduce choose (the row says which)\n"
     "  --json FILE           also write every row as JSON (rank 0)\n"
     "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
@@ -73,7 +73,7 @@ std::vector<Shape> sweep_shapes(const std::string& name) {
 const char* raster_name(GemmRaster r) { return r == GemmRaster::kAlongM ? "m" : r == GemmRaster::kAlongN ? "n" : "auto"; }
 const char* partials_name(PartialPrecision p) { return p == PartialPrecision::kFloat32 ? "fp32" : "bf16"; }
 const char* fused_algo_name(GemmAllReduceAlgo a) {
-  return a == GemmAllReduceAlgo::kExchange ? "exchange" : a == GemmAllReduceAlgo::kOwner ? "owner" : "auto";
+  return a == GemmAllReduceAlgo::kExchange ? "exchange" : a == GemmAllReduceAlgo::kOwner ? "owner" : a == GemmAllReduceAlgo::kRelay ? "relay" : "auto";
 }
 
 std::string chunks_text(const std::vector<int>& c) {
@@ -150,8 +150,8 @@ Options parse_options(const std::vector<std::string>& argv) {
       if (v != "bf16" && v != "fp32") bad("--partials bf16|fp32, got '" + v + "'");
       o.cfg.partials = v == "fp32" ? PartialPrecision::kFloat32 : PartialPrecision::kBFloat16;
     } else if (opt == "--algo") {
-      if (v != "auto" && v != "exchange" && v != "owner") bad("--algo auto|exchange|owner, got '" + v + "'");
-      o.cfg.algo = v == "exchange" ? GemmAllReduceAlgo::kExchange
+      if (v != "auto" && v != "relay" && v != "exchange" && v != "owner") bad("--algo auto|relay|exchange|owner, got '" + v + "'");
+      o.cfg.algo = v == "relay" ? GemmAllReduceAlgo::kRelay : v == "exchange" ? GemmAllReduceAlgo::kExchange
                    : v == "owner"  ? GemmAllReduceAlgo::kOwner
                                    : GemmAllReduceAlgo::kAuto;
     } else if (opt == "--path") {

@@ -117,11 +117,16 @@ TEST(GemmAllReducePlan, WorkspaceSize) {
   // Owner, one rank: flags only. Four ranks: 3 slots per owned tile, 512 owned.
   EXPECT_LT(tw::workspace_size(a, 1, owner), size_t(1) << 20);
   EXPECT_GE(tw::workspace_size(a, 4, owner), size_t(512) * 3 * 65536);
-  // Exchange: 2048 tiles x 2 ranks x 64 KiB, plus flags; auto picks it for 2 ranks and bf16,
-  // the owner algorithm for 4 ranks or fp32 partials.
-  const size_t x2 = tw::workspace_size(a, 2);
+  // Exchange: 2048 tiles x 2 ranks x 64 KiB, plus flags. Relay (auto for 2 ranks and bf16): a
+  // slot per tile. The owner algorithm for 4 ranks or fp32 partials.
+  GemmAllReduceConfig exch;
+  exch.algo = tw::GemmAllReduceAlgo::kExchange;
+  const size_t x2 = tw::workspace_size(a, 2, exch);
   EXPECT_GE(x2, size_t(2048) * 2 * 65536);
   EXPECT_LE(x2, size_t(2048) * 2 * 65536 + (size_t(1) << 20));
+  const size_t r2 = tw::workspace_size(a, 2);
+  EXPECT_GE(r2, size_t(2048) * 65536);
+  EXPECT_LE(r2, size_t(2048) * 65536 + (size_t(1) << 20));
   EXPECT_EQ(tw::workspace_size(a, 4), tw::workspace_size(a, 4, owner));
   GemmAllReduceConfig auto_f32;
   auto_f32.partials = tw::PartialPrecision::kFloat32;
@@ -147,8 +152,25 @@ TEST(GemmAllReducePlan, ExchangeLayoutSlotsAndFlagsAreDisjoint) {
 
 TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   using tw::GemmAllReduceAlgo;
+  using tw::gemm_allreduce_impl::resolve_algo;
   GemmAllReduceConfig c;
-  EXPECT_TRUE(tw::gemm_allreduce_impl::uses_exchange(2, c));
+  EXPECT_EQ(resolve_algo(2, c), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(1, c), GemmAllReduceAlgo::kExchange);
+  EXPECT_EQ(resolve_algo(4, c), GemmAllReduceAlgo::kOwner);
+  {
+    GemmAllReduceConfig f = c;
+    f.partials = tw::PartialPrecision::kFloat32;
+    EXPECT_EQ(resolve_algo(2, f), GemmAllReduceAlgo::kOwner);
+    f.algo = GemmAllReduceAlgo::kRelay;
+    const tw::Status r = tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 2, f);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.reason.find("relay"), std::string::npos) << r.reason;
+    f.partials = tw::PartialPrecision::kBFloat16;
+    EXPECT_TRUE(tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 2, f).ok);
+    const tw::Status r4 = tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 4, f);
+    EXPECT_FALSE(r4.ok);
+    EXPECT_NE(r4.reason.find("exactly 2 ranks"), std::string::npos) << r4.reason;
+  }
   EXPECT_FALSE(tw::gemm_allreduce_impl::uses_exchange(4, c));
   c.algo = GemmAllReduceAlgo::kExchange;
   EXPECT_TRUE(tw::gemm_allreduce_impl::uses_exchange(8, c));
@@ -160,6 +182,36 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   const tw::Status s = tw::gemm_allreduce_impl::check_args(a, 2, c);
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.reason.find("bf16 partials only"), std::string::npos) << s.reason;
+}
+
+// Relay: with rank r's walk starting at r * floor(units / 2), every unit is reached second by
+// the rank relay_owner names (so the owner's partial wait is for a tile the peer computed in the
+// first half of its walk), and each rank owns the units of the second half of its own walk.
+TEST(GemmAllReducePlan, RelayOwnership) {
+  using tw::gemm_impl::make_schedule;
+  for (auto [M, N] : {std::pair{8192, 8192}, std::pair{1000, 1032}, std::pair{128, 256}, std::pair{3000, 5144}}) {
+    const auto s0 = make_schedule(M, N, 128, 256, 2, Raster::kAlongM, 4, 0, 2, 132, 0);
+    const auto s1 = make_schedule(M, N, 128, 256, 2, Raster::kAlongM, 4, 1, 2, 132, 0);
+    const int U = s0.units();
+    const auto l = tw::gemm_allreduce_impl::make_relay_layout(M, N, Raster::kAlongM, U);
+    ASSERT_EQ(l.split, U / 2);
+    ASSERT_EQ(s1.rotation, l.split);
+    int owned[2] = {0, 0};
+    for (int o = 0; o < U; ++o) {
+      const int w0 = s0.work_of_order(o), w1 = s1.work_of_order(o);
+      const int owner = l.relay_owner(o);
+      ++owned[owner];
+      if (U > 1) EXPECT_GT(owner == 0 ? w0 : w1, owner == 0 ? w1 : w0) << M << "x" << N << " unit " << o;
+      const int w_own = owner == 0 ? w0 : w1;
+      EXPECT_GE(w_own, U - (owner == 0 ? U - l.split : l.split)) << "owned units are the end of the walk";
+    }
+    EXPECT_EQ(owned[1], l.split);
+    EXPECT_EQ(owned[0], U - l.split);
+    // Slots and flags never overlap.
+    EXPECT_LT(l.relay_arrive_flag(l.T - 1), l.done_off);
+    EXPECT_LT(l.done_flag(l.T - 1), l.staging_off);
+    EXPECT_EQ(l.relay_slot(l.T - 1) + 65536, l.total);
+  }
 }
 
 TEST(GemmAllReducePlan, FinalWaitCtas) {

@@ -115,7 +115,7 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
 }
 
 const char* algo_name(tw::GemmAllReduceAlgo a) {
-  return a == tw::GemmAllReduceAlgo::kExchange ? "exchange" : a == tw::GemmAllReduceAlgo::kOwner ? "owner" : "auto";
+  return a == tw::GemmAllReduceAlgo::kExchange ? "exchange" : a == tw::GemmAllReduceAlgo::kOwner ? "owner" : a == tw::GemmAllReduceAlgo::kRelay ? "relay" : "auto";
 }
 
 void run_shape(const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
@@ -132,8 +132,10 @@ TEST(GemmAllReduce, SmallShapes) {
   TW_SKIP_UNLESS_SM90();
   using A = tw::GemmAllReduceAlgo;
   using PP = tw::PartialPrecision;
-  for (auto [algo, p] : {std::pair{A::kExchange, PP::kBFloat16}, std::pair{A::kOwner, PP::kBFloat16},
-                         std::pair{A::kOwner, PP::kFloat32}}) {
+  std::vector<std::pair<A, PP>> algos = {{A::kExchange, PP::kBFloat16}, {A::kOwner, PP::kBFloat16},
+                                         {A::kOwner, PP::kFloat32}};
+  if (tw_test::gpu_count() == 2) algos.insert(algos.begin(), {A::kRelay, PP::kBFloat16});  // relay: 2 ranks only
+  for (auto [algo, p] : algos) {
     tw::GemmAllReduceConfig cfg;
     cfg.path = tw::GemmAllReducePath::kFused;
     cfg.algo = algo;
@@ -146,7 +148,9 @@ TEST(GemmAllReduce, SmallShapes) {
 
 TEST(GemmAllReduce, OddShapes) {
   TW_SKIP_UNLESS_SM90();
-  for (tw::GemmAllReduceAlgo algo : {tw::GemmAllReduceAlgo::kExchange, tw::GemmAllReduceAlgo::kOwner}) {
+  std::vector<tw::GemmAllReduceAlgo> algos = {tw::GemmAllReduceAlgo::kExchange, tw::GemmAllReduceAlgo::kOwner};
+  if (tw_test::gpu_count() == 2) algos.insert(algos.begin(), tw::GemmAllReduceAlgo::kRelay);
+  for (tw::GemmAllReduceAlgo algo : algos) {
     tw::GemmAllReduceConfig cfg;
     cfg.path = tw::GemmAllReducePath::kFused;
     cfg.algo = algo;

@@ -95,13 +95,16 @@ struct GemmAllReduceArgs {
 enum class PartialPrecision { kBFloat16, kFloat32 };
 
 // How tiles are reduced (docs/gemm_allreduce.md compares them):
+//   kRelay     2 ranks: the ranks walk the tiles half a grid apart; the first to compute a tile
+//              sends its bf16 partial to the other, which adds it to its fp32 accumulators in the
+//              epilogue and sends the final tile back (src/ops/gemm_allreduce/relay_hook.cuh);
 //   kExchange  every rank sends its bf16 partial of every tile to every rank through asynchronous
 //              bulk copies and sums all P partials itself (P = 2: the bytes of reduce-scatter +
 //              all-gather, one hop, nothing on the consumers' path waits for NVLink);
 //   kOwner     tile t's owner (t % P) receives the P - 1 partials, sums, stores C to every rank
 //              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
-//   kAuto      kExchange for P <= 2 with bf16 partials, else kOwner.
-enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner };
+//   kAuto      kRelay for P = 2 with bf16 partials, kExchange for P = 1, else kOwner.
+enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 
 // Fused kernel, or the sequential path tw::gemm(C_r = A_r B_r) then tw::allreduce(C) in place
 // (same precision: each partial rounded to bf16, summed in fp32 in rank order, bit-identical).

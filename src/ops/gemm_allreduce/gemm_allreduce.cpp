@@ -29,8 +29,8 @@ struct DeviceInfo {
   int clusters = 0;  // co-resident clusters of the fused kernel
 };
 
-// sm_90 and the residency of the kernel (exchange or owner) on the current device, or why not.
-Status device_info(bool exchange, DeviceInfo* out) {
+// sm_90 and the residency of the kernel of `algo` (resolved) on the current device, or why not.
+Status device_info(GemmAllReduceAlgo algo, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -46,15 +46,16 @@ Status device_info(bool exchange, DeviceInfo* out) {
   // and kernel: it runs on every call otherwise (twice: can_implement, then the launch), and the
   // host time matters for small fused calls enqueued back to back.
   static std::mutex mu;
-  static std::map<std::pair<int, bool>, int> cache;
+  static std::map<std::pair<int, int>, int> cache;
   {
     std::lock_guard<std::mutex> lk(mu);
-    auto it = cache.find({dev, exchange});
+    auto it = cache.find({dev, int(algo)});
     if (it == cache.end()) {
       try {
-        const int c = exchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
-                               : gemm_allreduce_impl::max_active_clusters_bf16_nk();
-        it = cache.emplace(std::make_pair(dev, exchange), c).first;
+        const int c = algo == GemmAllReduceAlgo::kExchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
+                      : algo == GemmAllReduceAlgo::kRelay  ? gemm_allreduce_impl::max_active_clusters_bf16_nk_relay()
+                                                           : gemm_allreduce_impl::max_active_clusters_bf16_nk();
+        it = cache.emplace(std::make_pair(dev, int(algo)), c).first;
       } catch (const Error& e) {
         return fail(std::string("occupancy query failed: ") + e.what());
       }
@@ -103,7 +104,7 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  if (Status s = device_info(gemm_allreduce_impl::uses_exchange(comm.lsa_size(), cfg), &d); !s) return s;
+  if (Status s = device_info(gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg), &d); !s) return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
@@ -130,19 +131,22 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     return;
   }
   DeviceInfo d;
-  const bool exchange = gemm_allreduce_impl::uses_exchange(comm.lsa_size(), cfg);
-  const Status ds = device_info(exchange, &d);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg);
+  const bool exchange = algo == GemmAllReduceAlgo::kExchange, relay = algo == GemmAllReduceAlgo::kRelay;
+  const Status ds = device_info(algo, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
-  p.gemm_cfg = gemm_allreduce_impl::as_gemm_config(cfg);
+  // Relay: rank r walks from unit order index r * floor(units / 2) (LSA rank == rank: all-LSA).
+  p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, 2) : gemm_allreduce_impl::as_gemm_config(cfg);
   p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, cfg.reserved_sms, d.clusters);
   p.num_sms = d.num_sms;
   p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
   // Exactly what RotatedScheduler builds from hw_info.sm_count = num_sms - reserved_sms.
   p.sched = gemm_impl::make_schedule(a.M, a.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM, p.raster,
-                                     p.gemm_cfg.swizzle, 0, 1, d.num_sms - p.gemm_cfg.reserved_sms, 0);
+                                     p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
+                                     d.num_sms - p.gemm_cfg.reserved_sms, 0);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
@@ -152,13 +156,15 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ws_win = ww.handle, p.ws_off = ww.offset;
   p.ws = a.workspace;
   p.exchange = exchange;
+  p.relay = relay;
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
              "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
   try {
-    if (exchange) gemm_allreduce_impl::launch_bf16_nk_exchange(p, stream);
+    if (relay) gemm_allreduce_impl::launch_bf16_nk_relay(p, stream);
+    else if (exchange) gemm_allreduce_impl::launch_bf16_nk_exchange(p, stream);
     else gemm_allreduce_impl::launch_bf16_nk(p, stream);
   } catch (...) {
     comm.check_fault();

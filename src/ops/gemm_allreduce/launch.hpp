@@ -24,6 +24,7 @@ struct LaunchParams {
   size_t ws_off = 0, c_off = 0;
   void* ws = nullptr;             // this rank's workspace (local pointer)
   bool exchange = false;          // exchange_hook.cuh (else hook.cuh, the owner algorithm)
+  bool relay = false;             // relay_hook.cuh (2 ranks; sched and gemm_cfg carry the rotation)
   trace::Ring ring{};             // per-tile events (exchange only); null: off
   bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
 };
@@ -35,5 +36,8 @@ void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream);
 // The same for the exchange algorithm's kernel (gemm_allreduce_sm90_bf16_nk_exchange.cu).
 int max_active_clusters_bf16_nk_exchange();
 void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream);
+// The same for the relay algorithm's kernel (gemm_allreduce_sm90_bf16_nk_relay.cu).
+int max_active_clusters_bf16_nk_relay();
+void launch_bf16_nk_relay(const LaunchParams& p, cudaStream_t stream);
 
 }  // namespace tw::gemm_allreduce_impl

@@ -30,24 +30,31 @@ GemmArgs as_gemm_args(const GemmAllReduceArgs& a) {
   return GemmArgs{a.A, a.B, a.C, a.M, a.N, a.K_local, a.dtype, a.b_layout};
 }
 
-GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg) {
+GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank, int nranks) {
   GemmConfig g;
   g.reserved_sms = cfg.reserved_sms;
   g.raster = cfg.raster;
   g.swizzle = cfg.swizzle;
-  g.rank = 0, g.nranks = 1;  // no rotation: identical tile walk on every rank
+  g.rank = rank, g.nranks = nranks;  // exchange / owner: 0 of 1, no rotation
   return g;
 }
 
-bool uses_exchange(int P, const GemmAllReduceConfig& cfg) {
-  if (cfg.algo == GemmAllReduceAlgo::kExchange) return true;
-  if (cfg.algo == GemmAllReduceAlgo::kOwner) return false;
-  return P <= 2 && cfg.partials == PartialPrecision::kBFloat16;
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg) {
+  if (cfg.algo != GemmAllReduceAlgo::kAuto) return cfg.algo;
+  if (cfg.partials != PartialPrecision::kBFloat16) return GemmAllReduceAlgo::kOwner;
+  if (P == 2) return GemmAllReduceAlgo::kRelay;
+  return P <= 1 ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
 }
 
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
   const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
-  if (uses_exchange(P, cfg)) return make_exchange_layout(a.M, a.N, P, r);
+  const GemmAllReduceAlgo algo = resolve_algo(P, cfg);
+  if (algo == GemmAllReduceAlgo::kRelay) {
+    const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
+                      gemm_impl::ceil_div(a.N, kBlkN);
+    return make_relay_layout(a.M, a.N, r, units);
+  }
+  if (algo == GemmAllReduceAlgo::kExchange) return make_exchange_layout(a.M, a.N, P, r);
   return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials));
 }
 
@@ -60,8 +67,12 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
   if (cfg.partials != PartialPrecision::kBFloat16 && cfg.partials != PartialPrecision::kFloat32)
     return fail("unknown partial precision (kBFloat16 or kFloat32)");
   if (cfg.algo != GemmAllReduceAlgo::kAuto && cfg.algo != GemmAllReduceAlgo::kExchange &&
-      cfg.algo != GemmAllReduceAlgo::kOwner)
-    return fail("unknown algorithm (kAuto, kExchange or kOwner)");
+      cfg.algo != GemmAllReduceAlgo::kOwner && cfg.algo != GemmAllReduceAlgo::kRelay)
+    return fail("unknown algorithm (kAuto, kRelay, kExchange or kOwner)");
+  if (cfg.algo == GemmAllReduceAlgo::kRelay && (nranks != 2 || cfg.partials != PartialPrecision::kBFloat16))
+    return fail("the relay algorithm is for exactly 2 ranks with bf16 partials (got " + std::to_string(nranks) +
+                " ranks" + (cfg.partials != PartialPrecision::kBFloat16 ? ", fp32 partials" : "") +
+                "); use kOwner or kAuto");
   if (cfg.algo == GemmAllReduceAlgo::kExchange && cfg.partials != PartialPrecision::kBFloat16)
     return fail("the exchange algorithm sends bf16 partials only (its shared-memory tile is bf16); use kOwner "
                 "for fp32 partials");

@@ -44,6 +44,8 @@ TW_HD constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a
 
 struct Layout {
   bool exchange = false;  // exchange algorithm (exchange_hook.cuh) or owner algorithm (hook.cuh)
+  bool relay = false;     // relay algorithm (relay_hook.cuh)
+  int split = 0;          // relay: S = floor(units / 2), rank 1's first unit order index
   int P = 1;              // LSA team size (all ranks)
   int tiles_m = 0, tiles_n = 0;
   int T = 0;              // tiles
@@ -75,6 +77,11 @@ struct Layout {
     return staging_off + ((size_t)t * (size_t)P + (size_t)q) * slot_bytes;
   }
   TW_HD constexpr size_t peer_done_flag(int q) const { return peer_done_off + 8 * (size_t)q; }
+  // Relay: the owner of the unit at order index o is the rank that reaches it second — rank 0
+  // walks from o = 0, rank 1 from o = split — so units before `split` are rank 1's.
+  TW_HD constexpr int relay_owner(int o) const { return o < split ? 1 : 0; }
+  TW_HD constexpr size_t relay_slot(int t) const { return staging_off + (size_t)t * slot_bytes; }
+  TW_HD constexpr size_t relay_arrive_flag(int t) const { return arrive_off + 8 * (size_t)t; }
   TW_HD constexpr size_t done_flag(int t) const { return done_off + 8 * (size_t)t; }
   static constexpr size_t kEpochOff = 0, kFinishedOff = 8;
 };
@@ -101,6 +108,32 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
   l.done_off = l.arrive_off;  // no done flags
   l.staging_off = align_up(l.arrive_off + 8 * (size_t)l.T * (size_t)l.P, kSectionAlign);
   l.total = l.staging_off + (size_t)l.T * (size_t)l.P * l.slot_bytes;
+  return l;
+}
+
+// Relay layout (relay_hook.cuh, two ranks), per rank:
+//   [0, 256)          header (epoch, finished) as above
+//   arrive_off        u64 arrive[T]: arrive[t] = tag when the peer's partial of owned tile t is in slot[t]
+//   done_off          u64 done[T]: done[t] = tag when the peer's final of tile t is in this rank's C
+//   staging_off       slot[T] of 64 KiB (bf16 partial, row-major 128 x 256, rows packed); only the
+//                     slots of this rank's tiles are written
+// `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split.
+TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units) {
+  Layout l{};
+  l.relay = true;
+  l.P = 2;
+  l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
+  l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
+  l.T = l.tiles_m * l.tiles_n;
+  l.owned_max = l.T;
+  l.raster = raster;
+  l.split = units / 2;
+  l.partial_bytes = 2;
+  l.slot_bytes = (size_t)kTileElems * 2;
+  l.arrive_off = kHeaderBytes;
+  l.done_off = align_up(l.arrive_off + 8 * (size_t)l.T, 256);
+  l.staging_off = align_up(l.done_off + 8 * (size_t)l.T, kSectionAlign);
+  l.total = l.staging_off + (size_t)l.T * l.slot_bytes;
   return l;
 }
 
@@ -137,13 +170,17 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 }
 
 // ---------------------------------------------------------------- host only (plan.cpp)
-// The plain GEMM's view of the call (K = K_local) and config (no rank rotation: every rank walks
-// the tiles in the same order, which the deadlock argument needs).
+// The plain GEMM's view of the call (K = K_local) and config. Exchange and owner: no rank
+// rotation (every rank walks the tiles in the same order, which their deadlock arguments need);
+// relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
-GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg);
-// The algorithm a call on P ranks runs: cfg.algo, kAuto resolved (exchange for P <= 2 with bf16
-// partials, else owner).
-bool uses_exchange(int P, const GemmAllReduceConfig& cfg);
+GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
+// The algorithm a call on P ranks runs: cfg.algo, kAuto resolved (relay for P == 2 with bf16
+// partials, exchange for P == 1, else owner).
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg);
+inline bool uses_exchange(int P, const GemmAllReduceConfig& cfg) {
+  return resolve_algo(P, cfg) == GemmAllReduceAlgo::kExchange;
+}
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,

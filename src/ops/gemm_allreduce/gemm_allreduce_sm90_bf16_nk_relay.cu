@@ -1,0 +1,45 @@
+// The fused GEMM + all-reduce, relay algorithm (2 ranks): bf16 A [M, K_local], B as [N, K_local]
+// (kNK), bf16 C, epilogue hook RelayHook (relay_hook.cuh).
+#include "../gemm/gemm_sm90.cuh"
+#include "launch.hpp"
+#include "occupancy.cuh"
+#include "relay_hook.cuh"
+
+namespace tw::gemm_allreduce_impl {
+
+template <bool kTraced>
+using GemmR = gemm_impl::Sm90Gemm<__nv_bfloat16, BLayout::kNK, RelayHookT<kTraced>>;
+
+int max_active_clusters_bf16_nk_relay() { return max_active_clusters<GemmR<true>::Kernel>(); }
+
+template <bool kTraced>
+static void launch(const LaunchParams& p, cudaStream_t stream) {
+  RelayHookT<kTraced> hook{};
+  hook.ctx = p.ctx;
+  hook.lay = p.lay;
+  hook.sched = p.sched;
+  hook.me = p.ctx.lsa_rank;
+  hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
+  hook.ws_win = p.ws_win;
+  hook.ws_off = p.ws_off;
+  hook.c_win = p.c_win;
+  hook.c_off = p.c_off;
+  hook.ws = static_cast<char*>(p.ws);
+  hook.C = static_cast<typename RelayHookT<kTraced>::E*>(p.gemm.C);
+  hook.ldc = p.gemm.N;
+  hook.M = p.gemm.M;
+  hook.N = p.gemm.N;
+  hook.ring = p.ring;
+  gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
+                                                    /*workspace=*/nullptr, stream);
+}
+
+// The traced kernel normally; the one without trace code when asked (to measure tracing off).
+void launch_bf16_nk_relay(const LaunchParams& p, cudaStream_t stream) {
+  static_assert(sizeof(typename GemmR<true>::Kernel::SharedStorage) == sizeof(typename GemmR<false>::Kernel::SharedStorage),
+                "both kernels have the residency the launcher checked");
+  if (p.untraced) launch<false>(p, stream);
+  else launch<true>(p, stream);
+}
+
+}  // namespace tw::gemm_allreduce_impl

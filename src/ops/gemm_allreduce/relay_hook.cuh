@@ -1,0 +1,317 @@
+// src/ops/gemm_allreduce/relay_hook.cuh — the epilogue hook of the fused GEMM + all-reduce,
+// "relay" algorithm (two ranks; docs/gemm_allreduce.md compares it with exchange and owner).
+//
+// The two ranks walk the tiles in the same order but start half-way apart (scheduler.hpp rank
+// rotation: rank r starts at unit order index r * S, S = floor(units / 2)). So every tile is
+// computed by one rank in the first half of its walk and by the other in the second half; the
+// second one owns it (RelayLayout::owner). Per tile t, in the CTA that computed it:
+//
+//   first rank (t is the peer's):  accumulators -> bf16 -> shared memory -> LSA stores into the
+//                                  owner's staging[t] -> fence -> arrive[t] @ owner := tag
+//   owner:                         (staging[t] was loaded into shared memory while the tile's
+//                                  mainloop ran) accumulators + partial, in fp32, rounded once to
+//                                  bf16 -> C(t) locally (bulk copies) and into the peer's C(t)
+//                                  (LSA stores) -> fence -> done[t] @ peer := tag
+//   every CTA after its last tile: wait done[t] >= tag for the tiles it sent (the finals the peer
+//                                  stores into this rank's C), so when the kernel ends C is final.
+//
+// The result is bit-identical on both ranks: each final is computed once and copied. The owner's
+// own partial stays fp32; the peer's is rounded to bf16 once (the exchange algorithm rounds both).
+// Bytes per rank and direction: one bf16 partial per tile of the first half, one bf16 final per
+// tile of the second half — those of reduce-scatter + all-gather — and the owner's reduction is
+// an add in registers, not a pass over global memory.
+//
+// Who does what (the CUTLASS cooperative kernel: 2 consumer warpgroups, 1 producer warp, and the
+// epilogue-load warp that tilewire's HookEpilogue turns into the "comm warp"):
+//   consumers, tile V_j: wait ready(j) [the comm warp's shared buffer is free, and for an owned
+//     tile holds the peer's partial]; add and write the bf16 tile into the buffer; arrive staged.
+//   comm warp, tile V_j: wait staged(j); owned: bulk-copy the rows to the local C (TMA);
+//     16-byte loads from shared memory, 16-byte stores to the peer (staging or C); wait for the
+//     bulk copies to have read the buffer; fence.sys; release-store the peer's flag; then prepare
+//     V_{j+1}: owned -> wait arrive[V_{j+1}] (the peer computed it in its first half: normally long
+//     set) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by bytes), else
+//     arrive on ready(j+1).
+// The flag is stored before the next wait, so no flag waits for anything remote: the only remote
+// waits are the owner's arrive waits (the first rank's first-half pushes, which wait on nothing
+// remote) and the final done waits (the owner's pushes, which wait only on arrive flags): no cycle.
+// Every wait is bounded by ctx.timeout_ns (the timeout diagnostic, then a trap).
+//
+// Across calls (same stream, tag = calls completed + 1): the peer writes staging[t] of call n+1
+// only after its call n ended, i.e. after it saw done[t'] for all tiles it sent, which this rank
+// stored after reading its staging of call n. The peer writes this rank's C only with finals of
+// the current call, after this rank's partial of that tile arrived (this rank is in the call).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
+
+#include "../gemm/epilogue_hook.cuh"
+#include "../gemm/launch.hpp"
+#include "../gemm/scheduler.hpp"
+#include "plan.hpp"
+#include "tilewire/device.cuh"
+#include "tilewire/trace/event.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+template <bool kTraced>
+struct RelayHookT {
+  using E = cutlass::bfloat16_t;
+  static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes: no bank conflicts)
+  static constexpr int kRowBytes = kBlkN * 2;
+  static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
+  struct SharedStorage {
+    alignas(128) E buf[kBlkM * kPitch];
+    uint64_t staged;  // mbarrier, 256 arrivals per tile: every consumer thread after its writes
+    uint64_t ready;   // mbarrier, 1 arrival (+ bytes of the partial for owned tiles) per tile
+    uint64_t tag;     // the call's tag, read by the comm warp before its first tile
+  };
+
+  DevCtx ctx;
+  Layout lay;                      // plan.hpp make_relay_layout; lay.P == 2
+  gemm_impl::TileSchedule sched;   // the kernel's work list, with this rank's rotation
+  int me = 0;                      // LSA rank (0 or 1)
+  int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
+  ncclWindow_t ws_win = nullptr, c_win = nullptr;  // windows of the workspace and of C
+  size_t ws_off = 0, c_off = 0;
+  char* ws = nullptr;              // this rank's workspace
+  E* C = nullptr;                  // this rank's C [M, N]
+  long long ldc = 0;
+  int M = 0, N = 0;
+  trace::Ring ring{};
+
+  CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
+  CUTLASS_HOST_DEVICE bool tracing() const {
+    if constexpr (kTraced) return ring.on();
+    else return false;
+  }
+
+  CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
+    cutlass::arch::ClusterBarrier::init(&s.staged, kConsumerThreads);
+    cutlass::arch::ClusterBarrier::init(&s.ready, 1);
+    cutlass::arch::fence_barrier_init();
+  }
+
+  // ---- consumers (256 threads), once per valid tile
+  template <class View>
+  CUTLASS_DEVICE void operator()(View const& v) const {
+    using namespace cute;
+    const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int step = (sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n}) - group) / sched.ctas;
+    const int j = valid_before(group, x, step);
+    const bool own = owns(v.tile_m, v.tile_n);
+    SharedStorage& sm = *v.smem;
+    E* buf = sm.buf;
+
+    wait_barrier(&sm.ready, j & 1, "gemm_allreduce.relay_ready");
+    const uint64_t t_seen = tracing() ? ptx::globaltimer() : 0;
+    constexpr int kN = decltype(size(v.acc))::value;
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < kN; i += 2) {
+      const int r = get<0>(v.coord(i)), c = get<1>(v.coord(i));
+      auto* p = reinterpret_cast<__nv_bfloat162*>(buf + r * kPitch + c);
+      float a0 = v.acc(i), a1 = v.acc(i + 1);
+      if (own) {  // + the peer's partial (bf16), in fp32; one rounding below
+        const float2 q = __bfloat1622float2(*p);
+        a0 += q.x;
+        a1 += q.y;
+      }
+      *p = __floats2bfloat162_rn(a0, a1);
+    }
+    const uint64_t t_done = tracing() ? ptx::globaltimer() : 0;
+    cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
+    cutlass::arch::ClusterBarrier::arrive(&sm.staged);
+    if (tracing() && v.thread_idx == 0) {
+      const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
+      if (j == 0) trace::emit_at(ring, cta_slot(0), trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
+      emit(id, trace::EventKind::kMmaStart, v.t_mma_start_ns);
+      emit(id, trace::EventKind::kMmaEnd, t_mma_end);
+      if (own) {  // this rank's partial enters the sum at MMA end; the peer's was in the buffer
+        emit(id, trace::EventKind::kPartialLeave, t_mma_end);
+        emit(id, trace::EventKind::kPartialsSeen, t_seen > t_mma_end ? t_seen : t_mma_end);
+        emit(id, trace::EventKind::kReduceDone, t_done);
+      }
+    }
+  }
+
+  // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
+  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int step = (sched.work_of_tile(gemm_impl::TileCoord{tile_m, tile_n}) - group) / sched.ctas;
+    const int j = valid_before(group, x, step);
+    if (j == 0) {
+      if (lane == 0) smem->tag = call_tag();
+      __syncwarp();
+      prepare(gemm_impl::TileCoord{tile_m, tile_n}, smem->tag, lane, smem);
+    }
+    const uint64_t tag = smem->tag;
+    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.relay_staged");
+
+    const bool own = owns(tile_m, tile_n);
+    const int t = lay.tile_index(tile_m, tile_n);
+    const int row0 = tile_m * kBlkM, col0 = tile_n * kBlkN;
+    const int rows = min(M - row0, kBlkM), vecs = min(N - col0, kBlkN) / 8;
+    const E* buf = smem->buf;
+    const uint32_t id = uint32_t(tile_m * lay.tiles_n + tile_n);
+    if (tracing() && lane == 0 && !own) emit(id, trace::EventKind::kPartialLeave, ptx::globaltimer());
+    if (own) {  // the final into the local C: bulk copies, one row per lane at a time
+#pragma unroll 1
+      for (int r = lane; r < rows; r += 32)
+        cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, C + (long long)(row0 + r) * ldc + col0, vecs * 16);
+      cute::tma_store_arrive();
+    }
+    // The tile to the peer: its C (final) or its staging slot (partial, rows packed).
+    char* dst;
+    long long pitch;
+    if (own) {
+      dst = dev::lsa_ptr<char>(ctx, c_win, c_off + ((size_t)row0 * (size_t)ldc + col0) * sizeof(E), 1 - me);
+      pitch = ldc * (long long)sizeof(E);
+    } else {
+      dst = dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(t), 1 - me);
+      pitch = kRowBytes;
+    }
+    if (lane < vecs) {
+      constexpr int kU = 8;  // rows in flight per lane
+#pragma unroll 1
+      for (int r0 = 0; r0 < rows; r0 += kU) {
+        uint4 w[kU];
+        CUTLASS_PRAGMA_UNROLL
+        for (int u = 0; u < kU; ++u)
+          if (r0 + u < rows) w[u] = *reinterpret_cast<const uint4*>(buf + (r0 + u) * kPitch + lane * 8);
+        CUTLASS_PRAGMA_UNROLL
+        for (int u = 0; u < kU; ++u)
+          if (r0 + u < rows) ptx::st_v4(dst + (long long)(r0 + u) * pitch + lane * 16, w[u]);
+      }
+    }
+    if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
+    // Publish this lane's stores at system scope, then the flag (release).
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0) {
+      const size_t f = own ? lay.done_flag(t) : lay.relay_arrive_flag(t);
+      ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + f, 1 - me), tag);
+      if (tracing() && own) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
+    }
+    // The buffer is free: prepare the CTA's next valid tile.
+    const int next = next_valid(group, x, step);
+    if (next >= 0) prepare(tile_at(group, x, next), tag, lane, smem);
+  }
+
+  // After the CTA's last tile (every consumer thread): the finals of the tiles this CTA sent.
+  CUTLASS_DEVICE void tail(int tid) const {
+    const uint64_t tag = call_tag();
+    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
+    const int steps = sched.units_of_cta(group);
+#pragma unroll 1
+    for (int s = tid; s < steps; s += kConsumerThreads) {
+      const gemm_impl::TileCoord u = tile_at(group, x, s);
+      if (u.m >= sched.tiles_m || owns(u.m, u.n)) continue;
+      const int t = lay.tile_index(u.m, u.n);
+      wait_flag(ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done");
+      if (tracing()) {
+        const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
+        const uint64_t now = ptx::globaltimer();
+        emit(id, trace::EventKind::kPartialsSeen, now);
+        emit(id, trace::EventKind::kReduceDone, now);
+        emit(id, trace::EventKind::kTileLanded, now);
+      }
+    }
+    gemm_impl::hook_bar();
+    if (tracing() && tid == 0) {
+      if (steps > 0 && prev_valid(group, x, steps) >= 0)
+        trace::emit_at(ring, cta_slot(1), trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
+      trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
+    }
+    if (tid == 0) {
+      // The last CTA of this rank advances the call counter. Every comm warp read the tag before
+      // its CTA's consumers could finish (they wait for ready(0), which it completes after).
+      auto* fin = reinterpret_cast<unsigned long long*>(ws + Layout::kFinishedOff);
+      __threadfence();
+      if (atomicAdd(fin, 1ull) == (unsigned long long)(grid_ctas - 1)) {
+        *fin = 0;
+        *reinterpret_cast<volatile uint64_t*>(ws + Layout::kEpochOff) = tag;
+        __threadfence();
+      }
+    }
+  }
+
+ private:
+  static constexpr int kTileEvents = 6;
+  CUTLASS_DEVICE void emit(uint32_t id, trace::EventKind k, uint64_t t) const {
+    trace::emit_at(ring, (unsigned long long)id * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart)),
+                   k, id, t);
+  }
+  CUTLASS_DEVICE unsigned long long cta_slot(int which) const {
+    return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
+  }
+
+  CUTLASS_DEVICE uint64_t call_tag() const {
+    return *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
+  }
+  CUTLASS_DEVICE bool owns(int tile_m, int tile_n) const {
+    const int o = sched.order_of_unit(gemm_impl::TileCoord{tile_m / sched.cluster_m, tile_n});
+    return lay.relay_owner(o) == me;
+  }
+  CUTLASS_DEVICE gemm_impl::TileCoord tile_at(int group, int x, int step) const {
+    return sched.tile_of_work(sched.work_of_cta(group, step), x);
+  }
+  CUTLASS_DEVICE int prev_valid(int group, int x, int step) const {
+#pragma unroll 1
+    for (int s = step - 1; s >= 0; --s)
+      if (tile_at(group, x, s).m < sched.tiles_m) return s;
+    return -1;
+  }
+  CUTLASS_DEVICE int next_valid(int group, int x, int step) const {
+    const int steps = sched.units_of_cta(group);
+#pragma unroll 1
+    for (int s = step + 1; s < steps; ++s)
+      if (tile_at(group, x, s).m < sched.tiles_m) return s;
+    return -1;
+  }
+  CUTLASS_DEVICE int valid_before(int group, int x, int step) const {
+    int n = 0;
+#pragma unroll 1
+    for (int s = 0; s < step; ++s) n += tile_at(group, x, s).m < sched.tiles_m;
+    return n;
+  }
+
+  // Ready the buffer for tile u: an owned tile's partial (once the peer's flag says it is in
+  // staging) arrives by bulk loads that complete the `ready` phase by bytes; otherwise one arrive.
+  CUTLASS_DEVICE void prepare(gemm_impl::TileCoord u, uint64_t tag, int lane, SharedStorage* smem) const {
+    if (!owns(u.m, u.n)) {
+      if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem->ready);
+      return;
+    }
+    const int t = lay.tile_index(u.m, u.n);
+    const int rows = min(M - u.m * kBlkM, kBlkM), bytes = min(N - u.n * kBlkN, kBlkN) * 2;
+    if (lane == 0) {
+      wait_flag(ws + lay.relay_arrive_flag(t), tag, "gemm_allreduce.relay_partial");
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, uint32_t(rows * bytes));
+    }
+    __syncwarp();
+    const char* src = ws + lay.relay_slot(t);
+#pragma unroll 1
+    for (int r = lane; r < rows; r += 32)
+      cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
+  }
+
+  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what) const {
+    const uint64_t* f = reinterpret_cast<const uint64_t*>(p);
+    dev::bounded_spin_silent(
+        ctx, what, want, [&] { return ptx::ld_acquire_sys(f); }, [&](uint64_t x) { return dev::rolling_ge(x, want); });
+  }
+  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what) const {
+    dev::bounded_spin_silent(
+        ctx, what, 1, [&] { return (uint64_t)cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity); },
+        [](uint64_t x) { return x != 0; });
+  }
+};
+
+using RelayHook = RelayHookT<true>;
+static_assert(std::is_trivially_copyable_v<RelayHook>, "hooks travel in the kernel parameters");
+
+}  // namespace tw::gemm_allreduce_impl
