@@ -128,6 +128,27 @@ if [ "$MODE" = relay ]; then
   fi
 fi
 
+if [ "$MODE" = relaytune ]; then
+  # Relay algorithm tuning (nvidia-h200-x2): who pushes (TILEWIRE_RELAY_CONSUMER_ROWS), swizzle,
+  # on the acceptance shapes (fused path forced), then the fused tests.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 10 -R 3"
+  for cr in 0 32 64 128; do for sw in 1 4; do
+    step "relay 8192x8192x4096 consumer_rows $cr swizzle $sw"
+    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 8192 -n 8192 -k 4096 --swizzle $sw
+  done; done
+  for cr in 0 64; do
+    step "relay 16384x8192x4096 and 4096x8192x14336, consumer_rows $cr swizzle 4"
+    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 16384 -n 8192 -k 4096 --swizzle 4
+    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 4096 -n 8192 -k 14336 --swizzle 4
+  done
+  step "fused tests"
+  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  step "fused tests, consumer rows 64"
+  TILEWIRE_RELAY_CONSUMER_ROWS=64 run 240 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes:GemmAllReduce.RepeatedCallsDoNotDrift'
+fi
+
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.

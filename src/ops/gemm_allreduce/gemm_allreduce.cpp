@@ -15,6 +15,7 @@
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
@@ -157,6 +158,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ws = a.workspace;
   p.exchange = exchange;
   p.relay = relay;
+  p.relay_consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
              "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;

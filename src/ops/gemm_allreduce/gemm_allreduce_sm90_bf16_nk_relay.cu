@@ -29,6 +29,7 @@ static void launch(const LaunchParams& p, cudaStream_t stream) {
   hook.ldc = p.gemm.N;
   hook.M = p.gemm.M;
   hook.N = p.gemm.N;
+  hook.consumer_rows = p.relay_consumer_rows;
   hook.ring = p.ring;
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
                                                     /*workspace=*/nullptr, stream);

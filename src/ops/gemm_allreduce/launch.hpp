@@ -25,6 +25,7 @@ struct LaunchParams {
   void* ws = nullptr;             // this rank's workspace (local pointer)
   bool exchange = false;          // exchange_hook.cuh (else hook.cuh, the owner algorithm)
   bool relay = false;             // relay_hook.cuh (2 ranks; sched and gemm_cfg carry the rotation)
+  int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)
   trace::Ring ring{};             // per-tile events (exchange only); null: off
   bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
 };

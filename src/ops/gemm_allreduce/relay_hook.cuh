@@ -81,6 +81,8 @@ struct RelayHookT {
   E* C = nullptr;                  // this rank's C [M, N]
   long long ldc = 0;
   int M = 0, N = 0;
+  int consumer_rows = 0;           // rows [0, consumer_rows) of each tile the consumers push
+                                   // themselves (TILEWIRE_RELAY_CONSUMER_ROWS); the comm warp the rest
   trace::Ring ring{};
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
@@ -124,6 +126,28 @@ struct RelayHookT {
     }
     const uint64_t t_done = tracing() ? ptx::globaltimer() : 0;
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
+    if (consumer_rows > 0) {
+      // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
+      // every consumer's writes), 16-byte stores, all in flight before the first completes. The
+      // comm warp's fence and flag after `staged` publish them (the consumers' arrive releases
+      // their stores to it).
+      gemm_impl::hook_bar();
+      const int rows = min(min(M - v.row0, kBlkM), consumer_rows), vecs = min(N - v.col0, kBlkN) / 8;
+      long long pitch;
+      char* dst = peer_dst(v.tile_m, v.tile_n, own, &pitch);
+      constexpr int kVecRow = kBlkN / 8, kMaxPer = kBlkM * kVecRow / kConsumerThreads;  // 16
+      uint4 w[kMaxPer];
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kMaxPer; ++k) {
+        const int i = k * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+        if (r < rows && cv < vecs) w[k] = *reinterpret_cast<const uint4*>(buf + r * kPitch + cv * 8);
+      }
+      CUTLASS_PRAGMA_UNROLL
+      for (int k = 0; k < kMaxPer; ++k) {
+        const int i = k * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+        if (r < rows && cv < vecs) ptx::st_v4(dst + (long long)r * pitch + cv * 16, w[k]);
+      }
+    }
     cutlass::arch::ClusterBarrier::arrive(&sm.staged);
     if (tracing() && v.thread_idx == 0) {
       const uint32_t id = uint32_t(v.tile_m * lay.tiles_n + v.tile_n);
@@ -164,20 +188,14 @@ struct RelayHookT {
         cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, C + (long long)(row0 + r) * ldc + col0, vecs * 16);
       cute::tma_store_arrive();
     }
-    // The tile to the peer: its C (final) or its staging slot (partial, rows packed).
-    char* dst;
+    // The tile to the peer: its C (final) or its staging slot (partial, rows packed); the rows the
+    // consumers did not push.
     long long pitch;
-    if (own) {
-      dst = dev::lsa_ptr<char>(ctx, c_win, c_off + ((size_t)row0 * (size_t)ldc + col0) * sizeof(E), 1 - me);
-      pitch = ldc * (long long)sizeof(E);
-    } else {
-      dst = dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(t), 1 - me);
-      pitch = kRowBytes;
-    }
+    char* dst = peer_dst(tile_m, tile_n, own, &pitch);
     if (lane < vecs) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
-      for (int r0 = 0; r0 < rows; r0 += kU) {
+      for (int r0 = min(consumer_rows, rows); r0 < rows; r0 += kU) {
         uint4 w[kU];
         CUTLASS_PRAGMA_UNROLL
         for (int u = 0; u < kU; ++u)
@@ -240,6 +258,18 @@ struct RelayHookT {
   }
 
  private:
+  // Where tile (tile_m, tile_n) goes on the peer: its C (an owned tile's final) or its staging
+  // slot (a partial, rows packed); *pitch = the row pitch there in bytes.
+  CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, long long* pitch) const {
+    if (own) {
+      *pitch = ldc * (long long)sizeof(E);
+      return dev::lsa_ptr<char>(ctx, c_win, c_off + ((size_t)tile_m * kBlkM * (size_t)ldc + (size_t)tile_n * kBlkN) * sizeof(E),
+                                1 - me);
+    }
+    *pitch = kRowBytes;
+    return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)), 1 - me);
+  }
+
   static constexpr int kTileEvents = 6;
   CUTLASS_DEVICE void emit(uint32_t id, trace::EventKind k, uint64_t t) const {
     trace::emit_at(ring, (unsigned long long)id * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart)),
