@@ -149,6 +149,27 @@ if [ "$MODE" = relaytune ]; then
   TILEWIRE_RELAY_CONSUMER_ROWS=64 run 240 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes:GemmAllReduce.RepeatedCallsDoNotDrift'
 fi
 
+if [ "$MODE" = relaydiag ]; then
+  # Where the relay kernel's time goes (nvidia-h200-x2): polling backoff, no data (flags only),
+  # SM clocks and power sampled during the runs.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw --format=csv,noheader -lms 200 >"$OUT/clocks.csv" 2>&1 &
+  SMI=$!
+  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 5 --swizzle 4 -m 8192 -n 8192 -k 4096"
+  step "relay cr 32"
+  TILEWIRE_RELAY_CONSUMER_ROWS=32 run 60 $B
+  step "relay cr 32, poll 1000 ns"
+  TILEWIRE_RELAY_CONSUMER_ROWS=32 TILEWIRE_RELAY_POLL_NS=1000 run 60 $B
+  step "relay cr 0, no push (C wrong on purpose)"
+  TILEWIRE_RELAY_NO_PUSH=1 run 60 $B
+  step "relay cr 0"
+  run 60 $B
+  step "bench gemm 8192x8192x4096 (hook kernel vs cuBLASLt, GPU 0)"
+  run 60 "$TW" bench gemm -m 8192 -n 8192 -k 4096 -R 7
+  kill $SMI 2>/dev/null
+fi
+
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.

@@ -47,6 +47,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <functional>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -415,26 +416,29 @@ class RankRun {
 
   void fused(const ShapeState& x, int j) { gemm_allreduce(comm_, fused_args(x.s, x.a[j].p, x.b[j].p), o_.cfg, st_.s1.s); }
 
-  // Seconds per iteration on this rank: median over the repeats, each behind the start gate.
-  // `iteration` enqueues one iteration on s1 (work on s2 joined back into s1).
+  // One repeat of `iteration` (enqueues one iteration on s1; work on s2 joined back into s1),
+  // behind the start gate: seconds per iteration on this rank.
+  template <class F> double one_repeat(F&& iteration, bool& gate_expired) {
+    const uint32_t gen = ++st_.gate_gen;  // the same sequence on every rank
+    sh_.gate.hold(st_.s1.s, gen);
+    TW_CUDA_CHECK(cudaEventRecord(st_.ev0.e, st_.s1.s));
+    for (int i = 0; i < o_.iters; ++i) iteration();
+    TW_CUDA_CHECK(cudaEventRecord(st_.ev1.e, st_.s1.s));
+    sh_.barrier.arrive_and_wait("start gate");  // every rank has enqueued its whole repeat
+    if (me_ == 0) sh_.gate.open(gen);
+    comm_.sync(st_.s1.s);  // turns a timed-out device wait into tw::Error(kTimeout)
+    gate_expired = gate_expired || sh_.gate.expired(gen);
+    float ms = 0;
+    TW_CUDA_CHECK(cudaEventElapsedTime(&ms, st_.ev0.e, st_.ev1.e));
+    return ms * 1e-3 / o_.iters;
+  }
+
+  // Seconds per iteration on this rank: warm-up, then the median over the repeats.
   template <class F> double timed(F&& iteration, bool& gate_expired) {
     for (int i = 0; i < std::max(1, o_.warmup); ++i) iteration();  // >= 1: NCCL/cuBLASLt first-use setup
     comm_.sync(st_.s1.s);
     std::vector<double> reps;
-    for (int r = 0; r < o_.repeats; ++r) {
-      const uint32_t gen = ++st_.gate_gen;  // the same sequence on every rank
-      sh_.gate.hold(st_.s1.s, gen);
-      TW_CUDA_CHECK(cudaEventRecord(st_.ev0.e, st_.s1.s));
-      for (int i = 0; i < o_.iters; ++i) iteration();
-      TW_CUDA_CHECK(cudaEventRecord(st_.ev1.e, st_.s1.s));
-      sh_.barrier.arrive_and_wait("start gate");  // every rank has enqueued its whole repeat
-      if (me_ == 0) sh_.gate.open(gen);
-      comm_.sync(st_.s1.s);  // turns a timed-out device wait into tw::Error(kTimeout)
-      gate_expired = gate_expired || sh_.gate.expired(gen);
-      float ms = 0;
-      TW_CUDA_CHECK(cudaEventElapsedTime(&ms, st_.ev0.e, st_.ev1.e));
-      reps.push_back(ms * 1e-3 / o_.iters);
-    }
+    for (int r = 0; r < o_.repeats; ++r) reps.push_back(one_repeat(iteration, gate_expired));
     return median(reps);
   }
 
@@ -453,19 +457,41 @@ class RankRun {
     };
     void* const c = st_.nc_c.p;
     const cudaStream_t s1 = st_.s1.s;
-    smp.sec[kGemm] = from_set0([&] { gemm(x, next(), c); });
-    smp.sec[kGemmNccl] = from_set0([&] {
-      gemm(x, next(), c);
-      nccl_ar(c, count, s1);
-    });
+    // Every variant is warmed up, then the repeats go round-robin over the variants (the start
+    // rotating), so each row is timed across the same stretch of the run: an H200's clock drops
+    // under sustained GEMM load, and timing rows one after another would hand the later rows the
+    // lower clock. (f) runs last on its own (it needs C zeroed: sums of zeros stay zeros).
+    struct Variant {
+      double* out;
+      std::function<void()> iteration;
+      std::vector<double> reps;
+    };
+    std::vector<Variant> vs;
+    vs.push_back({&smp.sec[kGemm], [&] { gemm(x, next(), c); }, {}});
+    vs.push_back({&smp.sec[kGemmNccl], [&] {
+                    gemm(x, next(), c);
+                    nccl_ar(c, count, s1);
+                  }, {}});
     if (x.tw_ok)
-      smp.sec[kGemmTw] = from_set0([&] {
-        gemm(x, next(), st_.tw_c.data());
-        tw_ar(count);
-      });
+      vs.push_back({&smp.sec[kGemmTw], [&] {
+                      gemm(x, next(), st_.tw_c.data());
+                      tw_ar(count);
+                    }, {}});
     for (size_t p = 0; p < x.splits.size(); ++p)
-      if (x.splits[p].ok) smp.chunk_sec[p] = from_set0([&] { chunked(x, x.splits[p], next()); });
-    if (x.fused_ok) smp.sec[kFused] = from_set0([&] { fused(x, next()); });
+      if (x.splits[p].ok) vs.push_back({&smp.chunk_sec[p], [&, p] { chunked(x, x.splits[p], next()); }, {}});
+    if (x.fused_ok) vs.push_back({&smp.sec[kFused], [&] { fused(x, next()); }, {}});
+    for (Variant& v : vs) {
+      j = 0;
+      for (int i = 0; i < std::max(1, o_.warmup); ++i) v.iteration();  // >= 1: first-use setup
+    }
+    comm_.sync(s1);
+    for (int r = 0; r < o_.repeats; ++r)
+      for (size_t k = 0; k < vs.size(); ++k) {
+        Variant& v = vs[(k + (size_t)r) % vs.size()];
+        j = 0;
+        v.reps.push_back(one_repeat(v.iteration, smp.gate_expired));
+      }
+    for (Variant& v : vs) *v.out = median(v.reps);
     TW_CUDA_CHECK(cudaMemsetAsync(c, 0, count * 2, s1));  // in-place sums of zeros stay zeros
     smp.sec[kNcclAr] = from_set0([&] { nccl_ar(c, count, s1); });
     if (x.fused_ok) check(x, smp);

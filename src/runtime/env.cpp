@@ -36,6 +36,12 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: rows of each 128-row tile the consumer warps push to the peer "
      "themselves (0..128); the communication warp pushes the rest."},
+    {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
+     "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
+     "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},
+    {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
+     "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
+     "NVLink stores cost the GEMM."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",

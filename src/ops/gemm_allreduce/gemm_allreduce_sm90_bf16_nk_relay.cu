@@ -30,6 +30,8 @@ static void launch(const LaunchParams& p, cudaStream_t stream) {
   hook.M = p.gemm.M;
   hook.N = p.gemm.N;
   hook.consumer_rows = p.relay_consumer_rows;
+  hook.poll_ns = p.relay_poll_ns;
+  hook.no_push = p.relay_no_push;
   hook.ring = p.ring;
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
                                                     /*workspace=*/nullptr, stream);

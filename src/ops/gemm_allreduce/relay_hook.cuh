@@ -83,6 +83,9 @@ struct RelayHookT {
   int M = 0, N = 0;
   int consumer_rows = 0;           // rows [0, consumer_rows) of each tile the consumers push
                                    // themselves (TILEWIRE_RELAY_CONSUMER_ROWS); the comm warp the rest
+  int poll_ns = 0;                 // > 0: the comm warp and the final waits sleep this long between
+                                   // polls (TILEWIRE_RELAY_POLL_NS, for measurement)
+  bool no_push = false;            // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   trace::Ring ring{};
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
@@ -126,7 +129,7 @@ struct RelayHookT {
     }
     const uint64_t t_done = tracing() ? ptx::globaltimer() : 0;
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
-    if (consumer_rows > 0) {
+    if (consumer_rows > 0 && !no_push) {
       // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
       // every consumer's writes), 16-byte stores, all in flight before the first completes. The
       // comm warp's fence and flag after `staged` publish them (the consumers' arrive releases
@@ -173,7 +176,7 @@ struct RelayHookT {
       prepare(gemm_impl::TileCoord{tile_m, tile_n}, smem->tag, lane, smem);
     }
     const uint64_t tag = smem->tag;
-    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.relay_staged");
+    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
 
     const bool own = owns(tile_m, tile_n);
     const int t = lay.tile_index(tile_m, tile_n);
@@ -192,7 +195,7 @@ struct RelayHookT {
     // consumers did not push.
     long long pitch;
     char* dst = peer_dst(tile_m, tile_n, own, &pitch);
-    if (lane < vecs) {
+    if (lane < vecs && !no_push) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
       for (int r0 = min(consumer_rows, rows); r0 < rows; r0 += kU) {
@@ -229,7 +232,7 @@ struct RelayHookT {
       const gemm_impl::TileCoord u = tile_at(group, x, s);
       if (u.m >= sched.tiles_m || owns(u.m, u.n)) continue;
       const int t = lay.tile_index(u.m, u.n);
-      wait_flag(ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done");
+      wait_flag(ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done", poll_ns);
       if (tracing()) {
         const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
         const uint64_t now = ptx::globaltimer();
@@ -329,14 +332,26 @@ struct RelayHookT {
       cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
   }
 
-  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what) const {
+  // Bounded waits; sleep_ns > 0 backs off between polls (nanosleep).
+  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what, int sleep_ns = 0) const {
     const uint64_t* f = reinterpret_cast<const uint64_t*>(p);
     dev::bounded_spin_silent(
-        ctx, what, want, [&] { return ptx::ld_acquire_sys(f); }, [&](uint64_t x) { return dev::rolling_ge(x, want); });
+        ctx, what, want,
+        [&] {
+          const uint64_t x = ptx::ld_acquire_sys(f);
+          if (sleep_ns > 0 && !dev::rolling_ge(x, want)) ptx::nanosleep(uint32_t(sleep_ns));
+          return x;
+        },
+        [&](uint64_t x) { return dev::rolling_ge(x, want); });
   }
-  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what) const {
+  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what, int sleep_ns = 0) const {
     dev::bounded_spin_silent(
-        ctx, what, 1, [&] { return (uint64_t)cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity); },
+        ctx, what, 1,
+        [&] {
+          const bool ok = cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity);
+          if (sleep_ns > 0 && !ok) ptx::nanosleep(uint32_t(sleep_ns));
+          return (uint64_t)ok;
+        },
         [](uint64_t x) { return x != 0; });
   }
 };
