@@ -170,6 +170,17 @@ if [ "$MODE" = relaydiag ]; then
   kill $SMI 2>/dev/null
 fi
 
+if [ "$MODE" = relaygrid ]; then
+  # The fused path on issue 4's grid (nvidia-h200-x2), forced, against (b) (c) (d) in the same
+  # run: the data behind gemm_allreduce_prefers_fused().
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "bench gemm-allreduce grid, fused path forced"
+  run 300 "$TW" bench gemm-allreduce --sweep grid --path fused --iters 10 -R 3 --json "$OUT/bench_gar_grid_fused.json"
+  step "bench gemm-allreduce grid, sequential path forced"
+  run 250 "$TW" bench gemm-allreduce --sweep grid --path sequential --chunks 4 --iters 10 -R 3 --json "$OUT/bench_gar_grid_seq.json"
+fi
+
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.

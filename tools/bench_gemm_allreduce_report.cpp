@@ -27,7 +27,7 @@ constexpr const char* kUsage =
     "  --iters N             timed iterations per repeat (20)   --warmup N  untimed first (5, >= 1 run)\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
-    "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (1)\n"
+    "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (4)\n"
     "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
     "  --algo auto|relay|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
     "  --path auto|fused|sequential  (e)'s path: auto lets gemm_allreduce choose (the row says which)\n"

@@ -33,7 +33,7 @@ static const Var kVars[] = {
     {"TILEWIRE_GEMM_STREAMK_PLAN", Type::kString, "",
      "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64, "
      "mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=1|2|4|8, raster=m|n (empty: the built-in rule)."},
-    {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "0",
+    {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "32",
      "Fused GEMM + all-reduce, relay algorithm: rows of each 128-row tile the consumer warps push to the peer "
      "themselves (0..128); the communication warp pushes the rest."},
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",

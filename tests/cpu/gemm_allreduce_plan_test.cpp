@@ -201,7 +201,9 @@ TEST(GemmAllReducePlan, RelayOwnership) {
       const int w0 = s0.work_of_order(o), w1 = s1.work_of_order(o);
       const int owner = l.relay_owner(o);
       ++owned[owner];
-      if (U > 1) EXPECT_GT(owner == 0 ? w0 : w1, owner == 0 ? w1 : w0) << M << "x" << N << " unit " << o;
+      if (U > 1) {
+        EXPECT_GT(owner == 0 ? w0 : w1, owner == 0 ? w1 : w0) << M << "x" << N << " unit " << o;
+      }
       const int w_own = owner == 0 ? w0 : w1;
       EXPECT_GE(w_own, U - (owner == 0 ? U - l.split : l.split)) << "owned units are the end of the walk";
     }
