@@ -181,6 +181,20 @@ if [ "$MODE" = relaygrid ]; then
   run 250 "$TW" bench gemm-allreduce --sweep grid --path sequential --chunks 4 --iters 10 -R 3 --json "$OUT/bench_gar_grid_seq.json"
 fi
 
+if [ "$MODE" = relaypull ]; then
+  # Relay: push vs pull of the partials (nvidia-h200-x2), acceptance shapes, then the small tests
+  # in pull mode.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "pull: small tests"
+  if TILEWIRE_RELAY_PULL=1 run 120 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes'; then
+    for pl in 0 1; do
+      step "relay pull=$pl, acceptance (fused path)"
+      TILEWIRE_RELAY_PULL=$pl run 120 "$TW" bench gemm-allreduce --sweep acceptance --path fused --chunks 4 --iters 20 -R 5
+    done
+  fi
+fi
+
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.

@@ -39,6 +39,9 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
      "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},
+    {"TILEWIRE_RELAY_PULL", Type::kBool, "0",
+     "Fused GEMM + all-reduce, relay algorithm: the first rank stores each partial locally and the owner "
+     "bulk-loads it over NVLink (1), instead of the first rank storing it into the owner's staging (0)."},
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},

@@ -161,6 +161,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.relay_consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   p.relay_poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
   p.relay_no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
+  p.relay_pull = env::get_bool("TILEWIRE_RELAY_PULL");
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
              "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;

@@ -28,6 +28,7 @@ struct LaunchParams {
   int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)
   int relay_poll_ns = 0;          // relay: backoff between polls (TILEWIRE_RELAY_POLL_NS)
   bool relay_no_push = false;     // relay, measurement only (TILEWIRE_RELAY_NO_PUSH)
+  bool relay_pull = false;        // relay: the owner pulls partials (TILEWIRE_RELAY_PULL)
   trace::Ring ring{};             // per-tile events (exchange only); null: off
   bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
 };

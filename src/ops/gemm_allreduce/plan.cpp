@@ -93,7 +93,13 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 
 }  // namespace gemm_allreduce_impl
 
-bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int /*nranks*/) {
+bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int nranks) {
+  // 2 ranks, relay algorithm (bench/results/2026-11-30-s3-h200x2/run09-relay-grid): the fused
+  // kernel beats the best of GEMM + NCCL, GEMM + tw::allreduce and chunked overlap at every
+  // M >= 2048 of the grid (K_local 4096 and 14336: 1.01-1.44x) and loses at M = 128 and 512
+  // (its 128 x 256 tile grid leaves SMs idle). Other rank counts (exchange/owner kernels) keep
+  // the session-2 rule: M >= 2048 and K_local <= 8192.
+  if (nranks == 2) return M >= 2048;
   return M >= 2048 && K_local <= 8192;
 }
 

@@ -86,6 +86,8 @@ struct RelayHookT {
   int poll_ns = 0;                 // > 0: the comm warp and the final waits sleep this long between
                                    // polls (TILEWIRE_RELAY_POLL_NS, for measurement)
   bool no_push = false;            // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
+  bool pull = false;               // partials: stored locally (bulk copies), bulk-loaded by the owner
+                                   // over NVLink (TILEWIRE_RELAY_PULL); finals are pushed either way
   trace::Ring ring{};
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
@@ -129,7 +131,7 @@ struct RelayHookT {
     }
     const uint64_t t_done = tracing() ? ptx::globaltimer() : 0;
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
-    if (consumer_rows > 0 && !no_push) {
+    if (consumer_rows > 0 && !no_push && (own || !pull)) {
       // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
       // every consumer's writes), 16-byte stores, all in flight before the first completes. The
       // comm warp's fence and flag after `staged` publish them (the consumers' arrive releases
@@ -190,12 +192,18 @@ struct RelayHookT {
       for (int r = lane; r < rows; r += 32)
         cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, C + (long long)(row0 + r) * ldc + col0, vecs * 16);
       cute::tma_store_arrive();
+    } else if (pull) {  // the partial into this rank's own staging slot, where the owner loads it from
+      char* slot = ws + lay.relay_slot(t);
+#pragma unroll 1
+      for (int r = lane; r < rows; r += 32) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, slot + (size_t)r * kRowBytes, vecs * 16);
+      cute::tma_store_arrive();
+      ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
     // The tile to the peer: its C (final) or its staging slot (partial, rows packed); the rows the
     // consumers did not push.
     long long pitch;
     char* dst = peer_dst(tile_m, tile_n, own, &pitch);
-    if (lane < vecs && !no_push) {
+    if (lane < vecs && !no_push && (own || !pull)) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
       for (int r0 = min(consumer_rows, rows); r0 < rows; r0 += kU) {
@@ -326,7 +334,8 @@ struct RelayHookT {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, uint32_t(rows * bytes));
     }
     __syncwarp();
-    const char* src = ws + lay.relay_slot(t);
+    // Pushed partials sit in this rank's staging; pulled ones are loaded from the peer's.
+    const char* src = pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), 1 - me) : ws + lay.relay_slot(t);
 #pragma unroll 1
     for (int r = lane; r < rows; r += 32)
       cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
