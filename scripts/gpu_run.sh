@@ -203,7 +203,7 @@ if [ "$MODE" = fused ]; then
   step "fused tests"
   run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "bench gemm-allreduce acceptance (+ trace of 8192x8192x4096)"
-  run 200 "$TW" bench gemm-allreduce --sweep acceptance --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
+  run 200 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5 --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
   step "bench gemm-allreduce grid"
   run 200 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
   step "the other GPU tests, and the all-reduce bench (issue 2) at this commit"

@@ -27,11 +27,13 @@
 
 #include "bench_args.hpp"  // median
 #include "commands.hpp"
-#include "cublaslt.hpp"
+#include "runtime/cublaslt.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::cli {
+using lt::LtHandle;
+using lt::LtMatmul;
 namespace {
 
 struct Shape {

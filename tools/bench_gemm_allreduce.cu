@@ -64,7 +64,7 @@
 #include "bench_gate.hpp"
 #include "bench_gemm_allreduce.hpp"
 #include "commands.hpp"
-#include "cublaslt.hpp"
+#include "runtime/cublaslt.hpp"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
@@ -72,6 +72,8 @@
 #include "tilewire/trace/trace.hpp"
 
 namespace tw::cli {
+using lt::LtHandle;
+using lt::LtMatmul;
 namespace {
 
 // One event stamped with the GPU's %globaltimer (the sequential baseline's op-level trace).
@@ -712,7 +714,7 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv) {
     throw Error(Errc::kUnsupported, std::string("bench gemm-allreduce: no CUDA GPU (") +
                                         (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
   }
-  lt_api();  // no cuBLASLt: one line now, not one per rank thread later
+  lt::lt_api();  // no cuBLASLt: one line now, not one per rank thread later
   std::ofstream json;  // opened now so a bad path fails before minutes of measurement
   if (!o.json_path.empty()) {
     json.open(o.json_path, std::ios::out | std::ios::trunc);

@@ -200,7 +200,7 @@ void print_header(const Options& o, const RunInfo& info) {
               "(b)+nccl", "(c)+tw", "(d)chunked", "(e)fused", "(f)ar", "e-vs-b", "e-vs-c", "e-vs-d", "e/a",
               "overlap", "#wrong", "ident");
   std::printf("#   (e) is tw::gemm_allreduce as called: the last column says which path it took (fused kernel, or\n"
-              "#   tw::gemm + tw::allreduce when gemm_allreduce_prefers_fused() says fusion does not pay)\n");
+              "#   cuBLASLt + tw::allreduce when gemm_allreduce_prefers_fused() says fusion does not pay)\n");
   std::fflush(stdout);
 }
 

@@ -45,6 +45,9 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},
+    {"TILEWIRE_SEQUENTIAL_GEMM", Type::kString, "cublaslt",
+     "GEMM of gemm_allreduce's sequential path (the shapes where the fused kernel does not pay): cublaslt "
+     "(loaded at run time; tw::gemm when it cannot be) or tilewire (tw::gemm)."},
     {"TILEWIRE_MAX_BLOCKS", Type::kInt, "0",
      "Most CTAs any tilewire kernel launches; sizes the LSA barriers (0: 2 x SM count)."},
     {"TILEWIRE_PDL", Type::kBool, "1",

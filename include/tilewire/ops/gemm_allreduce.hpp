@@ -106,8 +106,10 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //   kAuto      kRelay for P = 2 with bf16 partials, kExchange for P = 1, else kOwner.
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 
-// Fused kernel, or the sequential path tw::gemm(C_r = A_r B_r) then tw::allreduce(C) in place
-// (same precision: each partial rounded to bf16, summed in fp32 in rank order, bit-identical).
+// Fused kernel, or the sequential path: the partial A_r B_r (cuBLASLt, loaded at run time; tw::gemm
+// where it cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire), then tw::allreduce into C (out of
+// place from the workspace when the all-reduce is two-shot, else in place): each partial rounded
+// to bf16, summed in fp32 in rank order, bit-identical.
 // kAuto: gemm_allreduce_prefers_fused() — a rule read off the measured 2-GPU sweep
 // (docs/gemm_allreduce.md): fusion pays where the all-reduce is a large share of the GEMM time.
 enum class GemmAllReducePath { kAuto, kFused, kSequential };

@@ -4,12 +4,16 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <tuple>
 #include <utility>
 #include <string>
 
+#include "../../runtime/cublaslt.hpp"
 #include "../gemm/launch.hpp"
 #include "../gemm/plan.hpp"
+#include "../gemm/scratch.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
 #include "tilewire/ops/allreduce.hpp"
@@ -86,6 +90,41 @@ int resident_reserved_sms(int num_sms, int reserved, int clusters) {
   return num_sms - use * gemm_impl::kClusterM;
 }
 
+// The sequential path's GEMM: cuBLASLt (one algorithm per device and shape, chosen once, 32 MiB of
+// per-stream scratch), so that where fusion does not pay the op costs what cuBLASLt + tw::allreduce
+// costs a user. False when cuBLASLt cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire: the
+// caller runs tw::gemm instead.
+bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
+  static const bool wanted = env::get_string("TILEWIRE_SEQUENTIAL_GEMM") != "tilewire";
+  if (!wanted) return false;
+  static std::mutex mu;
+  static bool unavailable = false;
+  static std::map<int, std::unique_ptr<lt::LtHandle>> handles;
+  static std::map<std::tuple<int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;
+  constexpr size_t kWorkspace = size_t(32) << 20;
+  int dev = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  const lt::LtMatmul* mm = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (unavailable) return false;
+    try {
+      auto& h = handles[dev];
+      if (!h) h = std::make_unique<lt::LtHandle>();
+      auto& p = plans[{dev, g.M, g.N, g.K}];
+      if (!p) p = std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace);
+      mm = p.get();
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnsupported) throw;
+      unavailable = true;  // no libcublasLt here (or no algorithm): tw::gemm from now on
+      return false;
+    }
+  }
+  gemm_impl::ScratchLease ws = gemm_impl::lease_scratch(stream, kWorkspace);
+  mm->run(g.A, g.B, g.C, ws.data(), stream);
+  return true;
+}
+
 }  // namespace
 
 Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
@@ -119,12 +158,24 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
                      (cfg.path == GemmAllReducePath::kAuto &&
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
   if (!fused) {
-    // Sequential: the partial into this rank's C, then the in-place all-reduce of C (a window).
-    GemmConfig g;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
-    g.reserved_sms = cfg.reserved_sms;
-    gemm(gemm_allreduce_impl::as_gemm_args(a), g, stream);
+    // Sequential: the partial (cuBLASLt, else tw::gemm), then tw::allreduce into C. Out of place
+    // from the workspace's staging area (the two-shot push kernel needs it) when that holds C (the
+    // relay layout's does) and the all-reduce is two-shot: its exit barrier keeps a peer's next
+    // fused call from storing partials there while this rank still reads it (the one-shot kernel
+    // re-reads its input after the peer may have finished). Else in place in C. The workspace
+    // header (the fused kernels' call counter) is never touched.
+    GemmArgs g = gemm_allreduce_impl::as_gemm_args(a);
+    const gemm_allreduce_impl::Layout lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+    const size_t c_bytes = (size_t)a.M * a.N * dtype_size(a.dtype);
+    if (lay.total - lay.staging_off >= c_bytes && c_bytes > oneshot_max_bytes(comm))
+      g.C = static_cast<char*>(a.workspace) + lay.staging_off;
+    if (!(g.dtype == DType::kBFloat16 && sequential_gemm_cublaslt(g, stream))) {
+      GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
+      gc.reserved_sms = cfg.reserved_sms;
+      gemm(g, gc, stream);
+    }
     AllReduceArgs ar;
-    ar.send = a.C;
+    ar.send = g.C;
     ar.recv = a.C;
     ar.count = (size_t)a.M * a.N;
     ar.dtype = a.dtype;

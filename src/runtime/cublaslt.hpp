@@ -1,4 +1,6 @@
-// tools/cublaslt.hpp — cuBLASLt, the baseline GEMM of the benches (bench gemm, bench gemm-allreduce).
+// src/runtime/cublaslt.hpp — cuBLASLt, loaded at run time: the baseline GEMM of the benches (bench gemm,
+// bench gemm-allreduce) and the GEMM of gemm_allreduce's sequential path (where the fused kernel does not
+// pay, the op runs exactly what a user would: cuBLASLt, then tw::allreduce).
 //
 // Loaded with dlopen() on first use, not linked: the rest of the CLI (info, bench allreduce) must
 // start on machines without libcublasLt (the GPU boxes get dist/ without it). lt_api() looks for
@@ -18,7 +20,7 @@
 #include "tilewire/ops/gemm.hpp"  // BLayout
 #include "tilewire/runtime/errors.hpp"
 
-namespace tw::cli {
+namespace tw::lt {
 
 // The entry points the benches use, resolved from the dlopen()ed library.
 struct LtApi {
@@ -45,7 +47,7 @@ const LtApi& lt_api();
   do {                                                                                            \
     cublasStatus_t tw_s_ = (expr);                                                                \
     TW_REQUIRE(tw_s_ == CUBLAS_STATUS_SUCCESS, kCuda,                                             \
-               std::string(#expr) + " failed: " + ::tw::cli::lt_api().GetStatusString(tw_s_));    \
+               std::string(#expr) + " failed: " + ::tw::lt::lt_api().GetStatusString(tw_s_));    \
   } while (0)
 
 // One cuBLASLt handle. Create it on the thread and device that will use it.
@@ -91,4 +93,4 @@ class LtMatmul {
   cublasLtMatmulAlgo_t algo_{};
 };
 
-}  // namespace tw::cli
+}  // namespace tw::lt

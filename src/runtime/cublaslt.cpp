@@ -3,7 +3,7 @@
 
 #include <dlfcn.h>
 
-namespace tw::cli {
+namespace tw::lt {
 namespace {
 
 template <class F>
@@ -20,8 +20,8 @@ LtApi load() {
   for (const char* n : names)
     if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
   TW_REQUIRE(h != nullptr, kUnsupported,
-             "cannot load libcublasLt.so.13 (the cuBLASLt baseline of the GEMM benches); put its folder on "
-             "LD_LIBRARY_PATH");
+             "cannot load libcublasLt.so.13 (cuBLASLt: the GEMM benches' baseline, gemm_allreduce's sequential "
+             "path); put its folder on LD_LIBRARY_PATH");
   LtApi a;
   load_sym(h, "cublasLtCreate", a.Create);
   load_sym(h, "cublasLtDestroy", a.Destroy);
@@ -126,4 +126,4 @@ std::string LtMatmul::describe() const {
   return out;
 }
 
-}  // namespace tw::cli
+}  // namespace tw::lt
