@@ -131,13 +131,16 @@ struct RelayHookT {
     }
     const uint64_t t_done = tracing() ? ptx::globaltimer() : 0;
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
-    if (consumer_rows > 0 && !no_push && (own || !pull)) {
+    // The CTA's last tile goes out from the consumers entirely: nothing else is left for them, and
+    // it is what the kernel's end waits for.
+    const int push_rows = next_valid(group, x, step) < 0 ? kBlkM : consumer_rows;
+    if (push_rows > 0 && !no_push && (own || !pull)) {
       // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
       // every consumer's writes), 16-byte stores, all in flight before the first completes. The
       // comm warp's fence and flag after `staged` publish them (the consumers' arrive releases
       // their stores to it).
       gemm_impl::hook_bar();
-      const int rows = min(min(M - v.row0, kBlkM), consumer_rows), vecs = min(N - v.col0, kBlkN) / 8;
+      const int rows = min(min(M - v.row0, kBlkM), push_rows), vecs = min(N - v.col0, kBlkN) / 8;
       long long pitch;
       char* dst = peer_dst(v.tile_m, v.tile_n, own, &pitch);
       constexpr int kVecRow = kBlkN / 8, kMaxPer = kBlkM * kVecRow / kConsumerThreads;  // 16
@@ -206,7 +209,8 @@ struct RelayHookT {
     if (lane < vecs && !no_push && (own || !pull)) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
-      for (int r0 = min(consumer_rows, rows); r0 < rows; r0 += kU) {
+      const int first = next_valid(group, x, step) < 0 ? rows : min(consumer_rows, rows);  // as the consumers
+      for (int r0 = first; r0 < rows; r0 += kU) {
         uint4 w[kU];
         CUTLASS_PRAGMA_UNROLL
         for (int u = 0; u < kU; ++u)
