@@ -48,6 +48,7 @@
 #include "../gemm/epilogue_hook.cuh"
 #include "../gemm/launch.hpp"
 #include "../gemm/scheduler.hpp"
+#include "cta_walk.cuh"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/trace/event.hpp"
@@ -98,14 +99,14 @@ struct ExchangeHookT {
     using namespace cute;
     const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
     const int tid = v.thread_idx;
-    const uint64_t tag = call_tag();
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int step = (sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n}) - group) / sched.ctas;
-    const int j = valid_before(group, x, step);  // V_j
+    const uint64_t tag = call_tag(ws);
+    const CtaWalk walk(sched);
+    const int step = walk.step_of(v.tile_m, v.tile_n);
+    const int j = walk.valid_before(step);  // V_j
     SharedStorage& sm = *v.smem;
 
     // 1. the comm warp has read V_{j-1} out of the buffer.
-    if (j > 0) wait_barrier(&sm.freed, (j - 1) & 1, "gemm_allreduce.smem_freed");
+    if (j > 0) wait_mbarrier(ctx, &sm.freed, (j - 1) & 1, "gemm_allreduce.smem_freed");
 
     // 2. stage V_j.
     E* buf = sm.buf;
@@ -129,21 +130,20 @@ struct ExchangeHookT {
     }
 
     // 3. reduce the tile before the previous one.
-    const int prev1 = prev_valid(group, x, step);
-    const int prev2 = prev1 >= 0 ? prev_valid(group, x, prev1) : -1;
-    if (prev2 >= 0) reduce(tile_at(group, x, prev2), tag, tid);
+    const int prev1 = walk.prev_valid(step);
+    const int prev2 = prev1 >= 0 ? walk.prev_valid(prev1) : -1;
+    if (prev2 >= 0) reduce(walk.tile_at(prev2), tag, tid);
   }
 
   // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
   CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
-    const uint64_t tag = call_tag();
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int step = (sched.work_of_tile(gemm_impl::TileCoord{tile_m, tile_n}) - group) / sched.ctas;
-    const int j = valid_before(group, x, step);
+    const uint64_t tag = call_tag(ws);
+    const CtaWalk walk(sched);
+    const int j = walk.valid_before(walk.step_of(tile_m, tile_n));
     // Before the first push of this call: every peer finished reading the previous call's slots.
     if (j == 0 && lane < lay.P && lane != me)
-      wait_flag(ws + lay.peer_done_flag(lane), tag - 1, "gemm_allreduce.peer_done");
-    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.staged");
+      wait_flag(ctx, ws + lay.peer_done_flag(lane), tag - 1, "gemm_allreduce.peer_done");
+    wait_mbarrier(ctx, &smem->staged, j & 1, "gemm_allreduce.staged");
 
     const int t = lay.tile_index(tile_m, tile_n);
     const int rows = min(M - tile_m * kBlkM, kBlkM), vecs = min(N - tile_n * kBlkN, kBlkN) / 8;
@@ -181,13 +181,13 @@ struct ExchangeHookT {
 
   // After the CTA's last tile (every consumer thread).
   CUTLASS_DEVICE void tail(int tid) const {
-    const uint64_t tag = call_tag();
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int last = prev_valid(group, x, sched.units_of_cta(group));
+    const uint64_t tag = call_tag(ws);
+    const CtaWalk walk(sched);
+    const int last = walk.prev_valid(walk.steps());
     if (last >= 0) {
-      const int prev = prev_valid(group, x, last);
-      if (prev >= 0) reduce(tile_at(group, x, prev), tag, tid);
-      reduce(tile_at(group, x, last), tag, tid);
+      const int prev = walk.prev_valid(last);
+      if (prev >= 0) reduce(walk.tile_at(prev), tag, tid);
+      reduce(walk.tile_at(last), tag, tid);
     }
     gemm_impl::hook_bar();
     if (tracing() && tid == 0) {
@@ -222,47 +222,10 @@ struct ExchangeHookT {
     return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
   }
 
-  CUTLASS_DEVICE uint64_t call_tag() const {
-    return *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
-  }
-
-  CUTLASS_DEVICE gemm_impl::TileCoord tile_at(int group, int x, int step) const {
-    return sched.tile_of_work(sched.work_of_cta(group, step), x);
-  }
-  // The latest step before `step` whose tile is inside C (the padding CTA of an odd tiles_m has
-  // steps without a tile, and without a hook call), or -1.
-  CUTLASS_DEVICE int prev_valid(int group, int x, int step) const {
-#pragma unroll 1
-    for (int s = step - 1; s >= 0; --s)
-      if (tile_at(group, x, s).m < sched.tiles_m) return s;
-    return -1;
-  }
-  // How many valid tiles come before `step`: the j of V_j (mbarrier phases). O(step) per call, so
-  // O(steps^2) per CTA: negligible up to a few hundred steps (16384 x 8192: 31); for much larger
-  // grids keep a running count in the hook's shared memory instead (not yet measured, not done).
-  CUTLASS_DEVICE int valid_before(int group, int x, int step) const {
-    int n = 0;
-#pragma unroll 1
-    for (int s = 0; s < step; ++s) n += tile_at(group, x, s).m < sched.tiles_m;
-    return n;
-  }
-
-  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what) const {
-    const uint64_t* f = reinterpret_cast<const uint64_t*>(p);
-    dev::bounded_spin_silent(
-        ctx, what, want, [&] { return ptx::ld_acquire_sys(f); }, [&](uint64_t x) { return dev::rolling_ge(x, want); });
-  }
-  // Bounded wait for phase `parity` of a shared-memory mbarrier to complete.
-  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what) const {
-    dev::bounded_spin_silent(
-        ctx, what, 1, [&] { return (uint64_t)cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity); },
-        [](uint64_t x) { return x != 0; });
-  }
-
   // C(u) = round(sum over q in rank order of slot[u][q]), 8 columns per 16-byte vector.
   CUTLASS_DEVICE void reduce(gemm_impl::TileCoord u, uint64_t tag, int tid) const {
     const int t = lay.tile_index(u.m, u.n);
-    if (tid < lay.P) wait_flag(ws + lay.arrive_flag(t, tid), tag, "gemm_allreduce.partial");
+    if (tid < lay.P) wait_flag(ctx, ws + lay.arrive_flag(t, tid), tag, "gemm_allreduce.partial");
     gemm_impl::hook_bar();
     const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
     if (tracing() && tid == 0)

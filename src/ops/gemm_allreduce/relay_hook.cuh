@@ -51,6 +51,7 @@
 #include "../gemm/epilogue_hook.cuh"
 #include "../gemm/launch.hpp"
 #include "../gemm/scheduler.hpp"
+#include "cta_walk.cuh"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/trace/event.hpp"
@@ -107,14 +108,14 @@ struct RelayHookT {
   CUTLASS_DEVICE void operator()(View const& v) const {
     using namespace cute;
     const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int step = (sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n}) - group) / sched.ctas;
-    const int j = valid_before(group, x, step);
+    const CtaWalk walk(sched);
+    const int step = walk.step_of(v.tile_m, v.tile_n);
+    const int j = walk.valid_before(step);
     const bool own = owns(v.tile_m, v.tile_n);
     SharedStorage& sm = *v.smem;
     E* buf = sm.buf;
 
-    wait_barrier(&sm.ready, j & 1, "gemm_allreduce.relay_ready");
+    wait_mbarrier(ctx, &sm.ready, j & 1, "gemm_allreduce.relay_ready");
     const uint64_t t_seen = tracing() ? ptx::globaltimer() : 0;
     constexpr int kN = decltype(size(v.acc))::value;
     CUTLASS_PRAGMA_UNROLL
@@ -133,7 +134,7 @@ struct RelayHookT {
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
     // The CTA's last tile goes out from the consumers entirely: nothing else is left for them, and
     // it is what the kernel's end waits for.
-    const int push_rows = next_valid(group, x, step) < 0 ? kBlkM : consumer_rows;
+    const int push_rows = walk.next_valid(step) < 0 ? kBlkM : consumer_rows;
     if (push_rows > 0 && !no_push && (own || !pull)) {
       // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
       // every consumer's writes), 16-byte stores, all in flight before the first completes. The
@@ -172,16 +173,16 @@ struct RelayHookT {
 
   // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
   CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int step = (sched.work_of_tile(gemm_impl::TileCoord{tile_m, tile_n}) - group) / sched.ctas;
-    const int j = valid_before(group, x, step);
+    const CtaWalk walk(sched);
+    const int step = walk.step_of(tile_m, tile_n);
+    const int j = walk.valid_before(step);
     if (j == 0) {
-      if (lane == 0) smem->tag = call_tag();
+      if (lane == 0) smem->tag = call_tag(ws);
       __syncwarp();
       prepare(gemm_impl::TileCoord{tile_m, tile_n}, smem->tag, lane, smem);
     }
     const uint64_t tag = smem->tag;
-    wait_barrier(&smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
+    wait_mbarrier(ctx, &smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
 
     const bool own = owns(tile_m, tile_n);
     const int t = lay.tile_index(tile_m, tile_n);
@@ -209,7 +210,7 @@ struct RelayHookT {
     if (lane < vecs && !no_push && (own || !pull)) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
-      const int first = next_valid(group, x, step) < 0 ? rows : min(consumer_rows, rows);  // as the consumers
+      const int first = walk.next_valid(step) < 0 ? rows : min(consumer_rows, rows);  // as the consumers
       for (int r0 = first; r0 < rows; r0 += kU) {
         uint4 w[kU];
         CUTLASS_PRAGMA_UNROLL
@@ -230,21 +231,21 @@ struct RelayHookT {
       if (tracing() && own) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
     }
     // The buffer is free: prepare the CTA's next valid tile.
-    const int next = next_valid(group, x, step);
-    if (next >= 0) prepare(tile_at(group, x, next), tag, lane, smem);
+    const int next = walk.next_valid(step);
+    if (next >= 0) prepare(walk.tile_at(next), tag, lane, smem);
   }
 
   // After the CTA's last tile (every consumer thread): the finals of the tiles this CTA sent.
   CUTLASS_DEVICE void tail(int tid) const {
-    const uint64_t tag = call_tag();
-    const int group = int(blockIdx.x) / sched.cluster_m, x = int(blockIdx.x) % sched.cluster_m;
-    const int steps = sched.units_of_cta(group);
+    const uint64_t tag = call_tag(ws);
+    const CtaWalk walk(sched);
+    const int steps = walk.steps();
 #pragma unroll 1
     for (int s = tid; s < steps; s += kConsumerThreads) {
-      const gemm_impl::TileCoord u = tile_at(group, x, s);
+      const gemm_impl::TileCoord u = walk.tile_at(s);
       if (u.m >= sched.tiles_m || owns(u.m, u.n)) continue;
       const int t = lay.tile_index(u.m, u.n);
-      wait_flag(ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done", poll_ns);
+      wait_flag(ctx, ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done", poll_ns);
       if (tracing()) {
         const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
         const uint64_t now = ptx::globaltimer();
@@ -255,7 +256,7 @@ struct RelayHookT {
     }
     gemm_impl::hook_bar();
     if (tracing() && tid == 0) {
-      if (steps > 0 && prev_valid(group, x, steps) >= 0)
+      if (steps > 0 && walk.prev_valid(steps) >= 0)
         trace::emit_at(ring, cta_slot(1), trace::EventKind::kKernelEnd, blockIdx.x, ptx::globaltimer());
       trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
     }
@@ -294,36 +295,10 @@ struct RelayHookT {
     return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
   }
 
-  CUTLASS_DEVICE uint64_t call_tag() const {
-    return *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
-  }
   CUTLASS_DEVICE bool owns(int tile_m, int tile_n) const {
     const int o = sched.order_of_unit(gemm_impl::TileCoord{tile_m / sched.cluster_m, tile_n});
     return lay.relay_owner(o) == me;
   }
-  CUTLASS_DEVICE gemm_impl::TileCoord tile_at(int group, int x, int step) const {
-    return sched.tile_of_work(sched.work_of_cta(group, step), x);
-  }
-  CUTLASS_DEVICE int prev_valid(int group, int x, int step) const {
-#pragma unroll 1
-    for (int s = step - 1; s >= 0; --s)
-      if (tile_at(group, x, s).m < sched.tiles_m) return s;
-    return -1;
-  }
-  CUTLASS_DEVICE int next_valid(int group, int x, int step) const {
-    const int steps = sched.units_of_cta(group);
-#pragma unroll 1
-    for (int s = step + 1; s < steps; ++s)
-      if (tile_at(group, x, s).m < sched.tiles_m) return s;
-    return -1;
-  }
-  CUTLASS_DEVICE int valid_before(int group, int x, int step) const {
-    int n = 0;
-#pragma unroll 1
-    for (int s = 0; s < step; ++s) n += tile_at(group, x, s).m < sched.tiles_m;
-    return n;
-  }
-
   // Ready the buffer for tile u: an owned tile's partial (once the peer's flag says it is in
   // staging) arrives by bulk loads that complete the `ready` phase by bytes; otherwise one arrive.
   CUTLASS_DEVICE void prepare(gemm_impl::TileCoord u, uint64_t tag, int lane, SharedStorage* smem) const {
@@ -334,7 +309,7 @@ struct RelayHookT {
     const int t = lay.tile_index(u.m, u.n);
     const int rows = min(M - u.m * kBlkM, kBlkM), bytes = min(N - u.n * kBlkN, kBlkN) * 2;
     if (lane == 0) {
-      wait_flag(ws + lay.relay_arrive_flag(t), tag, "gemm_allreduce.relay_partial");
+      wait_flag(ctx, ws + lay.relay_arrive_flag(t), tag, "gemm_allreduce.relay_partial");
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, uint32_t(rows * bytes));
     }
     __syncwarp();
@@ -343,29 +318,6 @@ struct RelayHookT {
 #pragma unroll 1
     for (int r = lane; r < rows; r += 32)
       cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
-  }
-
-  // Bounded waits; sleep_ns > 0 backs off between polls (nanosleep).
-  CUTLASS_DEVICE void wait_flag(const char* p, uint64_t want, const char* what, int sleep_ns = 0) const {
-    const uint64_t* f = reinterpret_cast<const uint64_t*>(p);
-    dev::bounded_spin_silent(
-        ctx, what, want,
-        [&] {
-          const uint64_t x = ptx::ld_acquire_sys(f);
-          if (sleep_ns > 0 && !dev::rolling_ge(x, want)) ptx::nanosleep(uint32_t(sleep_ns));
-          return x;
-        },
-        [&](uint64_t x) { return dev::rolling_ge(x, want); });
-  }
-  CUTLASS_DEVICE void wait_barrier(uint64_t* bar, int parity, const char* what, int sleep_ns = 0) const {
-    dev::bounded_spin_silent(
-        ctx, what, 1,
-        [&] {
-          const bool ok = cutlass::arch::ClusterBarrier::try_wait(bar, (uint32_t)parity);
-          if (sleep_ns > 0 && !ok) ptx::nanosleep(uint32_t(sleep_ns));
-          return (uint64_t)ok;
-        },
-        [](uint64_t x) { return x != 0; });
   }
 };
 
