@@ -10,6 +10,11 @@
 #   gemm      (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid sweeps
 #   trace     (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
+#   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
+#   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
+#   relay, relaytune, relaydiag, relaygrid, relaypull
+#             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
+#             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
 #             they do not fit the device tool's 10-minute command limit)
 # Results are committed under bench/results/ with scripts/collect_results.py.
