@@ -216,6 +216,19 @@ TEST(GemmAllReducePlan, RelayOwnership) {
   }
 }
 
+// The sequential path reads its partial from the workspace only where that is safe and fits.
+TEST(GemmAllReducePlan, SequentialFromStaging) {
+  using tw::gemm_allreduce_impl::sequential_from_staging;
+  const auto relay = tw::gemm_allreduce_impl::make_relay_layout(8192, 8192, Raster::kAlongM, 1024);
+  const size_t c = size_t(8192) * 8192 * 2, oneshot = 256 << 10;
+  EXPECT_TRUE(sequential_from_staging(relay, c, oneshot)) << "the relay staging holds C; two-shot";
+  const auto small = tw::gemm_allreduce_impl::make_relay_layout(128, 512, Raster::kAlongM, 2);
+  EXPECT_FALSE(sequential_from_staging(small, size_t(128) * 512 * 2, oneshot)) << "128 KiB: one-shot, in place";
+  EXPECT_TRUE(sequential_from_staging(small, size_t(128) * 512 * 2, 64 << 10)) << "two-shot when one-shot stops lower";
+  const auto owner = tw::gemm_allreduce_impl::make_layout(8192, 8192, 2, Raster::kAlongM, 2);
+  EXPECT_FALSE(sequential_from_staging(owner, c, oneshot)) << "the owner staging holds half of C";
+}
+
 TEST(GemmAllReducePlan, FinalWaitCtas) {
   using tw::gemm_impl::make_schedule;
   // 23 M-tiles (12 units, the last one with a padding CTA), 3 N-tiles, 8 groups: 36 units.

@@ -158,16 +158,14 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
                      (cfg.path == GemmAllReducePath::kAuto &&
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
   if (!fused) {
-    // Sequential: the partial (cuBLASLt, else tw::gemm), then tw::allreduce into C. Out of place
-    // from the workspace's staging area (the two-shot push kernel needs it) when that holds C (the
-    // relay layout's does) and the all-reduce is two-shot: its exit barrier keeps a peer's next
-    // fused call from storing partials there while this rank still reads it (the one-shot kernel
-    // re-reads its input after the peer may have finished). Else in place in C. The workspace
-    // header (the fused kernels' call counter) is never touched.
+    // Sequential: the partial (cuBLASLt, else tw::gemm), then tw::allreduce into C: out of place
+    // from the workspace's staging area (the two-shot push kernel needs it) when
+    // sequential_from_staging() says it is safe, else in place in C. The workspace header (the
+    // fused kernels' call counter) is never touched.
     GemmArgs g = gemm_allreduce_impl::as_gemm_args(a);
     const gemm_allreduce_impl::Layout lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
     const size_t c_bytes = (size_t)a.M * a.N * dtype_size(a.dtype);
-    if (lay.total - lay.staging_off >= c_bytes && c_bytes > oneshot_max_bytes(comm))
+    if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm)))
       g.C = static_cast<char*>(a.workspace) + lay.staging_off;
     if (!(g.dtype == DType::kBFloat16 && sequential_gemm_cublaslt(g, stream))) {
       GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs

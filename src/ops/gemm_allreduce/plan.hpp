@@ -183,6 +183,13 @@ inline bool uses_exchange(int P, const GemmAllReduceConfig& cfg) {
 }
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
+// The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
+// area holds C (`c_bytes`) and the all-reduce is two-shot (c_bytes > oneshot_max_bytes): its exit
+// barrier keeps a peer's next fused call from storing partials into the staging while this rank
+// still reads it; the one-shot kernel re-reads its input after the peer may have finished.
+TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, size_t oneshot_max_bytes) {
+  return l.total - l.staging_off >= c_bytes && c_bytes > oneshot_max_bytes;
+}
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
 // the built kernels (bf16, kNK), the workspace pointer and its overlaps, the partial precision.
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
