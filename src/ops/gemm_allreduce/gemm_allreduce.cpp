@@ -207,10 +207,14 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ws = a.workspace;
   p.exchange = exchange;
   p.relay = relay;
-  p.relay_consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
-  p.relay_poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
-  p.relay_no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
-  p.relay_pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
+  static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
+  static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
+  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH"), pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  p.relay_consumer_rows = consumer_rows;
+  p.relay_poll_ns = poll_ns;
+  p.relay_no_push = no_push;
+  p.relay_pull = pull;
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
              "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;

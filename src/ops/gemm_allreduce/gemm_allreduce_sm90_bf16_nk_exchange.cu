@@ -15,19 +15,7 @@ int max_active_clusters_bf16_nk_exchange() { return max_active_clusters<GemmX<tr
 template <bool kTraced>
 static void launch(const LaunchParams& p, cudaStream_t stream) {
   ExchangeHookT<kTraced> hook{};
-  hook.ctx = p.ctx;
-  hook.lay = p.lay;
-  hook.sched = p.sched;
-  hook.me = p.ctx.lsa_rank;
-  hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
-  hook.ws_win = p.ws_win;
-  hook.ws_off = p.ws_off;
-  hook.ws = static_cast<char*>(p.ws);
-  hook.C = static_cast<typename ExchangeHookT<kTraced>::E*>(p.gemm.C);
-  hook.ldc = p.gemm.N;
-  hook.M = p.gemm.M;
-  hook.N = p.gemm.N;
-  hook.ring = p.ring;
+  fill_common_hook_fields(hook, p);
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
                                                     /*workspace=*/nullptr, stream);
 }

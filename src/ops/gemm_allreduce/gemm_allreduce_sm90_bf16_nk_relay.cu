@@ -15,25 +15,13 @@ int max_active_clusters_bf16_nk_relay() { return max_active_clusters<GemmR<true>
 template <bool kTraced>
 static void launch(const LaunchParams& p, cudaStream_t stream) {
   RelayHookT<kTraced> hook{};
-  hook.ctx = p.ctx;
-  hook.lay = p.lay;
-  hook.sched = p.sched;
-  hook.me = p.ctx.lsa_rank;
-  hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
-  hook.ws_win = p.ws_win;
-  hook.ws_off = p.ws_off;
+  fill_common_hook_fields(hook, p);
   hook.c_win = p.c_win;
   hook.c_off = p.c_off;
-  hook.ws = static_cast<char*>(p.ws);
-  hook.C = static_cast<typename RelayHookT<kTraced>::E*>(p.gemm.C);
-  hook.ldc = p.gemm.N;
-  hook.M = p.gemm.M;
-  hook.N = p.gemm.N;
   hook.consumer_rows = p.relay_consumer_rows;
   hook.poll_ns = p.relay_poll_ns;
   hook.no_push = p.relay_no_push;
   hook.pull = p.relay_pull;
-  hook.ring = p.ring;
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
                                                     /*workspace=*/nullptr, stream);
 }

@@ -33,6 +33,25 @@ struct LaunchParams {
   bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
 };
 
+// The fields the exchange and relay hooks share, from the launch parameters (each launcher then
+// sets its own).
+template <class Hook>
+void fill_common_hook_fields(Hook& h, const LaunchParams& p) {
+  h.ctx = p.ctx;
+  h.lay = p.lay;
+  h.sched = p.sched;
+  h.me = p.ctx.lsa_rank;
+  h.grid_ctas = p.sched.ctas * p.sched.cluster_m;
+  h.ws_win = p.ws_win;
+  h.ws_off = p.ws_off;
+  h.ws = static_cast<char*>(p.ws);
+  h.C = static_cast<typename Hook::E*>(p.gemm.C);
+  h.ldc = p.gemm.N;
+  h.M = p.gemm.M;
+  h.N = p.gemm.N;
+  h.ring = p.ring;
+}
+
 // Clusters of the bf16 kNK fused kernel that can be resident at once on the current device
 // (cudaOccupancyMaxActiveClusters; 0: it does not fit).
 int max_active_clusters_bf16_nk();
