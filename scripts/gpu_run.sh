@@ -209,6 +209,10 @@ if [ "$MODE" = fused ]; then
   run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "bench gemm-allreduce acceptance (+ trace of 8192x8192x4096)"
   run 200 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5 --trace "$OUT/trace_8192x8192x4096.json" --json "$OUT/bench_gar_acceptance.json"
+  for i in 2 3 4; do  # the acceptance shapes again, each in a fresh process: the spread between runs
+    step "bench gemm-allreduce acceptance, process $i"
+    run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
+  done
   step "bench gemm-allreduce grid"
   run 200 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
   step "the other GPU tests, and the all-reduce bench (issue 2) at this commit"

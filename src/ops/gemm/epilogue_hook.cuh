@@ -9,6 +9,9 @@
 //   v.row0, v.col0          first row / column of the tile in C
 //   v.rows, v.cols          rows / columns of the tile inside C (BLK_M, BLK_N except at the edges)
 //   v.thread_idx            0..255: this thread's index among the consumer threads
+//   v.step                  this CTA's work step of the tile (0, 1, .. over the scheduler's work
+//                           list, counting the padding CTA's steps that have no tile and no call)
+//   v.seq                   how many hook calls this CTA made before this one (0, 1, ..)
 //   v.acc                   this thread's fp32 accumulators (cute register tensor), final
 //   v.coord(i)              (row, col) *within the tile* of v.acc(i); compile-time layout
 //   v.smem                  Hook::SharedStorage of this CTA (not shared with the mainloop)
@@ -44,6 +47,7 @@ struct TileView {
   int row0, col0;
   int rows, cols;
   int thread_idx;
+  int step, seq;
   uint64_t t_mma_start_ns;
   AccTensor& acc;
   CoordTensor coord;

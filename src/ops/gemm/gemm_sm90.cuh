@@ -209,8 +209,9 @@ class HookEpilogue {
       const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
       const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
       const int row0 = tile_m * int(size<0>(TileShape{})), col0 = tile_n * int(size<1>(TileShape{}));
+      const int step = comm_step_++;
       if (row0 >= M || col0 >= N) return;  // the padding CTA's tile: no hook call either
-      params_.hook.comm(tile_m, tile_n, lane, reinterpret_cast<SharedStorage*>(smem));
+      params_.hook.comm(tile_m, tile_n, step, comm_seq_++, lane, reinterpret_cast<SharedStorage*>(smem));
     }
   }
   CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
@@ -230,6 +231,7 @@ class HookEpilogue {
     const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
     constexpr int kM = size<0>(BlockShapeMNK{}), kN = size<1>(BlockShapeMNK{});
     const int row0 = tile_m * kM, col0 = tile_n * kN;
+    const int step = step_++;
     if (row0 >= M || col0 >= N) return;  // padding CTA of the last cluster: no tile, no hook
 
     // (row, col) within the tile of every accumulator element of this thread: partition the
@@ -240,7 +242,7 @@ class HookEpilogue {
                   "one coordinate per accumulator");
     auto& acc = const_cast<Tensor<FrgEngine, FrgLayout>&>(accumulators);
     TileView<Tensor<FrgEngine, FrgLayout>, decltype(coord), SharedStorage> view{
-        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, t_prev_, acc, coord,
+        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, step, seq_++, t_prev_, acc, coord,
         reinterpret_cast<SharedStorage*>(smem)};
     params_.hook(view);
     if (clock_on()) t_prev_ = ptx::globaltimer();  // the next tile's mainloop starts now
@@ -254,6 +256,13 @@ class HookEpilogue {
   }
   Params params_;
   uint64_t t_prev_ = 0;
+  // The CTA's position in its walk, counted here rather than recomputed by the hooks: finding the
+  // step of a tile is O(1) but the number of valid tiles before it is O(step) scheduler math per
+  // call, which the trace of run12 showed growing the consumers' per-tile epilogue by ~0.27 us per
+  // step (3.1 us at step 0, 7.3 us at step 14). Each role (consumers, epilogue-load warp) has its own object and
+  // sees every work tile of the CTA in order, so each counts its own.
+  int step_ = 0, seq_ = 0;            // consumers
+  int comm_step_ = 0, comm_seq_ = 0;  // epilogue-load (comm) warp
 };
 
 // CUTLASS's adapter for operator-style epilogues, plus a store_tail that reaches the hook's tail().

@@ -13,7 +13,9 @@ namespace tw::gemm_allreduce_impl {
 
 // The steps of one CTA of the walk (scheduler.hpp: cluster group `group`, position `x` in its
 // cluster). A step's tile is "valid" when it lies inside C: the padding CTA of an odd tiles_m has
-// steps without a tile, and the hooks get no call for them.
+// steps without a tile, and the hooks get no call for them. The step and valid-tile index of the
+// tile a hook is called for come from the kernel (TileView::step/seq, comm's arguments), which
+// counts them: recomputing the index here was O(step) per call and measurable (gemm_sm90.cuh).
 struct CtaWalk {
   const gemm_impl::TileSchedule& s;
   int group, x;
@@ -24,10 +26,6 @@ struct CtaWalk {
   CUTLASS_DEVICE int steps() const { return s.units_of_cta(group); }
   CUTLASS_DEVICE gemm_impl::TileCoord tile_at(int step) const { return s.tile_of_work(s.work_of_cta(group, step), x); }
   CUTLASS_DEVICE bool valid(int step) const { return tile_at(step).m < s.tiles_m; }
-  // The step at which this CTA computes tile (tile_m, tile_n).
-  CUTLASS_DEVICE int step_of(int tile_m, int tile_n) const {
-    return (s.work_of_tile(gemm_impl::TileCoord{tile_m, tile_n}) - group) / s.ctas;
-  }
   // The latest valid step before `step`, or -1.
   CUTLASS_DEVICE int prev_valid(int step) const {
 #pragma unroll 1
@@ -42,15 +40,6 @@ struct CtaWalk {
     for (int k = step + 1; k < n; ++k)
       if (valid(k)) return k;
     return -1;
-  }
-  // How many valid steps come before `step`: the j of V_j (mbarrier phases). O(step) per call, so
-  // O(steps^2) per CTA: negligible up to a few hundred steps (16384 x 8192: 31); for much larger
-  // grids keep a running count in shared memory instead (not measured, not done).
-  CUTLASS_DEVICE int valid_before(int step) const {
-    int n = 0;
-#pragma unroll 1
-    for (int k = 0; k < step; ++k) n += valid(k);
-    return n;
   }
 };
 

@@ -101,8 +101,7 @@ struct ExchangeHookT {
     const int tid = v.thread_idx;
     const uint64_t tag = call_tag(ws);
     const CtaWalk walk(sched);
-    const int step = walk.step_of(v.tile_m, v.tile_n);
-    const int j = walk.valid_before(step);  // V_j
+    const int step = v.step, j = v.seq;  // V_j
     SharedStorage& sm = *v.smem;
 
     // 1. the comm warp has read V_{j-1} out of the buffer.
@@ -136,10 +135,8 @@ struct ExchangeHookT {
   }
 
   // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
-  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
+  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int /*step*/, int j, int lane, SharedStorage* smem) const {
     const uint64_t tag = call_tag(ws);
-    const CtaWalk walk(sched);
-    const int j = walk.valid_before(walk.step_of(tile_m, tile_n));
     // Before the first push of this call: every peer finished reading the previous call's slots.
     if (j == 0 && lane < lay.P && lane != me)
       wait_flag(ctx, ws + lay.peer_done_flag(lane), tag - 1, "gemm_allreduce.peer_done");

@@ -109,8 +109,7 @@ struct RelayHookT {
     using namespace cute;
     const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
     const CtaWalk walk(sched);
-    const int step = walk.step_of(v.tile_m, v.tile_n);
-    const int j = walk.valid_before(step);
+    const int step = v.step, j = v.seq;
     const bool own = owns(v.tile_m, v.tile_n);
     SharedStorage& sm = *v.smem;
     E* buf = sm.buf;
@@ -172,10 +171,9 @@ struct RelayHookT {
   }
 
   // ---- comm warp (32 lanes), once per valid tile, in the consumers' order
-  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int lane, SharedStorage* smem) const {
+  // (step, j: the tile's work step and valid-tile index in this CTA's walk, counted by the kernel)
+  CUTLASS_DEVICE void comm(int tile_m, int tile_n, int step, int j, int lane, SharedStorage* smem) const {
     const CtaWalk walk(sched);
-    const int step = walk.step_of(tile_m, tile_n);
-    const int j = walk.valid_before(step);
     if (j == 0) {
       if (lane == 0) smem->tag = call_tag(ws);
       __syncwarp();
@@ -185,6 +183,7 @@ struct RelayHookT {
     wait_mbarrier(ctx, &smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
 
     const bool own = owns(tile_m, tile_n);
+    const int next = walk.next_valid(step);  // -1: the CTA's last tile
     const int t = lay.tile_index(tile_m, tile_n);
     const int row0 = tile_m * kBlkM, col0 = tile_n * kBlkN;
     const int rows = min(M - row0, kBlkM), vecs = min(N - col0, kBlkN) / 8;
@@ -210,7 +209,7 @@ struct RelayHookT {
     if (lane < vecs && !no_push && (own || !pull)) {
       constexpr int kU = 8;  // rows in flight per lane
 #pragma unroll 1
-      const int first = walk.next_valid(step) < 0 ? rows : min(consumer_rows, rows);  // as the consumers
+      const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
       for (int r0 = first; r0 < rows; r0 += kU) {
         uint4 w[kU];
         CUTLASS_PRAGMA_UNROLL
@@ -231,7 +230,6 @@ struct RelayHookT {
       if (tracing() && own) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
     }
     // The buffer is free: prepare the CTA's next valid tile.
-    const int next = walk.next_valid(step);
     if (next >= 0) prepare(walk.tile_at(next), tag, lane, smem);
   }
 
