@@ -12,7 +12,7 @@
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
-#   relay, relaytune, relaydiag, relaygrid, relaypull
+#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -173,6 +173,44 @@ if [ "$MODE" = relaydiag ]; then
   step "bench gemm 8192x8192x4096 (hook kernel vs cuBLASLt, GPU 0)"
   run 60 "$TW" bench gemm -m 8192 -n 8192 -k 4096 -R 7
   kill $SMI 2>/dev/null
+fi
+
+if [ "$MODE" = relaydiag2 ]; then
+  # Session 4, after the counted steps (nvidia-h200-x2): where the rest of the relay kernel's time
+  # goes (no data at all vs the default), the consumer-row split re-tuned, each in its own process,
+  # and the hook GEMM against cuBLASLt on one GPU for the same shape.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
+  for cfg in "cr 32" "no-push" "cr 0" "cr 16" "cr 48" "cr 64" "cr 32 again" "no-push again"; do
+    step "relay $cfg"
+    case $cfg in
+      no-push*) TILEWIRE_RELAY_NO_PUSH=1 run 60 $B ;;
+      *) TILEWIRE_RELAY_CONSUMER_ROWS=$(echo $cfg | cut -d' ' -f2) run 60 $B ;;
+    esac
+  done
+  step "bench gemm 8192x8192x4096 (hook kernel vs cuBLASLt, GPU 0)"
+  run 60 "$TW" bench gemm -m 8192 -n 8192 -k 4096 -R 7
+fi
+
+if [ "$MODE" = relaydiag3 ]; then
+  # Session 4 (nvidia-h200-x2): the comm warp's rows in flight (8, 4) with the consumer split, and
+  # one traced call with and without data (no push: C wrong on purpose) to see where the NVLink
+  # stores slow the kernel (mainloop or epilogue).
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
+  for cfg in ${RELAY_CFGS:-8:32 4:32 4:48 4:64 8:32 4:32 4:48}; do  # inflight:consumer_rows
+    set -- ${cfg/:/ }
+    step "relay inflight $1, consumer rows $2"
+    TILEWIRE_RELAY_COMM_INFLIGHT=$1 TILEWIRE_RELAY_CONSUMER_ROWS=$2 run 60 $B
+  done
+  step "traced: default${TRACE_ENV:+ with $TRACE_ENV}"
+  env $TRACE_ENV $B --trace "$OUT/trace_push.json" >>"$LOG" 2>&1
+  if [ "${NOPUSH_TRACE:-1}" = 1 ]; then
+    step "traced: no push"
+    TILEWIRE_RELAY_NO_PUSH=1 run 60 $B --trace "$OUT/trace_nopush.json"
+  fi
 fi
 
 if [ "$MODE" = relaygrid ]; then

@@ -33,9 +33,12 @@ static const Var kVars[] = {
     {"TILEWIRE_GEMM_STREAMK_PLAN", Type::kString, "",
      "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64, "
      "mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=1|2|4|8, raster=m|n (empty: the built-in rule)."},
-    {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "32",
+    {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "16",
      "Fused GEMM + all-reduce, relay algorithm: rows of each 128-row tile the consumer warps push to the peer "
      "themselves (0..128); the communication warp pushes the rest."},
+    {"TILEWIRE_RELAY_COMM_INFLIGHT", Type::kInt, "4",
+     "Fused GEMM + all-reduce, relay algorithm: rows each lane of the communication warp keeps in flight "
+     "to the peer (8, 4 or 2; any other value means 4)."},
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
      "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},

@@ -213,6 +213,11 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH"), pull = env::get_bool("TILEWIRE_RELAY_PULL");
   p.relay_consumer_rows = consumer_rows;
   p.relay_poll_ns = poll_ns;
+  static const int comm_inflight = [] {
+    const long long v = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
+    return v == 2 || v == 8 ? (int)v : 4;
+  }();
+  p.relay_comm_inflight = comm_inflight;
   p.relay_no_push = no_push;
   p.relay_pull = pull;
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,

@@ -86,6 +86,9 @@ struct RelayHookT {
                                    // themselves (TILEWIRE_RELAY_CONSUMER_ROWS); the comm warp the rest
   int poll_ns = 0;                 // > 0: the comm warp and the final waits sleep this long between
                                    // polls (TILEWIRE_RELAY_POLL_NS, for measurement)
+  int comm_inflight = 4;           // rows in flight per comm-warp lane: 8, 4 or 2 (TILEWIRE_RELAY_COMM_INFLIGHT).
+                                   // More in flight pushes faster but slows the mainloop more: 8 measured
+                                   // 864 us vs 4's 802-812 at 8192x8192x4096 (s4 run03/run04)
   bool no_push = false;            // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   bool pull = false;               // partials: stored locally (bulk copies), bulk-loaded by the owner
                                    // over NVLink (TILEWIRE_RELAY_PULL); finals are pushed either way
@@ -143,17 +146,24 @@ struct RelayHookT {
       const int rows = min(min(M - v.row0, kBlkM), push_rows), vecs = min(N - v.col0, kBlkN) / 8;
       long long pitch;
       char* dst = peer_dst(v.tile_m, v.tile_n, own, &pitch);
-      constexpr int kVecRow = kBlkN / 8, kMaxPer = kBlkM * kVecRow / kConsumerThreads;  // 16
-      uint4 w[kMaxPer];
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < kMaxPer; ++k) {
-        const int i = k * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
-        if (r < rows && cv < vecs) w[k] = *reinterpret_cast<const uint4*>(buf + r * kPitch + cv * 8);
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int k = 0; k < kMaxPer; ++k) {
-        const int i = k * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
-        if (r < rows && cv < vecs) ptx::st_v4(dst + (long long)r * pitch + cv * 16, w[k]);
+      // Four vectors per thread at a time (32 rows a pass; the default is 16 rows, the last tile
+      // 128): the accumulators stay live through the epilogue (the next tile's first wgmma names
+      // them), so the vectors in flight are kept to a bounded few.
+      constexpr int kVecRow = kBlkN / 8, kPass = 4, kPer = kBlkM * kVecRow / kConsumerThreads;  // 16
+#pragma unroll 1
+      for (int k0 = 0; k0 < kPer; k0 += kPass) {
+        if ((k0 * kConsumerThreads) / kVecRow >= rows) break;  // rows below this pass: none
+        uint4 w[kPass];
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kPass; ++k) {
+          const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+          if (r < rows && cv < vecs) w[k] = *reinterpret_cast<const uint4*>(buf + r * kPitch + cv * 8);
+        }
+        CUTLASS_PRAGMA_UNROLL
+        for (int k = 0; k < kPass; ++k) {
+          const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+          if (r < rows && cv < vecs) ptx::st_v4(dst + (long long)r * pitch + cv * 16, w[k]);
+        }
       }
     }
     cutlass::arch::ClusterBarrier::arrive(&sm.staged);
@@ -207,18 +217,10 @@ struct RelayHookT {
     long long pitch;
     char* dst = peer_dst(tile_m, tile_n, own, &pitch);
     if (lane < vecs && !no_push && (own || !pull)) {
-      constexpr int kU = 8;  // rows in flight per lane
-#pragma unroll 1
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
-      for (int r0 = first; r0 < rows; r0 += kU) {
-        uint4 w[kU];
-        CUTLASS_PRAGMA_UNROLL
-        for (int u = 0; u < kU; ++u)
-          if (r0 + u < rows) w[u] = *reinterpret_cast<const uint4*>(buf + (r0 + u) * kPitch + lane * 8);
-        CUTLASS_PRAGMA_UNROLL
-        for (int u = 0; u < kU; ++u)
-          if (r0 + u < rows) ptx::st_v4(dst + (long long)(r0 + u) * pitch + lane * 16, w[u]);
-      }
+      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane);
+      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane);
+      else push_rows<4>(buf, dst, pitch, first, rows, lane);
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
     // Publish this lane's stores at system scope, then the flag (release).
@@ -272,6 +274,27 @@ struct RelayHookT {
   }
 
  private:
+  // Rows [first, rows) of the buffer to dst (row pitch `pitch` bytes), this lane's 16 bytes of
+  // each, kU rows in flight. This warp runs on the producer warpgroup's 40 registers: pointers
+  // advance instead of being recomputed.
+  template <int kU>
+  CUTLASS_DEVICE static void push_rows(const E* buf, char* dst, long long pitch, int first, int rows, int lane) {
+    const E* src = buf + first * kPitch + lane * 8;
+    char* d = dst + first * pitch + lane * 16;
+#pragma unroll 1
+    for (int left = rows - first; left > 0; left -= kU) {
+      uint4 w[kU];
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < kU; ++u)
+        if (u < left) w[u] = *reinterpret_cast<const uint4*>(src + u * kPitch);
+      CUTLASS_PRAGMA_UNROLL
+      for (int u = 0; u < kU; ++u)
+        if (u < left) ptx::st_v4(d + u * pitch, w[u]);
+      src += kU * kPitch;
+      d += kU * pitch;
+    }
+  }
+
   // Where tile (tile_m, tile_n) goes on the peer: its C (an owned tile's final) or its staging
   // slot (a partial, rows packed); *pitch = the row pitch there in bytes.
   CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, long long* pitch) const {
