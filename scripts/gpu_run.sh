@@ -12,7 +12,7 @@
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
-#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3
+#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -200,10 +200,10 @@ if [ "$MODE" = relaydiag3 ]; then
   export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
   { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
-  for cfg in ${RELAY_CFGS:-8:32 4:32 4:48 4:64 8:32 4:32 4:48}; do  # inflight:consumer_rows
-    set -- ${cfg/:/ }
-    step "relay inflight $1, consumer rows $2"
-    TILEWIRE_RELAY_COMM_INFLIGHT=$1 TILEWIRE_RELAY_CONSUMER_ROWS=$2 run 60 $B
+  for cfg in ${RELAY_CFGS:-8:32:0 4:32:0 4:48:0 4:64:0 8:32:0 4:32:0 4:48:0}; do  # inflight:consumer_rows:pace_pct
+    set -- ${cfg//:/ }
+    step "relay inflight $1, consumer rows $2, pace ${3:-0}%"
+    TILEWIRE_RELAY_COMM_INFLIGHT=$1 TILEWIRE_RELAY_CONSUMER_ROWS=$2 TILEWIRE_RELAY_PACE_PCT=${3:-0} run 60 $B
   done
   step "traced: default${TRACE_ENV:+ with $TRACE_ENV}"
   env $TRACE_ENV $B --trace "$OUT/trace_push.json" >>"$LOG" 2>&1
@@ -211,6 +211,19 @@ if [ "$MODE" = relaydiag3 ]; then
     step "traced: no push"
     TILEWIRE_RELAY_NO_PUSH=1 run 60 $B --trace "$OUT/trace_nopush.json"
   fi
+fi
+
+if [ "$MODE" = relaydiag4 ]; then
+  # Session 4 (nvidia-h200-x2): pacing of the comm warp's pushes (TILEWIRE_RELAY_PACE_PCT) on the
+  # acceptance sweep (as `fused` runs it) and on the single headline shape, on the same machine.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  for pace in ${PACES:-0 60 70 0 60 70}; do
+    step "acceptance sweep, pace $pace%"
+    TILEWIRE_RELAY_PACE_PCT=$pace run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
+    step "8192x8192x4096 alone, pace $pace%"
+    TILEWIRE_RELAY_PACE_PCT=$pace run 60 "$TW" bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096
+  done
 fi
 
 if [ "$MODE" = relaygrid ]; then

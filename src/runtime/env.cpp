@@ -39,6 +39,10 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_COMM_INFLIGHT", Type::kInt, "4",
      "Fused GEMM + all-reduce, relay algorithm: rows each lane of the communication warp keeps in flight "
      "to the peer (8, 4 or 2; any other value means 4)."},
+    {"TILEWIRE_RELAY_PACE_PCT", Type::kInt, "60",
+     "Fused GEMM + all-reduce, relay algorithm: the communication warp spreads each tile's stores to the peer "
+     "over this percentage of the previous tile's period (0..100; 0: as fast as it can). Keeps the CTAs' "
+     "pushes from saturating NVLink in bursts."},
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
      "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},

@@ -218,6 +218,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     return v == 2 || v == 8 ? (int)v : 4;
   }();
   p.relay_comm_inflight = comm_inflight;
+  static const int pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  p.relay_pace_pct = pace_pct;
   p.relay_no_push = no_push;
   p.relay_pull = pull;
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,

@@ -21,6 +21,7 @@ static void launch(const LaunchParams& p, cudaStream_t stream) {
   hook.consumer_rows = p.relay_consumer_rows;
   hook.poll_ns = p.relay_poll_ns;
   hook.comm_inflight = p.relay_comm_inflight;
+  hook.pace_pct = p.relay_pace_pct;
   hook.no_push = p.relay_no_push;
   hook.pull = p.relay_pull;
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,

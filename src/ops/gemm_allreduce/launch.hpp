@@ -27,6 +27,7 @@ struct LaunchParams {
   bool relay = false;             // relay_hook.cuh (2 ranks; sched and gemm_cfg carry the rotation)
   int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)
   int relay_poll_ns = 0;          // relay: backoff between polls (TILEWIRE_RELAY_POLL_NS)
+  int relay_pace_pct = 60;        // relay: pushes spread over this % of a tile period (TILEWIRE_RELAY_PACE_PCT)
   int relay_comm_inflight = 4;    // relay: rows in flight per comm-warp lane (TILEWIRE_RELAY_COMM_INFLIGHT)
   bool relay_no_push = false;     // relay, measurement only (TILEWIRE_RELAY_NO_PUSH)
   bool relay_pull = false;        // relay: the owner pulls partials (TILEWIRE_RELAY_PULL)

@@ -69,6 +69,7 @@ struct RelayHookT {
     uint64_t staged;  // mbarrier, 256 arrivals per tile: every consumer thread after its writes
     uint64_t ready;   // mbarrier, 1 arrival (+ bytes of the partial for owned tiles) per tile
     uint64_t tag;     // the call's tag, read by the comm warp before its first tile
+    uint64_t t_staged;  // comm warp, lane 0: when the previous tile was staged (kernel start for tile 0)
   };
 
   DevCtx ctx;
@@ -86,6 +87,11 @@ struct RelayHookT {
                                    // themselves (TILEWIRE_RELAY_CONSUMER_ROWS); the comm warp the rest
   int poll_ns = 0;                 // > 0: the comm warp and the final waits sleep this long between
                                    // polls (TILEWIRE_RELAY_POLL_NS, for measurement)
+  int pace_pct = 60;               // > 0: spread each tile's comm-warp pushes over this % of the last
+                                   // tile period (TILEWIRE_RELAY_PACE_PCT); 0: as fast as the warp goes.
+                                   // 8192x8192x4096: 0% 807-812 us, 60% 783-795, 70% 782-793, 80-85%
+                                   // 829-888 (the owner's partial loads then come late) (s4 run06/run07)
+  static constexpr uint64_t kMaxPaceNs = 1000000;  // no tile's pushes are spread over more than 1 ms
   int comm_inflight = 4;           // rows in flight per comm-warp lane: 8, 4 or 2 (TILEWIRE_RELAY_COMM_INFLIGHT).
                                    // More in flight pushes faster but slows the mainloop more: 8 measured
                                    // 864 us vs 4's 802-812 at 8192x8192x4096 (s4 run03/run04)
@@ -185,12 +191,31 @@ struct RelayHookT {
   CUTLASS_DEVICE void comm(int tile_m, int tile_n, int step, int j, int lane, SharedStorage* smem) const {
     const CtaWalk walk(sched);
     if (j == 0) {
-      if (lane == 0) smem->tag = call_tag(ws);
+      if (lane == 0) {
+        smem->tag = call_tag(ws);
+        smem->t_staged = ptx::globaltimer();  // the consumers' first mainloop starts about now
+      }
       __syncwarp();
       prepare(gemm_impl::TileCoord{tile_m, tile_n}, smem->tag, lane, smem);
     }
     const uint64_t tag = smem->tag;
     wait_mbarrier(ctx, &smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
+    // Pacing: this tile's pushes are spread over pace_pct % of the last tile period (staged to
+    // staged), i.e. of about one mainloop. Unpaced, every CTA pushes at its warp's full rate right
+    // after its epilogue; at the start of the kernel all CTAs are in phase, so the link saturates
+    // in bursts and the backed-up stores stall the mainloops (s4 run05's trace: the first five
+    // tiles of each CTA took 54-67 us instead of 50.5). Paced, 132 CTAs ask ~190 GB/s of a link
+    // that carries ~360. Stable: a late push lengthens the next period by less than it.
+    uint64_t t_push = 0, budget_ns = 0;
+    if (pace_pct > 0) {
+      if (lane == 0) {
+        t_push = ptx::globaltimer();
+        budget_ns = min((t_push - smem->t_staged) * (uint64_t)pace_pct / 100, (uint64_t)kMaxPaceNs);
+        smem->t_staged = t_push;
+      }
+      t_push = __shfl_sync(0xffffffffu, t_push, 0);
+      budget_ns = __shfl_sync(0xffffffffu, budget_ns, 0);
+    }
 
     const bool own = owns(tile_m, tile_n);
     const int next = walk.next_valid(step);  // -1: the CTA's last tile
@@ -218,9 +243,9 @@ struct RelayHookT {
     char* dst = peer_dst(tile_m, tile_n, own, &pitch);
     if (lane < vecs && !no_push && (own || !pull)) {
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
-      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane);
-      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane);
-      else push_rows<4>(buf, dst, pitch, first, rows, lane);
+      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
     // Publish this lane's stores at system scope, then the flag (release).
@@ -277,12 +302,20 @@ struct RelayHookT {
   // Rows [first, rows) of the buffer to dst (row pitch `pitch` bytes), this lane's 16 bytes of
   // each, kU rows in flight. This warp runs on the producer warpgroup's 40 registers: pointers
   // advance instead of being recomputed.
+  // With budget_ns > 0, batch b of the nb batches starts no earlier than t0 + b * budget_ns / nb.
   template <int kU>
-  CUTLASS_DEVICE static void push_rows(const E* buf, char* dst, long long pitch, int first, int rows, int lane) {
+  CUTLASS_DEVICE static void push_rows(const E* buf, char* dst, long long pitch, int first, int rows, int lane,
+                                       uint64_t t0, uint64_t budget_ns) {
     const E* src = buf + first * kPitch + lane * 8;
     char* d = dst + first * pitch + lane * 16;
+    const int nb = (rows - first + kU - 1) / kU;
+    int b = 0;
 #pragma unroll 1
-    for (int left = rows - first; left > 0; left -= kU) {
+    for (int left = rows - first; left > 0; left -= kU, ++b) {
+      if (budget_ns > 0 && b > 0) {
+        const uint64_t due = t0 + budget_ns * (uint64_t)b / (uint64_t)nb, now = ptx::globaltimer();
+        if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
+      }
       uint4 w[kU];
       CUTLASS_PRAGMA_UNROLL
       for (int u = 0; u < kU; ++u)
