@@ -12,7 +12,7 @@
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
-#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4
+#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -223,6 +223,21 @@ if [ "$MODE" = relaydiag4 ]; then
     TILEWIRE_RELAY_PACE_PCT=$pace run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
     step "8192x8192x4096 alone, pace $pace%"
     TILEWIRE_RELAY_PACE_PCT=$pace run 60 "$TW" bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096
+  done
+fi
+
+if [ "$MODE" = alternatives ]; then
+  # Issue 4's design alternatives not yet measured with the relay (nvidia-h200-x2), one process
+  # each on 8192x8192x4096: partial precision (owner algorithm: bf16 vs fp32 partials), SMs left
+  # out of the GEMM (reserved_sms), and the three algorithms side by side.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  B="$TW bench gemm-allreduce --path fused --chunks 4 --iters 20 -R 5 -m 8192 -n 8192 -k 4096"
+  for a in "--algo relay" "--algo exchange" "--algo owner --partials bf16" "--algo owner --partials fp32" \
+           "--algo relay --reserved-sms 2" "--algo relay --reserved-sms 4" "--algo relay --reserved-sms 8" \
+           "--algo relay --reserved-sms 16" "--algo relay"; do
+    step "alternative: $a"
+    run 60 $B $a
   done
 fi
 
