@@ -258,9 +258,9 @@ class HookEpilogue {
   uint64_t t_prev_ = 0;
   // The CTA's position in its walk, counted here rather than recomputed by the hooks: finding the
   // step of a tile is O(1) but the number of valid tiles before it is O(step) scheduler math per
-  // call, which the trace of run12 showed growing the consumers' per-tile epilogue by ~0.27 us per
-  // step (3.1 us at step 0, 7.3 us at step 14). Each role (consumers, epilogue-load warp) has its own object and
-  // sees every work tile of the CTA in order, so each counts its own.
+  // call, which session 3's run12 trace showed growing the consumers' per-tile epilogue by ~0.27 us
+  // per step (3.1 us at step 0, 7.3 us at step 14). Each role (consumers, epilogue-load warp) has
+  // its own object and sees every work tile of the CTA in order, so each counts its own.
   int step_ = 0, seq_ = 0;            // consumers
   int comm_step_ = 0, comm_seq_ = 0;  // epilogue-load (comm) warp
 };
