@@ -12,7 +12,8 @@
 #   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
 #   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
-#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives
+#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives,
+#             acceptance (issue 4's shapes in several processes)
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -238,6 +239,17 @@ if [ "$MODE" = alternatives ]; then
            "--algo relay --reserved-sms 16" "--algo relay"; do
     step "alternative: $a"
     run 60 $B $a
+  done
+fi
+
+if [ "$MODE" = acceptance ]; then
+  # Issue 4's acceptance shapes only (nvidia-h200-x2), in ${PROCS:-6} fresh processes: the spread
+  # of the e/a ratio between processes and machines.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  for i in $(seq 1 ${PROCS:-6}); do
+    step "bench gemm-allreduce acceptance, process $i"
+    run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
   done
 fi
 
