@@ -300,7 +300,7 @@ if [ "$MODE" = fused ]; then
   step "compute-sanitizer on the small fused tests"
   {
     TILEWIRE_TIMEOUT_MS=120000 timeout 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-      "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.TraceEventsPerTile:GemmAllReduce.SequentialPath'; echo "memcheck rc=$?"
+      "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.TraceEventsPerTile:GemmAllReduce.SequentialPath:GemmAllReduce.BLayoutKN'; echo "memcheck rc=$?"
     TILEWIRE_TIMEOUT_MS=120000 timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
       "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; echo "racecheck rc=$?"
   } >"$OUT/sanitizer.log" 2>&1

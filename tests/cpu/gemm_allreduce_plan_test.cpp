@@ -157,6 +157,21 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   EXPECT_EQ(resolve_algo(2, c), GemmAllReduceAlgo::kRelay);
   EXPECT_EQ(resolve_algo(1, c), GemmAllReduceAlgo::kExchange);
   EXPECT_EQ(resolve_algo(4, c), GemmAllReduceAlgo::kOwner);
+  // B [K, N]: exchange is not built for it, so one rank runs owner; 2 ranks still relay.
+  EXPECT_EQ(resolve_algo(1, c, tw::BLayout::kKN), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, tw::BLayout::kKN), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(4, c, tw::BLayout::kKN), GemmAllReduceAlgo::kOwner);
+  {
+    GemmAllReduceArgs kn = args(256, 256, 64);
+    kn.b_layout = tw::BLayout::kKN;
+    for (int P : {1, 2, 4}) EXPECT_TRUE(tw::gemm_allreduce_impl::check_args(kn, P, c).ok) << P << " ranks";
+    GemmAllReduceConfig x = c;
+    x.algo = GemmAllReduceAlgo::kExchange;
+    const tw::Status r = tw::gemm_allreduce_impl::check_args(kn, 2, x);
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.reason.find("exchange algorithm is built for B as [N, K_local]"), std::string::npos) << r.reason;
+    EXPECT_TRUE(tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 2, x).ok);
+  }
   {
     GemmAllReduceConfig f = c;
     f.partials = tw::PartialPrecision::kFloat32;
@@ -171,11 +186,11 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
     EXPECT_FALSE(r4.ok);
     EXPECT_NE(r4.reason.find("exactly 2 ranks"), std::string::npos) << r4.reason;
   }
-  EXPECT_FALSE(tw::gemm_allreduce_impl::uses_exchange(4, c));
+  EXPECT_NE(resolve_algo(4, c), GemmAllReduceAlgo::kExchange);
   c.algo = GemmAllReduceAlgo::kExchange;
-  EXPECT_TRUE(tw::gemm_allreduce_impl::uses_exchange(8, c));
+  EXPECT_EQ(resolve_algo(8, c), GemmAllReduceAlgo::kExchange);  // an explicit choice stands
   c.algo = GemmAllReduceAlgo::kOwner;
-  EXPECT_FALSE(tw::gemm_allreduce_impl::uses_exchange(2, c));
+  EXPECT_EQ(resolve_algo(2, c), GemmAllReduceAlgo::kOwner);
   GemmAllReduceArgs a = args(256, 256, 64);
   c.algo = GemmAllReduceAlgo::kExchange;
   c.partials = tw::PartialPrecision::kFloat32;
@@ -274,7 +289,8 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
   ov_a.workspace = at(kA);
   bad_k.K_local = 3583;
   null_c.C = nullptr;
-  GemmAllReduceConfig sw, prec;
+  GemmAllReduceConfig sw, prec, exch;
+  exch.algo = tw::GemmAllReduceAlgo::kExchange;
   sw.swizzle = 3;
   prec.partials = static_cast<tw::PartialPrecision>(7);
   const Case cases[] = {
@@ -282,7 +298,7 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
       {"null workspace", null_ws, 2, {}, "workspace is null"},
       {"misaligned workspace", mis_ws, 2, {}, "256-byte aligned"},
       {"half", half, 2, {}, "half is not built"},
-      {"kKN", kn, 2, {}, "kNK"},
+      {"kKN with the exchange algorithm", kn, 2, exch, "exchange algorithm is built for B as [N, K_local]"},
       {"workspace overlaps C", ov_c, 2, {}, "workspace overlaps C"},
       {"workspace overlaps A", ov_a, 2, {}, "workspace overlaps A"},
       {"K_local odd", bad_k, 2, {}, "K % 8 == 0"},

@@ -1,10 +1,11 @@
 // Fused GEMM + all-reduce (ops/gemm_allreduce.hpp), one rank per visible GPU: against an fp64
 // host reference of sum_r A_r * B_r, bit-identity across ranks, odd shapes, both partial
-// precisions, poisoned outputs, repeated calls on one workspace (the call counter), bad input
-// writes nothing, both algorithms (exchange, owner), per-tile trace events, and a peer that never
-// takes part ending in the bounded-wait diagnostic. Skipped without an sm_90 GPU.
+// precisions, both B layouts, poisoned outputs, repeated calls on one workspace (the call
+// counter), bad input writes nothing, every algorithm (relay, exchange, owner), per-tile trace
+// events, and a peer that never takes part ending in the bounded-wait diagnostic. Skipped without
+// an sm_90 GPU.
 //
-// No kernel is instantiated here (the library's bf16 kNK instantiation runs): no compile cost.
+// No kernel is instantiated here (the library's instantiations run): no compile cost.
 #include <cuda_bf16.h>
 
 #include <array>
@@ -30,7 +31,10 @@ constexpr uint64_t kSeedA = 31, kSeedB = 47;
 
 struct Shape {
   int M, N, K;
-  std::string name() const { return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K); }
+  BLayout b = BLayout::kNK;  // B_r as [N, K] or [K, N]
+  std::string name() const {
+    return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (b == BLayout::kKN ? " B[K,N]" : "");
+  }
 };
 
 std::vector<int> rows_to_check(int M) {
@@ -65,7 +69,8 @@ std::string check(const Shape& s, int P, const Bytes& c, bool bf16_partials) {
         double p = 0, mag = 0;
         for (int k = 0; k < s.K; ++k) {
           const double x = tw_test::from_bits(kT, tw_test::elem(a[q], kT, size_t(m) * s.K + k)) *
-                           tw_test::from_bits(kT, tw_test::elem(b[q], kT, size_t(n) * s.K + k));
+                           tw_test::from_bits(kT, tw_test::elem(b[q], kT, s.b == BLayout::kNK ? size_t(n) * s.K + k
+                                                                                          : size_t(k) * s.N + n));
           p += x;
           mag += std::fabs(x);
         }
@@ -90,7 +95,7 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
   tw_test::fill(A.data(), kT, size_t(s.M) * s.K, Fill::kRandom, kSeedA, r, st);
   tw_test::fill(B.data(), kT, size_t(s.N) * s.K, Fill::kRandom, kSeedB, r, st);
   tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
-  tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, BLayout::kNK, nullptr};
+  tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, s.b, nullptr};
   tw::Window ws = comm.alloc_window(tw::workspace_size(a, P, cfg));
   a.workspace = ws.data();
   TW_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), st));
@@ -156,6 +161,26 @@ TEST(GemmAllReduce, OddShapes) {
     cfg.algo = algo;
     for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, cfg, 1);
   }
+}
+
+// B as [K_local, N] (kKN): the fused kernels built for it (relay on 2 ranks, owner with both
+// partial precisions) and the sequential path, against the same reference.
+TEST(GemmAllReduce, BLayoutKN) {
+  TW_SKIP_UNLESS_SM90();
+  using A = tw::GemmAllReduceAlgo;
+  using PP = tw::PartialPrecision;
+  const std::pair<A, PP> algos[] = {{A::kAuto, PP::kBFloat16}, {A::kOwner, PP::kBFloat16}, {A::kOwner, PP::kFloat32}};
+  for (auto [algo, p] : algos) {
+    tw::GemmAllReduceConfig cfg;
+    cfg.path = tw::GemmAllReducePath::kFused;
+    cfg.algo = algo;
+    cfg.partials = p;
+    run_shape({1000, 1032, 520, BLayout::kKN}, cfg, 2);
+    run_shape({7, 5144, 3584, BLayout::kKN}, cfg, 1);
+  }
+  tw::GemmAllReduceConfig seq;
+  seq.path = tw::GemmAllReducePath::kSequential;
+  run_shape({256, 512, 128, BLayout::kKN}, seq, 1);
 }
 
 // The sequential path (tw::gemm then tw::allreduce in place), forced and chosen by kAuto: same

@@ -53,8 +53,8 @@
 // src/ops/gemm_allreduce/plan.hpp.
 //
 // Requirements (can_implement checks each, with the reason):
-//   * everything tw::can_implement(GemmArgs) checks (K = K_local); bf16, B as [N, K] (kNK) only
-//     in this build;
+//   * everything tw::can_implement(GemmArgs) checks (K = K_local); bf16; B as [N, K_local] (kNK)
+//     or [K_local, N] (kKN), except that the exchange algorithm is built for kNK only;
 //   * every rank in the LSA team; the same call, shapes and config on every rank, in the same order;
 //   * C inside a window of `comm` (Comm::alloc_window), at the same offset on every rank;
 //   * workspace inside a window at the same offset on every rank, >= workspace_size() bytes,
@@ -84,7 +84,7 @@ class Comm;
 
 struct GemmAllReduceArgs {
   const void* A = nullptr;    // [M, K_local] row-major, this rank's shard (any device memory)
-  const void* B = nullptr;    // [N, K_local] (kNK) row-major, this rank's shard
+  const void* B = nullptr;    // [N, K_local] (kNK) or [K_local, N] (kKN) row-major, this rank's shard
   void* C = nullptr;          // [M, N] row-major, inside a window; the sum lands on every rank
   int M = 0, N = 0, K_local = 0;
   DType dtype = DType::kBFloat16;  // A, B and C

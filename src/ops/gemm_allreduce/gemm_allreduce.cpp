@@ -34,8 +34,27 @@ struct DeviceInfo {
   int clusters = 0;  // co-resident clusters of the fused kernel
 };
 
-// sm_90 and the residency of the kernel of `algo` (resolved) on the current device, or why not.
-Status device_info(GemmAllReduceAlgo algo, DeviceInfo* out) {
+// The fused kernel of `algo` (resolved) and B layout `b`: its residency query and its launch.
+// check_args() has refused the pairs not built (exchange with B [K, N]).
+int max_active_clusters(GemmAllReduceAlgo algo, BLayout b) {
+  namespace impl = gemm_allreduce_impl;
+  const bool kn = b == BLayout::kKN;
+  if (algo == GemmAllReduceAlgo::kExchange) return impl::max_active_clusters_bf16_nk_exchange();
+  if (algo == GemmAllReduceAlgo::kRelay)
+    return kn ? impl::max_active_clusters_bf16_kn_relay() : impl::max_active_clusters_bf16_nk_relay();
+  return kn ? impl::max_active_clusters_bf16_kn() : impl::max_active_clusters_bf16_nk();
+}
+void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::LaunchParams& p, cudaStream_t stream) {
+  namespace impl = gemm_allreduce_impl;
+  const bool kn = b == BLayout::kKN;
+  if (algo == GemmAllReduceAlgo::kExchange) impl::launch_bf16_nk_exchange(p, stream);
+  else if (algo == GemmAllReduceAlgo::kRelay) kn ? impl::launch_bf16_kn_relay(p, stream) : impl::launch_bf16_nk_relay(p, stream);
+  else kn ? impl::launch_bf16_kn(p, stream) : impl::launch_bf16_nk(p, stream);
+}
+
+// sm_90 and the residency of the kernel of `algo` (resolved) and B layout `b` on the current
+// device, or why not.
+Status device_info(GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -51,16 +70,14 @@ Status device_info(GemmAllReduceAlgo algo, DeviceInfo* out) {
   // and kernel: it runs on every call otherwise (twice: can_implement, then the launch), and the
   // host time matters for small fused calls enqueued back to back.
   static std::mutex mu;
-  static std::map<std::pair<int, int>, int> cache;
+  static std::map<std::tuple<int, int, int>, int> cache;
   {
     std::lock_guard<std::mutex> lk(mu);
-    auto it = cache.find({dev, int(algo)});
+    const auto key = std::make_tuple(dev, int(algo), int(b));
+    auto it = cache.find(key);
     if (it == cache.end()) {
       try {
-        const int c = algo == GemmAllReduceAlgo::kExchange ? gemm_allreduce_impl::max_active_clusters_bf16_nk_exchange()
-                      : algo == GemmAllReduceAlgo::kRelay  ? gemm_allreduce_impl::max_active_clusters_bf16_nk_relay()
-                                                           : gemm_allreduce_impl::max_active_clusters_bf16_nk();
-        it = cache.emplace(std::make_pair(dev, int(algo)), c).first;
+        it = cache.emplace(key, max_active_clusters(algo, b)).first;
       } catch (const Error& e) {
         return fail(std::string("occupancy query failed: ") + e.what());
       }
@@ -144,7 +161,8 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  if (Status s = device_info(gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg), &d); !s) return s;
+  if (Status s = device_info(gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout), a.b_layout, &d); !s)
+    return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
@@ -181,9 +199,9 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     return;
   }
   DeviceInfo d;
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
   const bool exchange = algo == GemmAllReduceAlgo::kExchange, relay = algo == GemmAllReduceAlgo::kRelay;
-  const Status ds = device_info(algo, &d);
+  const Status ds = device_info(algo, a.b_layout, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
@@ -228,9 +246,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
   try {
-    if (relay) gemm_allreduce_impl::launch_bf16_nk_relay(p, stream);
-    else if (exchange) gemm_allreduce_impl::launch_bf16_nk_exchange(p, stream);
-    else gemm_allreduce_impl::launch_bf16_nk(p, stream);
+    launch(algo, a.b_layout, p, stream);
   } catch (...) {
     comm.check_fault();
     throw;

@@ -1,5 +1,5 @@
-// src/ops/gemm_allreduce/launch.hpp — the fused kernel this build instantiates (one translation
-// unit: gemm_allreduce_sm90_bf16_nk.cu) and what the host launcher hands it. No CUTLASS here.
+// src/ops/gemm_allreduce/launch.hpp — the fused kernels this build instantiates (one translation
+// unit each: gemm_allreduce_sm90_bf16_*.cu) and what the host launcher hands them. No CUTLASS here.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -54,15 +54,20 @@ void fill_common_hook_fields(Hook& h, const LaunchParams& p) {
   h.ring = p.ring;
 }
 
-// Clusters of the bf16 kNK fused kernel that can be resident at once on the current device
-// (cudaOccupancyMaxActiveClusters; 0: it does not fit).
+// Clusters of each fused kernel that can be resident at once on the current device
+// (cudaOccupancyMaxActiveClusters; 0: it does not fit), and its launch. Owner algorithm
+// (owner_launch.cuh; gemm_allreduce_sm90_bf16_{nk,kn}.cu):
 int max_active_clusters_bf16_nk();
 void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream);
-// The same for the exchange algorithm's kernel (gemm_allreduce_sm90_bf16_nk_exchange.cu).
+int max_active_clusters_bf16_kn();
+void launch_bf16_kn(const LaunchParams& p, cudaStream_t stream);
+// Exchange algorithm, B as [N, K] only (gemm_allreduce_sm90_bf16_nk_exchange.cu):
 int max_active_clusters_bf16_nk_exchange();
 void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream);
-// The same for the relay algorithm's kernel (gemm_allreduce_sm90_bf16_nk_relay.cu).
+// Relay algorithm (relay_launch.cuh; gemm_allreduce_sm90_bf16_{nk,kn}_relay.cu):
 int max_active_clusters_bf16_nk_relay();
 void launch_bf16_nk_relay(const LaunchParams& p, cudaStream_t stream);
+int max_active_clusters_bf16_kn_relay();
+void launch_bf16_kn_relay(const LaunchParams& p, cudaStream_t stream);
 
 }  // namespace tw::gemm_allreduce_impl

@@ -39,16 +39,16 @@ GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank, int nranks) 
   return g;
 }
 
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg) {
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b) {
   if (cfg.algo != GemmAllReduceAlgo::kAuto) return cfg.algo;
   if (cfg.partials != PartialPrecision::kBFloat16) return GemmAllReduceAlgo::kOwner;
   if (P == 2) return GemmAllReduceAlgo::kRelay;
-  return P <= 1 ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
+  return P <= 1 && b == BLayout::kNK ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
 }
 
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
   const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
-  const GemmAllReduceAlgo algo = resolve_algo(P, cfg);
+  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout);
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
@@ -62,13 +62,14 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
   if (nranks < 1) return fail("communicator has no ranks");
   if (Status s = can_implement(as_gemm_args(a), as_gemm_config(cfg)); !s) return fail(s.reason);
   if (a.dtype != DType::kBFloat16) return fail("only bfloat16 is built for the fused op");
-  if (a.b_layout != BLayout::kNK)
-    return fail("only B as [N, K_local] (kNK) is built for the fused op; transpose B or use gemm() + allreduce()");
   if (cfg.partials != PartialPrecision::kBFloat16 && cfg.partials != PartialPrecision::kFloat32)
     return fail("unknown partial precision (kBFloat16 or kFloat32)");
   if (cfg.algo != GemmAllReduceAlgo::kAuto && cfg.algo != GemmAllReduceAlgo::kExchange &&
       cfg.algo != GemmAllReduceAlgo::kOwner && cfg.algo != GemmAllReduceAlgo::kRelay)
     return fail("unknown algorithm (kAuto, kRelay, kExchange or kOwner)");
+  if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout) == GemmAllReduceAlgo::kExchange)
+    return fail("the exchange algorithm is built for B as [N, K_local] (kNK) only; use kAuto, kRelay or kOwner "
+                "with B as [K_local, N]");
   if (cfg.algo == GemmAllReduceAlgo::kRelay && (nranks != 2 || cfg.partials != PartialPrecision::kBFloat16))
     return fail("the relay algorithm is for exactly 2 ranks with bf16 partials (got " + std::to_string(nranks) +
                 " ranks" + (cfg.partials != PartialPrecision::kBFloat16 ? ", fp32 partials" : "") +

@@ -175,12 +175,10 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 // relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
-// The algorithm a call on P ranks runs: cfg.algo, kAuto resolved (relay for P == 2 with bf16
-// partials, exchange for P == 1, else owner).
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg);
-inline bool uses_exchange(int P, const GemmAllReduceConfig& cfg) {
-  return resolve_algo(P, cfg) == GemmAllReduceAlgo::kExchange;
-}
+// The algorithm a call on P ranks with B in layout `b` runs: cfg.algo, kAuto resolved (relay for
+// P == 2 with bf16 partials; for P == 1 exchange with B [N, K], owner with B [K, N], the layout
+// exchange is not built for; else owner).
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b = BLayout::kNK);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
@@ -191,7 +189,7 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
   return l.total - l.staging_off >= c_bytes && c_bytes > oneshot_max_bytes;
 }
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
-// the built kernels (bf16, kNK), the workspace pointer and its overlaps, the partial precision.
+// the built kernels (bf16; B [K, N] not with exchange), the workspace pointer and its overlaps, the partial precision.
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
 
 }  // namespace tw::gemm_allreduce_impl

@@ -1,0 +1,10 @@
+// The fused GEMM + all-reduce, owner algorithm: bf16 A [M, K_local], B as [K_local, N] (kKN),
+// bf16 C (owner_launch.cuh, hook.cuh).
+#include "owner_launch.cuh"
+
+namespace tw::gemm_allreduce_impl {
+
+int max_active_clusters_bf16_kn() { return owner::max_active_clusters<BLayout::kKN>(); }
+void launch_bf16_kn(const LaunchParams& p, cudaStream_t stream) { owner::launch<BLayout::kKN>(p, stream); }
+
+}  // namespace tw::gemm_allreduce_impl

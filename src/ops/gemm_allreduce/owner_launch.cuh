@@ -1,0 +1,39 @@
+// src/ops/gemm_allreduce/owner_launch.cuh — the owner algorithm's kernel launch (any rank count,
+// both partial precisions, chosen at run time; hook: hook.cuh) for one B layout. Each layout is
+// instantiated in its own translation unit (gemm_allreduce_sm90_bf16_{nk,kn}.cu).
+#pragma once
+#include "../gemm/gemm_sm90.cuh"
+#include "hook.cuh"
+#include "launch.hpp"
+#include "occupancy.cuh"
+
+namespace tw::gemm_allreduce_impl::owner {
+
+template <BLayout kLayout>
+using Gemm = gemm_impl::Sm90Gemm<__nv_bfloat16, kLayout, AllReduceHook>;
+
+template <BLayout kLayout>
+int max_active_clusters() {
+  return gemm_allreduce_impl::max_active_clusters<typename Gemm<kLayout>::Kernel>();
+}
+
+template <BLayout kLayout>
+void launch(const LaunchParams& p, cudaStream_t stream) {
+  AllReduceHook hook{};
+  hook.ctx = p.ctx;
+  hook.lay = p.lay;
+  hook.sched = p.sched;
+  hook.me = p.ctx.lsa_rank;
+  hook.final_ctas = p.final_ctas;
+  hook.ws_win = p.ws_win;
+  hook.ws_off = p.ws_off;
+  hook.ws = static_cast<char*>(p.ws);
+  hook.c_win = p.c_win;
+  hook.c_off = p.c_off;
+  hook.C = static_cast<AllReduceHook::E*>(p.gemm.C);
+  hook.ldc = p.gemm.N;
+  gemm_impl::run_sm90<__nv_bfloat16, kLayout>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr,
+                                               stream);
+}
+
+}  // namespace tw::gemm_allreduce_impl::owner
