@@ -13,7 +13,7 @@
 #   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
 #   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives,
-#             acceptance (issue 4's shapes in several processes)
+#             acceptance (issue 4's shapes in several processes), fusedtests (tests + a short memcheck)
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -251,6 +251,20 @@ if [ "$MODE" = acceptance ]; then
     step "bench gemm-allreduce acceptance, process $i"
     run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
   done
+fi
+
+if [ "$MODE" = fusedtests ]; then
+  # The fused op's GPU tests and memcheck on the sequential path and B [K, N] tests only
+  # (nvidia-h200-x2): a short check after a host-side fix.
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  step "fused tests"
+  run 100 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
+  step "memcheck on the sequential-path and B [K, N] tests"
+  TILEWIRE_TIMEOUT_MS=120000 timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
+    "$TESTS" --gtest_filter='GemmAllReduce.SequentialPath:GemmAllReduce.BLayoutKN' >"$OUT/sanitizer.log" 2>&1
+  echo "memcheck rc=$?" | tee -a "$LOG"
+  grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
 fi
 
 if [ "$MODE" = relaygrid ]; then

@@ -117,7 +117,7 @@ bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
   static std::mutex mu;
   static bool unavailable = false;
   static std::map<int, std::unique_ptr<lt::LtHandle>> handles;
-  static std::map<std::tuple<int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;
+  static std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;  // dev, M, N, K, B layout
   constexpr size_t kWorkspace = size_t(32) << 20;
   int dev = 0;
   TW_CUDA_CHECK(cudaGetDevice(&dev));
@@ -128,7 +128,7 @@ bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
     try {
       auto& h = handles[dev];
       if (!h) h = std::make_unique<lt::LtHandle>();
-      auto& p = plans[{dev, g.M, g.N, g.K}];
+      auto& p = plans[{dev, g.M, g.N, g.K, int(g.b_layout)}];
       if (!p) p = std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace);
       mm = p.get();
     } catch (const Error& e) {
