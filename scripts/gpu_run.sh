@@ -37,6 +37,10 @@ TESTS=$DIST/bin/tilewire_gpu_tests
 FAIL=0
 
 step() { echo "=== $* ($(date -u +%T))" | tee -a "$LOG"; }
+header() {  # the fused-op modes: bounded waits of 3 s unless set, the GPUs and the commit in the log
+  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
+  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+}
 run() {  # run <limit_s> cmd...: log output, remember failures
   local lim=$1; shift
   timeout "$lim" "$@" >>"$LOG" 2>&1
@@ -63,8 +67,7 @@ fi
 if [ "$MODE" = probe ]; then
   # First contact with new kernels: small tests first, each under a short limit, and nothing
   # heavier runs when the small one fails (a hung mbarrier would otherwise eat the call).
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "Gemm.SmallShapes"
   if run 90 "$TESTS" --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'; then
     step "Gemm rest"
@@ -121,8 +124,7 @@ fi
 if [ "$MODE" = relay ]; then
   # First contact with the relay algorithm (nvidia-h200-x2): small fused tests under a short
   # limit, the rest only when they pass, then the acceptance shapes with relay and exchange.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "GemmAllReduce.SmallShapes"
   if run 90 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; then
     step "bench gemm-allreduce acceptance, relay"
@@ -137,8 +139,7 @@ fi
 if [ "$MODE" = relaytune ]; then
   # Relay algorithm tuning (nvidia-h200-x2): who pushes (TILEWIRE_RELAY_CONSUMER_ROWS), swizzle,
   # on the acceptance shapes (fused path forced), then the fused tests.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 10 -R 3"
   for cr in 0 32 64 128; do for sw in 1 4; do
     step "relay 8192x8192x4096 consumer_rows $cr swizzle $sw"
@@ -158,8 +159,7 @@ fi
 if [ "$MODE" = relaydiag ]; then
   # Where the relay kernel's time goes (nvidia-h200-x2): polling backoff, no data (flags only),
   # SM clocks and power sampled during the runs.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw --format=csv,noheader -lms 200 >"$OUT/clocks.csv" 2>&1 &
   SMI=$!
   B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 5 --swizzle 4 -m 8192 -n 8192 -k 4096"
@@ -180,8 +180,7 @@ if [ "$MODE" = relaydiag2 ]; then
   # Session 4, after the counted steps (nvidia-h200-x2): where the rest of the relay kernel's time
   # goes (no data at all vs the default), the consumer-row split re-tuned, each in its own process,
   # and the hook GEMM against cuBLASLt on one GPU for the same shape.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
   for cfg in "cr 32" "no-push" "cr 0" "cr 16" "cr 48" "cr 64" "cr 32 again" "no-push again"; do
     step "relay $cfg"
@@ -198,8 +197,7 @@ if [ "$MODE" = relaydiag3 ]; then
   # Session 4 (nvidia-h200-x2): the comm warp's rows in flight (8, 4) with the consumer split, and
   # one traced call with and without data (no push: C wrong on purpose) to see where the NVLink
   # stores slow the kernel (mainloop or epilogue).
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
   for cfg in ${RELAY_CFGS:-8:32:0 4:32:0 4:48:0 4:64:0 8:32:0 4:32:0 4:48:0}; do  # inflight:consumer_rows:pace_pct
     set -- ${cfg//:/ }
@@ -217,8 +215,7 @@ fi
 if [ "$MODE" = relaydiag4 ]; then
   # Session 4 (nvidia-h200-x2): pacing of the comm warp's pushes (TILEWIRE_RELAY_PACE_PCT) on the
   # acceptance sweep (as `fused` runs it) and on the single headline shape, on the same machine.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   for pace in ${PACES:-0 60 70 0 60 70}; do
     step "acceptance sweep, pace $pace%"
     TILEWIRE_RELAY_PACE_PCT=$pace run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
@@ -231,8 +228,7 @@ if [ "$MODE" = alternatives ]; then
   # Issue 4's design alternatives not yet measured with the relay (nvidia-h200-x2), one process
   # each on 8192x8192x4096: partial precision (owner algorithm: bf16 vs fp32 partials), SMs left
   # out of the GEMM (reserved_sms), and the three algorithms side by side.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   B="$TW bench gemm-allreduce --path fused --chunks 4 --iters 20 -R 5 -m 8192 -n 8192 -k 4096"
   for a in "--algo relay" "--algo exchange" "--algo owner --partials bf16" "--algo owner --partials fp32" \
            "--algo relay --reserved-sms 2" "--algo relay --reserved-sms 4" "--algo relay --reserved-sms 8" \
@@ -245,8 +241,7 @@ fi
 if [ "$MODE" = acceptance ]; then
   # Issue 4's acceptance shapes only (nvidia-h200-x2), in ${PROCS:-6} fresh processes: the spread
   # of the e/a ratio between processes and machines.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,power.limit --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   for i in $(seq 1 ${PROCS:-6}); do
     step "bench gemm-allreduce acceptance, process $i"
     run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
@@ -256,8 +251,7 @@ fi
 if [ "$MODE" = fusedtests ]; then
   # The fused op's GPU tests and memcheck on the sequential path and B [K, N] tests only
   # (nvidia-h200-x2): a short check after a host-side fix.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "fused tests"
   run 100 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "memcheck on the sequential-path and B [K, N] tests"
@@ -270,8 +264,7 @@ fi
 if [ "$MODE" = relaygrid ]; then
   # The fused path on issue 4's grid (nvidia-h200-x2), forced, against (b) (c) (d) in the same
   # run: the data behind gemm_allreduce_prefers_fused().
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "bench gemm-allreduce grid, fused path forced"
   run 300 "$TW" bench gemm-allreduce --sweep grid --path fused --iters 10 -R 3 --json "$OUT/bench_gar_grid_fused.json"
   step "bench gemm-allreduce grid, sequential path forced"
@@ -281,8 +274,7 @@ fi
 if [ "$MODE" = relaypull ]; then
   # Relay: push vs pull of the partials (nvidia-h200-x2), acceptance shapes, then the small tests
   # in pull mode.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "pull: small tests"
   if TILEWIRE_RELAY_PULL=1 run 120 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes'; then
     for pl in 0 1; do
@@ -295,8 +287,7 @@ fi
 if [ "$MODE" = fused ]; then
   # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
   # first one, the grid sweep, then compute-sanitizer on the small fused tests.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "fused tests"
   run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "bench gemm-allreduce acceptance (+ trace of 8192x8192x4096)"
@@ -335,8 +326,7 @@ fi
 
 if [ "$MODE" = iter ]; then
   # Development round: fused-op tests, its acceptance shapes and the grid sweep.
-  export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  header
   step "fused tests"
   run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
   step "bench gemm-allreduce acceptance"
