@@ -24,9 +24,11 @@
 // Who does what (the CUTLASS cooperative kernel: 2 consumer warpgroups, 1 producer warp, and the
 // epilogue-load warp that tilewire's HookEpilogue turns into the "comm warp"):
 //   consumers, tile V_j: wait ready(j) [the comm warp's shared buffer is free, and for an owned
-//     tile holds the peer's partial]; add and write the bf16 tile into the buffer; arrive staged.
+//     tile holds the peer's partial]; add and write the bf16 tile into the buffer; push its first
+//     consumer_rows rows to the peer (the whole tile when it is the CTA's last); arrive staged.
 //   comm warp, tile V_j: wait staged(j); owned: bulk-copy the rows to the local C (TMA);
-//     16-byte loads from shared memory, 16-byte stores to the peer (staging or C); wait for the
+//     16-byte loads from shared memory, 16-byte stores to the peer (staging or C) for the other
+//     rows, paced over pace_pct % of the last tile period (see comm()); wait for the
 //     bulk copies to have read the buffer; fence.sys; release-store the peer's flag; then prepare
 //     V_{j+1}: owned -> wait arrive[V_{j+1}] (the peer computed it in its first half: normally long
 //     set) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by bytes), else
