@@ -14,6 +14,7 @@
 #   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
 #   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives,
 #             acceptance (issue 4's shapes in several processes), fusedtests (tests + a short memcheck)
+#   scale     (nvidia-h200-x4 / -x8) issue 6: info, all-reduce bench, fused scale sweep, tests, memcheck
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
@@ -257,6 +258,30 @@ if [ "$MODE" = fusedtests ]; then
   step "memcheck on the sequential-path and B [K, N] tests"
   TILEWIRE_TIMEOUT_MS=120000 timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
     "$TESTS" --gtest_filter='GemmAllReduce.SequentialPath:GemmAllReduce.BLayoutKN' >"$OUT/sanitizer.log" 2>&1
+  echo "memcheck rc=$?" | tee -a "$LOG"
+  grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
+fi
+
+if [ "$MODE" = scale ]; then
+  # Issue 6 (nvidia-h200-x4 / nvidia-h200-x8; not run yet: those kinds were never lent): topology
+  # and LSA team, the all-reduce bench with NCCL's columns, the fused op on the scale sweep (the
+  # 2-GPU grid plus K_local 1024 and 3584), the GPU tests, then memcheck on the small all-reduce
+  # and fused tests at this rank count.
+  header
+  step "machine and tilewire info"
+  nvidia-smi topo -m >>"$LOG" 2>&1
+  run 120 "$TW" info
+  "$TW" info --json >"$OUT/info.json" 2>>"$LOG"
+  step "bench allreduce -b 8K -e 1G -f 4 (bf16)"
+  run 300 "$TW" bench allreduce -b 8K -e 1G -f 4 -d bf16 --json "$OUT/bench_allreduce_bf16.json"
+  step "bench gemm-allreduce, scale sweep"
+  run 400 "$TW" bench gemm-allreduce --sweep scale --iters 10 -R 3 --json "$OUT/bench_gar_scale.json"
+  step "GPU tests"
+  run 300 "$TESTS" --gtest_output=json:"$OUT/gpu_tests.json"
+  step "memcheck on the small all-reduce and fused tests"
+  TILEWIRE_TIMEOUT_MS=120000 TW_TEST_MAX_COUNT=1000003 timeout 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter='*AllReduceExact*:*AllReduceRandom*:BadInput.*:GemmAllReduce.SmallShapes:GemmAllReduce.SequentialPath' \
+    >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?" | tee -a "$LOG"
   grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
 fi

@@ -20,7 +20,7 @@ enum Variant { kGemm, kGemmNccl, kGemmTw, kChunked, kFused, kNcclAr, kVariants }
 
 struct Options {
   std::vector<Shape> shapes;       // -m -n -k and/or --sweep, in sweep order
-  std::string sweep;               // "", "acceptance", "grid"
+  std::string sweep;               // "", "acceptance", "grid", "scale"
   int iters = 20;                  // --iters   timed iterations per repeat
   int warmup = 5;                  // --warmup  untimed iterations first (at least 1 is run)
   int repeats = 5;                 // -R        repeats, median reported

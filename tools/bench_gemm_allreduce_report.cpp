@@ -23,7 +23,8 @@ constexpr const char* kUsage =
     "  against (b) on the device. bf16; every rank's A_r [M,K_local], B_r [N,K_local] seeded random.\n"
     "  -m M -n N -k K_LOCAL  one shape (default 8192 x 8192 x 4096 without --sweep)\n"
     "  --sweep NAME          acceptance: 8192x8192x4096, 16384x8192x4096, 4096x8192x14336;\n"
-    "                        grid: M {128,512,2048,8192,16384} x N {4096,8192} x K_local {4096,14336}\n"
+    "                        grid: M {128,512,2048,8192,16384} x N {4096,8192} x K_local {4096,14336};\n"
+    "                        scale: the grid with K_local {1024,3584,4096,14336} (4 and 8 GPUs)\n"
     "  --iters N             timed iterations per repeat (20)   --warmup N  untimed first (5, >= 1 run)\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
@@ -63,10 +64,13 @@ std::vector<int> chunk_list(const std::string& opt, const std::string& v) {
 std::vector<Shape> sweep_shapes(const std::string& name) {
   std::vector<Shape> s;
   if (name == "acceptance") return {{8192, 8192, 4096}, {16384, 8192, 4096}, {4096, 8192, 14336}};
-  if (name != "grid") bad("--sweep acceptance|grid, got '" + name + "'");
+  if (name != "grid" && name != "scale") bad("--sweep acceptance|grid|scale, got '" + name + "'");
+  // scale (the 4- and 8-GPU runs): the grid plus K_local 1024 and 3584, hidden 8192 and 28672
+  // split 8 ways.
+  const std::vector<int> ks = name == "grid" ? std::vector<int>{4096, 14336} : std::vector<int>{1024, 3584, 4096, 14336};
   for (int m : {128, 512, 2048, 8192, 16384})
     for (int n : {4096, 8192})
-      for (int k : {4096, 14336}) s.push_back({m, n, k});
+      for (int k : ks) s.push_back({m, n, k});
   return s;
 }
 
