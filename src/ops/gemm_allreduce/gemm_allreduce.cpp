@@ -200,7 +200,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   }
   DeviceInfo d;
   const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
-  const bool exchange = algo == GemmAllReduceAlgo::kExchange, relay = algo == GemmAllReduceAlgo::kRelay;
+  const bool relay = algo == GemmAllReduceAlgo::kRelay;
   const Status ds = device_info(algo, a.b_layout, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
@@ -223,8 +223,6 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.c_win = wc.handle, p.c_off = wc.offset;
   p.ws_win = ww.handle, p.ws_off = ww.offset;
   p.ws = a.workspace;
-  p.exchange = exchange;
-  p.relay = relay;
   // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
   static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);

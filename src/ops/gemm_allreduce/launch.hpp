@@ -23,16 +23,14 @@ struct LaunchParams {
   ncclWindow_t ws_win = nullptr, c_win = nullptr;
   size_t ws_off = 0, c_off = 0;
   void* ws = nullptr;             // this rank's workspace (local pointer)
-  bool exchange = false;          // exchange_hook.cuh (else hook.cuh, the owner algorithm)
-  bool relay = false;             // relay_hook.cuh (2 ranks; sched and gemm_cfg carry the rotation)
   int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)
   int relay_poll_ns = 0;          // relay: backoff between polls (TILEWIRE_RELAY_POLL_NS)
   int relay_pace_pct = 60;        // relay: pushes spread over this % of a tile period (TILEWIRE_RELAY_PACE_PCT)
   int relay_comm_inflight = 4;    // relay: rows in flight per comm-warp lane (TILEWIRE_RELAY_COMM_INFLIGHT)
   bool relay_no_push = false;     // relay, measurement only (TILEWIRE_RELAY_NO_PUSH)
   bool relay_pull = false;        // relay: the owner pulls partials (TILEWIRE_RELAY_PULL)
-  trace::Ring ring{};             // per-tile events (exchange only); null: off
-  bool untraced = false;          // exchange: the kernel built without trace code (ring must be null)
+  trace::Ring ring{};             // per-tile events (exchange and relay kernels); null: off
+  bool untraced = false;          // exchange, relay: the kernel built without trace code (ring must be null)
 };
 
 // The fields the exchange and relay hooks share, from the launch parameters (each launcher then
