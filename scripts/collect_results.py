@@ -48,7 +48,9 @@ if bf16:
     for r in bf16["rows"]:
         b, t, n, s = r["bytes"], r["tilewire"], r["nccl"], r["nccl_symm"]
         target, ratio, ok = "", "", ""
-        if 32 * MiB <= b <= GiB:
+        if n is None:  # a virtual team (--virtual P): no NCCL columns
+            n = s = {"time_us": float("nan"), "busbw_gbps": float("nan")}
+        elif 32 * MiB <= b <= GiB:
             ratio = t["busbw_gbps"] / n["busbw_gbps"]
             target, ok = "busbw >= 1.15x", ratio >= 1.15
         elif 8 * KiB <= b <= 256 * KiB:
@@ -64,11 +66,21 @@ if bf16:
 
 out += ["## Correctness across every bench file", "", "| file | rows | #wrong (tilewire) | #wrong (NCCL) | ranks bit-identical |",
         "|---|---:|---:|---:|---|"]
+
+
+def correctness(rows):
+    """(#wrong of tilewire, #wrong of NCCL or 'n/a', ranks bit-identical) of one bench file's rows."""
+    if rows and "tilewire" in rows[0]:  # bench allreduce; "nccl" is null on a virtual team
+        nc = [r["nccl"]["wrong"] for r in rows if r.get("nccl")]
+        return (sum(r["tilewire"]["wrong"] for r in rows), sum(nc) if nc else "n/a",
+                all(r["tilewire"]["ranks_identical"] for r in rows))
+    checked = [r for r in rows if r.get("wrong") is not None]  # bench gemm / gemm-allreduce
+    return sum(r["wrong"] for r in checked), "n/a", all(r.get("identical", True) for r in checked)
+
+
 for p in sorted(glob.glob(os.path.join(root, "bench_*.json"))):
     d = json.load(open(p))
-    tw_wrong = sum(r["tilewire"]["wrong"] for r in d["rows"])
-    nc_wrong = sum(r["nccl"]["wrong"] for r in d["rows"])
-    ident = all(r["tilewire"]["ranks_identical"] for r in d["rows"])
+    tw_wrong, nc_wrong, ident = correctness(d["rows"])
     ok_all &= tw_wrong == 0 and ident
     out.append(f"| {os.path.basename(p)} | {len(d['rows'])} | {tw_wrong} | {nc_wrong} | {'yes' if ident else '**no**'} |")
 out.append("")

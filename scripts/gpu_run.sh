@@ -17,6 +17,8 @@
 #   scale     (nvidia-h200-x4 / -x8) issue 6: info, all-reduce bench, fused scale sweep, tests, memcheck
 #             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
 #             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
+#   virtual   (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
+#   virtualcheck (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
 #   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
 #             they do not fit the device tool's 10-minute command limit)
 # Results are committed under bench/results/ with scripts/collect_results.py.
@@ -30,6 +32,8 @@ LOG=$OUT/run.log
 
 # Policy: never NVLink multicast. NCCL runtime must be 2.28.9 (the system one there is 2.28.3).
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+# A hardware queue per stream: virtual teams need it (Comm::run_virtual refuses otherwise).
+export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
 VENV_NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 export LD_LIBRARY_PATH=$DIST/lib${VENV_NCCL:+:$VENV_NCCL}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64  # cuBLASLt for bench gemm
 export TILEWIRE_COMMIT=$(cat "$DIST/COMMIT" 2>/dev/null || echo unknown)
@@ -49,6 +53,31 @@ run() {  # run <limit_s> cmd...: log output, remember failures
   [ $rc -ne 0 ] && { echo "!!! rc=$rc: $*" | tee -a "$LOG"; FAIL=1; }
   return $rc
 }
+
+if [ "$MODE" = virtual ]; then
+  # The virtual team (nvidia-h200): the whole GPU test binary once per P virtual ranks on GPU 0
+  # (TILEWIRE_TEST_VIRTUAL=P), one gtest JSON per P. VIRTUAL_P picks the rank counts, VIRTUAL_FILTER
+  # the tests (default all), VIRTUAL_LIMIT the seconds per P.
+  header
+  for p in ${VIRTUAL_P:-1 2 3 4 8}; do
+    step "GPU tests, $p virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=$p run "${VIRTUAL_LIMIT:-300}" "$TESTS" --gtest_filter="${VIRTUAL_FILTER:-*}" \
+      --gtest_output=json:"$OUT/gpu_tests_virtual_p$p.json"
+  done
+fi
+
+if [ "$MODE" = virtualcheck ]; then
+  # The virtual team's sanitizer and CLI checks (nvidia-h200): memcheck on the multi-rank tests
+  # at P = 4, then the correctness benches at 8 virtual ranks.
+  header
+  step "memcheck, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TW_TEST_MAX_COUNT=1000003 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck \
+    --report-api-errors no --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-DeviceApi.*:AllReduce*:ReduceScatter*:AllGather*:VirtualTeam.*:GemmAllReduce.SmallShapes}"
+  step "bench allreduce --virtual 8"
+  run 150 "$TW" bench allreduce --virtual 8 -b 8K -e 64M -f 4 --json "$OUT/bench_allreduce_virtual8.json"
+  step "bench gemm-allreduce --virtual 8"
+  run 200 "$TW" bench gemm-allreduce --virtual 8 --json "$OUT/bench_gemm_allreduce_virtual8.json"
+fi
 
 if [ "$MODE" = gemm ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1

@@ -1,6 +1,9 @@
 // tools/bench_allreduce.cu — `tilewire bench allreduce`: tilewire against NCCL, nccl-tests style.
 //
 // One process, one thread per local GPU (tw::Comm::run_local); rank r drives GPU devices[r].
+// With --virtual P: P virtual ranks on GPU 0 instead (tw::Comm::run_virtual), one thread each,
+// no NCCL communicator: (A) and every check run as on P GPUs, (B) and (C) are n/a, and the
+// times are labelled as what they are, P ranks sharing one GPU (no NVLink in them).
 // For every size of the sweep, every rank runs the same sequence on its own stream:
 //
 //   (A) tilewire   tw::allreduce      on symmetric windows      tw_send -> tw_recv
@@ -211,6 +214,7 @@ struct RankSample {              // one rank, one size
 };
 
 struct Cell {
+  bool ran = false;  // false: the variant needs NCCL and the team has none (virtual); the rest is unset
   double time_us = 0, algbw = 0, busbw = 0;
   uint64_t wrong = 0;
   bool identical = true;
@@ -234,6 +238,8 @@ struct Shared {
   std::vector<Row> rows;
   std::vector<GpuLine> gpus;
   int nranks = 0, lsa_size = 0;
+  int sm_budget = 0;     // comm.sm_count(): SMs per rank
+  bool virt = false;     // a virtual team: P ranks on GPU 0, no NCCL: (B) and (C) n/a
   uint64_t oneshot_max = 0;
 };
 
@@ -278,7 +284,15 @@ void print_header(const BenchArgs& a, const Shared& sh) {
               kVersion, nccl_version_string(nccl_runtime_version()).c_str(),
               nccl_version_string(nccl_header_version()).c_str(), rt / 1000, rt % 1000 / 10, drv / 1000,
               drv % 1000 / 10);
-  std::printf("# %d ranks (LSA team %d), one process, one thread per GPU\n", sh.nranks, sh.lsa_size);
+  if (sh.virt) {
+    std::printf("# %d virtual ranks (LSA team %d) on GPU 0, one process, one thread per rank, %d SMs per rank\n",
+                sh.nranks, sh.lsa_size, sh.sm_budget);
+    std::printf("# virtual team: %d ranks on one GPU; times are not NVLink figures (correctness run); nccl and\n"
+                "#   nccl-symm n/a (no NCCL communicator)\n",
+                sh.nranks);
+  } else {
+    std::printf("# %d ranks (LSA team %d), one process, one thread per GPU\n", sh.nranks, sh.lsa_size);
+  }
   for (const GpuLine& g : sh.gpus)
     std::printf("#   rank %2d: GPU %d  %s  %s\n", g.rank, g.device, g.name.c_str(), g.pci.c_str());
   std::printf("# options: %s\n# env: %s\n", format_options(a).c_str(), env_line().c_str());
@@ -296,15 +310,26 @@ void print_header(const BenchArgs& a, const Shared& sh) {
   std::fflush(stdout);
 }
 
-std::string wrong_str(const Cell& c) { return std::to_string(c.wrong) + (c.identical ? "" : "*"); }
+std::string wrong_str(const Cell& c) {
+  return c.ran ? std::to_string(c.wrong) + (c.identical ? "" : "*") : "n/a";
+}
+
+// "%.2f" of v when the cell ran, else "n/a".
+std::string num(const Cell& c, double v) { return c.ran ? fmt("%.2f", v) : "n/a"; }
+
+// NCCL time / tilewire time (above 1: tilewire faster); "n/a" when either did not run.
+std::string speedup(const Cell& tw, const Cell& other) {
+  return tw.ran && other.ran && tw.time_us > 0 ? fmt("%.2f", other.time_us / tw.time_us) : "n/a";
+}
 
 void print_row(const Row& r, DType t) {
   const Cell &A = r.cell[kTw], &B = r.cell[kNccl], &C = r.cell[kSymm];
-  std::printf(" %11llu %12llu %9s %11s |%10.2f %7.2f %7.2f %7s |%10.2f %7.2f %7.2f %7s |%10.2f %7.2f %6s | %7.2f %7.2f\n",
-              (unsigned long long)r.bytes, (unsigned long long)r.count, dtype_name(t), r.algo.c_str(), A.time_us,
-              A.algbw, A.busbw, wrong_str(A).c_str(), B.time_us, B.algbw, B.busbw, wrong_str(B).c_str(), C.time_us,
-              C.busbw, wrong_str(C).c_str(), A.time_us > 0 ? B.time_us / A.time_us : 0.0,
-              A.time_us > 0 ? C.time_us / A.time_us : 0.0);
+  std::printf(" %11llu %12llu %9s %11s |%10s %7s %7s %7s |%10s %7s %7s %7s |%10s %7s %6s | %7s %7s\n",
+              (unsigned long long)r.bytes, (unsigned long long)r.count, dtype_name(t), r.algo.c_str(),
+              num(A, A.time_us).c_str(), num(A, A.algbw).c_str(), num(A, A.busbw).c_str(), wrong_str(A).c_str(),
+              num(B, B.time_us).c_str(), num(B, B.algbw).c_str(), num(B, B.busbw).c_str(), wrong_str(B).c_str(),
+              num(C, C.time_us).c_str(), num(C, C.busbw).c_str(), wrong_str(C).c_str(), speedup(A, B).c_str(),
+              speedup(A, C).c_str());
   std::fflush(stdout);
 }
 
@@ -314,10 +339,13 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
   const std::vector<uint64_t> sizes = bench_sizes(a, P);
   const size_t esize = dtype_size(a.dtype), cap = sizes.back() + kGuardBytes;
   const int m = P <= 32 ? 8 : std::max(1, 256 / P);  // |sum| <= P*m <= 256: exact in bf16
+  // (B) and (C) call ncclAllReduce: only where the team has an NCCL communicator (not virtual).
+  const bool has_nccl = comm.nccl() != nullptr;
+  auto runs = [&](int v) { return v == kTw || has_nccl; };
 
   // Plain buffers first (no collective in flight), then the windows (collective, same order).
-  if (!a.inplace) st.nc_send.alloc(cap);
-  st.nc_recv.alloc(cap);
+  if (has_nccl && !a.inplace) st.nc_send.alloc(cap);
+  if (has_nccl) st.nc_recv.alloc(cap);
   if (!a.inplace) st.tw_send = comm.alloc_window(cap);
   st.tw_recv = comm.alloc_window(cap);
   st.result.alloc(sizeof(CheckResult));
@@ -338,8 +366,9 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
   // Mirrors the library's rule (src/ops/allreduce/allreduce.cu) to name the algorithm per size.
   const uint64_t oneshot_max = comm.dev_ctx().staging_bytes / (4 * (uint64_t)comm.lsa_size());
 
-  int sms = 0;
-  TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, comm.device()));
+  // Fill and check grids: this rank's share of the GPU (all of it on the NCCL backend, 1/P of it
+  // on a virtual team, whose P ranks run these kernels at the same time).
+  const int sms = comm.sm_count();
 
   auto launch = [&](int v, size_t count) {
     if (v == kTw) allreduce(comm, AllReduceArgs{send_of(v), recv_of(v), count, a.dtype, a.algo}, s);
@@ -419,6 +448,8 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
   if (me == 0) {
     sh.nranks = P;
     sh.lsa_size = comm.lsa_size();
+    sh.sm_budget = comm.sm_count();
+    sh.virt = comm.is_virtual();
     sh.oneshot_max = oneshot_max;
     print_header(a, sh);
   }
@@ -427,6 +458,7 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
     const size_t count = sizes[k] / esize;
     RankSample smp{};
     for (int v = 0; v < kVariants; ++v) {
+      if (!runs(v)) continue;  // n/a in the row (rank 0 reads runs() the same way)
       const uint64_t seed = mix64(0x71E3D1AEull ^ (k << 8) ^ (uint64_t)v);  // differs per size and variant
       uint64_t wrong = 0, sum = 0;
       auto take = [&](const CheckResult& c) {
@@ -458,6 +490,8 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
       row.algo = algo_name(a.algo != AllReduceAlgo::kAuto ? a.algo : choose_allreduce_algo(sizes[k], P, oneshot_max));
       for (int v = 0; v < kVariants; ++v) {
         Cell& c = row.cell[v];
+        c.ran = runs(v);
+        if (!c.ran) continue;
         double worst = 0;
         for (const RankSample& r : sh.samples) {
           worst = std::max(worst, r.seconds[v]);
@@ -527,7 +561,10 @@ std::string to_json(const BenchArgs& a, const Shared& sh, bool all_ok) {
     << ",\n  \"commit\": " << (commit.empty() ? "null" : jstr(commit)) << ",\n  \"timestamp\": " << jstr(when)
     << ",\n  \"host\": " << jstr(host) << ",\n  \"nccl_version\": " << jstr(nccl_version_string(nccl_runtime_version()))
     << ",\n  \"nccl_header\": " << jstr(nccl_version_string(nccl_header_version())) << ",\n  \"cuda_runtime\": " << rt
-    << ",\n  \"cuda_driver\": " << drv << ",\n  \"nranks\": " << sh.nranks << ",\n  \"lsa_size\": " << sh.lsa_size
+    << ",\n  \"cuda_driver\": " << drv << ",\n  \"backend\": " << jstr(sh.virt ? "virtual" : "nccl")
+    << ",\n  \"virtual_ranks\": " << (sh.virt ? std::to_string(sh.nranks) : "null")
+    << ",\n  \"times_are_nvlink\": " << (sh.virt ? "false" : "true") << ",\n  \"nranks\": " << sh.nranks
+    << ",\n  \"lsa_size\": " << sh.lsa_size << ",\n  \"sms_per_rank\": " << sh.sm_budget
     << ",\n  \"gpu_name\": " << jstr(sh.gpus.empty() ? "" : sh.gpus[0].name) << ",\n  \"gpus\": [";
   for (size_t i = 0; i < sh.gpus.size(); ++i)
     o << (i ? ", " : "") << "{\"rank\": " << sh.gpus[i].rank << ", \"device\": " << sh.gpus[i].device
@@ -538,6 +575,7 @@ std::string to_json(const BenchArgs& a, const Shared& sh, bool all_ok) {
     << ", \"datatype\": " << jstr(dtype_name(a.dtype)) << ", \"algo\": " << jstr(algo_name(a.algo))
     << ", \"cudagraph\": " << (a.cudagraph ? "true" : "false") << ", \"op\": " << jstr(a.op)
     << ", \"inplace\": " << (a.inplace ? "true" : "false") << ", \"ngpus\": " << a.ngpus
+    << ", \"virtual\": " << a.virtual_ranks
     << ", \"command_line\": " << jstr(format_options(a)) << "},\n  \"env\": {";
   {
     bool first = true;
@@ -549,20 +587,28 @@ std::string to_json(const BenchArgs& a, const Shared& sh, bool all_ok) {
   o << "}"
     << ",\n  \"oneshot_max_bytes\": " << sh.oneshot_max
     << ",\n  \"timing\": \"per-iteration time: median over repeats of (n iterations)/n, slowest rank; GB = 1e9 B; "
-       "busbw = algbw*2(P-1)/P\",\n  \"rows\": [";
+       "busbw = algbw*2(P-1)/P"
+    << (sh.virt ? "; virtual team: P ranks on one GPU, times are not NVLink figures (correctness run); nccl and "
+                  "nccl_symm null (no NCCL communicator)"
+                : "")
+    << "\",\n  \"rows\": [";
   for (size_t i = 0; i < sh.rows.size(); ++i) {
     const Row& r = sh.rows[i];
     o << (i ? "," : "") << "\n    {\"bytes\": " << r.bytes << ", \"count\": " << r.count
       << ", \"dtype\": " << jstr(dtype_name(a.dtype)) << ", \"algo\": " << jstr(r.algo);
     for (int v = 0; v < kVariants; ++v) {
       const Cell& c = r.cell[v];
+      if (!c.ran) {
+        o << ", " << jstr(kVariantKey[v]) << ": null";
+        continue;
+      }
       o << ", " << jstr(kVariantKey[v]) << ": {\"time_us\": " << jnum(c.time_us) << ", \"algbw_gbps\": " << jnum(c.algbw)
         << ", \"busbw_gbps\": " << jnum(c.busbw) << ", \"wrong\": " << c.wrong
         << ", \"ranks_identical\": " << (c.identical ? "true" : "false") << "}";
     }
     const double tw = r.cell[kTw].time_us;
-    o << ", \"speedup_vs_nccl\": " << jnum(tw > 0 ? r.cell[kNccl].time_us / tw : 0)
-      << ", \"speedup_vs_nccl_symm\": " << jnum(tw > 0 ? r.cell[kSymm].time_us / tw : 0) << "}";
+    auto ratio = [&](int v) { return r.cell[v].ran ? jnum(tw > 0 ? r.cell[v].time_us / tw : 0) : "null"; };
+    o << ", \"speedup_vs_nccl\": " << ratio(kNccl) << ", \"speedup_vs_nccl_symm\": " << ratio(kSymm) << "}";
   }
   o << "\n  ],\n  \"all_correct\": " << (all_ok ? "true" : "false") << "\n}\n";
   return o.str();
@@ -584,9 +630,10 @@ int bench_allreduce(const BenchArgs& a) {
   }
   TW_REQUIRE(a.ngpus <= ndev, kInvalidArgument,
              "-g " + std::to_string(a.ngpus) + " asks for more GPUs than the " + std::to_string(ndev) + " visible");
-  const int P = a.ngpus > 0 ? a.ngpus : ndev;
-  std::vector<int> devices(P);
-  for (int i = 0; i < P; ++i) devices[i] = i;
+  const bool virt = a.virtual_ranks > 0;  // P ranks on GPU 0
+  const int P = virt ? a.virtual_ranks : a.ngpus > 0 ? a.ngpus : ndev;
+  std::vector<int> devices(P);  // devices[r]: rank r's GPU
+  for (int i = 0; i < P; ++i) devices[i] = virt ? 0 : i;
 
   std::ofstream json;  // opened now so a bad path fails before minutes of measurement
   if (!a.json_path.empty()) {
@@ -606,7 +653,9 @@ int bench_allreduce(const BenchArgs& a) {
   }
 
   try {
-    Comm::run_local(devices, [&](Comm& comm) { rank_entry(comm, a, sh); });
+    auto entry = [&](Comm& comm) { rank_entry(comm, a, sh); };
+    if (virt) Comm::run_virtual(0, P, entry);
+    else Comm::run_local(devices, entry);
   } catch (...) {
     if (json.is_open()) {  // no half-written evidence: the file appears only for a finished sweep
       json.close();
@@ -619,13 +668,15 @@ int bench_allreduce(const BenchArgs& a) {
   uint64_t bad[kVariants] = {}, differ[kVariants] = {};
   for (const Row& r : sh.rows)
     for (int v = 0; v < kVariants; ++v) {
+      if (!r.cell[v].ran) continue;  // n/a: nothing to count
       bad[v] += r.cell[v].wrong > 0;
       differ[v] += !r.cell[v].identical;
     }
   bool ok = true;
   for (int v = 0; v < kVariants; ++v) ok = ok && bad[v] == 0 && differ[v] == 0;
   if (ok) {
-    std::printf("# tilewire bench allreduce: all sizes correct\n");
+    std::printf("# tilewire bench allreduce: all sizes correct%s\n",
+                virt ? (" (virtual team of " + std::to_string(P) + " ranks on GPU 0; nccl columns n/a)").c_str() : "");
   } else {
     constexpr const char* kName[kVariants] = {"tilewire", "nccl", "nccl-symm"};
     std::string why;

@@ -88,6 +88,8 @@ const Opt kOpts[] = {
      [](BenchArgs& a, const std::string& n, const std::string& v) { a.inplace = flag_value(n, v); }},
     {"-g", "--ngpus", "N     local GPUs to use, one rank each; 0: all (0)",
      [](BenchArgs& a, const std::string& n, const std::string& v) { a.ngpus = (int)int_value(n, v, 0); }},
+    {nullptr, "--virtual", "P     P >= 1 virtual ranks on GPU 0 instead of one rank per GPU (off)",
+     [](BenchArgs& a, const std::string& n, const std::string& v) { a.virtual_ranks = parse_virtual_ranks(n, v); }},
     {nullptr, "--json", "FILE  also write all rows and metadata as JSON",
      [](BenchArgs& a, const std::string& n, const std::string& v) {
        TW_REQUIRE(!v.empty(), kInvalidArgument, "option " + n + " needs a file name");
@@ -131,6 +133,9 @@ BenchArgs parse_bench_args(std::span<const std::string> argv) {
     }
     o->apply(a, name, value);
   }
+  TW_REQUIRE(a.virtual_ranks == 0 || a.ngpus == 0, kInvalidArgument,
+             "-g/--ngpus " + std::to_string(a.ngpus) + " and --virtual " + std::to_string(a.virtual_ranks) +
+                 " exclude each other: a virtual team runs all its ranks on GPU 0 (drop -g)");
   TW_REQUIRE(a.minbytes <= a.maxbytes, kInvalidArgument,
              "-b/--minbytes (" + format_bytes(a.minbytes) + ") is larger than -e/--maxbytes (" +
                  format_bytes(a.maxbytes) + ")");
@@ -142,11 +147,22 @@ BenchArgs parse_bench_args(int argc, const char* const* argv) {
   return parse_bench_args(std::span<const std::string>(v));
 }
 
+int parse_virtual_ranks(const std::string& name, const std::string& value) {
+  std::optional<int64_t> p = env::parse_int(value);
+  TW_REQUIRE(p.has_value(), kInvalidArgument,
+             "option " + name + ": '" + value + "' is not an integer (the number of virtual ranks on GPU 0, >= 1)");
+  TW_REQUIRE(*p >= 1 && *p <= std::numeric_limits<int>::max(), kInvalidArgument,
+             "option " + name + " takes the number of virtual ranks on GPU 0, which must be >= 1, got " + value);
+  return (int)*p;
+}
+
 std::string bench_usage(const std::string& op) {
   std::ostringstream o;
   o << "usage: tilewire bench " << op << " [options]\n"
     << "  Times tilewire's " << op << " against NCCL (plain buffers and symmetric windows) over all\n"
     << "  local GPUs in one process, one thread per GPU; checks every result on the device.\n"
+    << "  --virtual P runs P ranks on GPU 0 instead (one thread each, no NCCL communicator): every\n"
+    << "  check as on P GPUs; the nccl and nccl-symm columns are n/a; times are not NVLink figures.\n"
     << "options (value in parentheses: default; sizes are bytes per rank, K/M/G = 1024^1/2/3):\n";
   for (const Opt& opt : kOpts) {
     std::string names = opt.shrt ? std::string(opt.shrt) + ", " + opt.lng : std::string("    ") + opt.lng;
@@ -175,6 +191,7 @@ std::string format_options(const BenchArgs& a) {
     << a.iters << " -w " << a.warmup_iters << " -R " << a.repeats << " -c " << (a.check ? 1 : 0) << " -d "
     << dtype_name(a.dtype) << " -a " << algo_name(a.algo) << " -G " << (a.cudagraph ? 1 : 0) << " -o " << a.op
     << " -i " << (a.inplace ? 1 : 0) << " -g " << a.ngpus;
+  if (a.virtual_ranks > 0) o << " --virtual " << a.virtual_ranks;
   if (!a.json_path.empty()) o << " --json " << a.json_path;
   return o.str();
 }

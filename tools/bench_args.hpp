@@ -33,13 +33,19 @@ struct BenchArgs {
   std::string op = "sum";             // -o/--op           reduction; only sum
   bool inplace = false;               // -i/--inplace      send == recv
   int ngpus = 0;                      // -g/--ngpus        local GPUs (ranks) to use; 0: all visible
+  int virtual_ranks = 0;              // --virtual P       P virtual ranks on GPU 0 (Comm::run_virtual); 0: off
   std::string json_path;              // --json FILE       also write every row + metadata as JSON
   bool help = false;                  // -h/--help
 };
 
-// argv: the words after "bench <op>". Throws tw::Error(kInvalidArgument) on any problem.
+// argv: the words after "bench <op>". Throws tw::Error(kInvalidArgument) on any problem
+// (--virtual with -g > 0 included: a virtual team runs on GPU 0 only).
 BenchArgs parse_bench_args(std::span<const std::string> argv);
 BenchArgs parse_bench_args(int argc, const char* const* argv);
+
+// The value of `--virtual P` (`name` as the user spelled it), shared by every bench that takes
+// it: an integer P >= 1, else tw::Error(kInvalidArgument) saying so.
+int parse_virtual_ranks(const std::string& name, const std::string& value);
 
 // The option summary printed by `tilewire bench <op> --help`.
 std::string bench_usage(const std::string& op);

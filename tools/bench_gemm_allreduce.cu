@@ -3,7 +3,10 @@
 //
 //   C [M, N] = sum over ranks r of A_r [M, K_local] * B_r^T,  B_r [N, K_local] (kNK), bf16, on every rank
 //
-// One process, one thread per local GPU (tw::Comm::run_local). For every shape, every rank times
+// One process, one thread per local GPU (tw::Comm::run_local), or with --virtual P, P virtual ranks
+// on GPU 0 (tw::Comm::run_virtual: no NCCL communicator, so (b) (d) (f) and the overlap are n/a;
+// (a) (c) (e) and the check run as on P GPUs; the times are P ranks sharing one GPU, not NVLink
+// figures). For every shape, every rank times
 //
 //   (a) gemm       cuBLASLt C_r = A_r B_r^T into C (bf16)                          the lower bound
 //   (b) gemm+nccl  cuBLASLt, then ncclAllReduce(sum, bf16) in place on C           C: plain cudaMalloc
@@ -24,21 +27,26 @@
 //          holds < 40 GiB), so no GEMM finds its operands in L2. Every variant walks the same
 //          rotation from set 0.
 //
-// Correctness, never skipped (only when (e) cannot run: n/a), after the timed part, on set 0:
-//   mag = ncclAllReduce(|bf16(A_r B_r^T)|)        per element: the sum over ranks of the partials' size
-//   ref = (b) once                                 cuBLASLt + NCCL
+// Correctness, never skipped (only when (e) cannot run: n/a), after the timed part, on set 0; the
+// same on both backends (no NCCL in it):
+//   p_r = bf16(A_r B_r^T)                         cuBLASLt, into rank r's window tw_c
 //   C   = (e) once, C and 256 guard bytes after it poisoned with 0xFF bytes first (NaN)
+//   then (every rank's p_r in place: host barrier) the check kernel reads all P partials at
+//   element i through the LSA team (tw::dev::lsa_ptr) and sums them in fp32, in rank order:
+//   ref = sum_r p_r,  mag = sum_r |p_r|           per element: the exact sum, and the partials' size
 //   #wrong = #{ i : !(|C - ref| <= (P + 4) 2^-8 mag + P K_local 2^-24) }   (NaN is wrong)
 //            + guard bytes no longer 0xFF (an overrun)
-// Why this bound: ref and C differ by roundings only. ref rounds each partial to bf16 and NCCL
-// rounds each running sum (<= P - 1 roundings of at most 2^-8 |running sum| <= 2^-8 mag); the fused
-// op rounds each partial to the partial type and the sum once; cuBLASLt's and tilewire's fp32
-// partials differ in accumulation order (<= K 2^-24 each, |a b| < 1), so a partial may round one
-// bf16 ulp (2^-7 |p_r|) apart. Total <= (P + 2) 2^-8 mag + P K 2^-24; + 2 is margin. Simulated on
-// Gaussian partials (10^7 elements each, P = 2, 4, 8, K_local 4096 and 14336, both partial types)
-// the worst element reached 0.62 of the bound, while a missing tile (C = 0) was flagged at 92-99%
-// of its elements and a missing rank's partial at 78-99%. (The simpler 2^-6 |ref| + 2^-6 0.1
-// sqrt(K_total) flagged 3e-6..5e-3 of correct elements: up to 10^5 per 8192 x 8192 C.)
+// Why this bound: ref and C differ by roundings only. ref rounds each partial to bf16 (cuBLASLt's
+// output) and sums in fp32 (<= P 2^-24 mag); the fused op rounds each partial to the partial type
+// and the sum once (<= 2^-8 mag); cuBLASLt's and tilewire's fp32 partials differ in accumulation
+// order (<= K 2^-24 each, |a b| < 1), so a partial may round one bf16 ulp (2^-7 |p_r|) apart.
+// Total <= 3 2^-8 mag + P K 2^-24. The bound was set when ref was cuBLASLt + ncclAllReduce, whose
+// running sums add up to P - 1 bf16 roundings of their own ((P + 2) 2^-8 mag in all, + 2 margin);
+// it is kept, so the check is no looser than it was. Simulated then on Gaussian partials (10^7
+// elements each, P = 2, 4, 8, K_local 4096 and 14336, both partial types) the worst element
+// reached 0.62 of the bound, while a missing tile (C = 0) was flagged at 92-99% of its elements
+// and a missing rank's partial at 78-99%. (The simpler 2^-6 |ref| + 2^-6 0.1 sqrt(K_total)
+// flagged 3e-6..5e-3 of correct elements: up to 10^5 per 8192 x 8192 C.)
 // identical: a position-sensitive checksum of C (sum of mix64(bits, i)) on every rank, compared.
 //
 // Measured on nvidia-h200-x2: bench/results/2026-11-30-s2-h200x2/ (run03 onwards).
@@ -65,6 +73,7 @@
 #include "bench_gemm_allreduce.hpp"
 #include "commands.hpp"
 #include "runtime/cublaslt.hpp"
+#include "tilewire/device/peer.cuh"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
@@ -104,24 +113,26 @@ __global__ void fill_uniform(__nv_bfloat16* x, size_t n, uint64_t seed) {
     x[i] = __float2bfloat16_rn((float)(mix64(seed ^ i) >> 40) * (2.f / 16777216.f) - 1.f);
 }
 
-// x = |x|: one rank's partial becomes its size; NCCL's sum over ranks is the check's scale `mag`.
-__global__ void abs_inplace(__nv_bfloat16* x, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-    x[i] = __habs(x[i]);
-}
-
 struct CheckResult {
   unsigned long long wrong;     // elements outside the bound (file comment), NaN included, + guard bytes hit
   unsigned long long checksum;  // sum over i of mix64(bits(c[i]), i): order-free, position-sensitive
 };
 
-// c[0, n) against ref within rel * mag + abs_tol; the guard bytes after c[n) must still be 0xFF.
-__global__ void check_kernel(const __nv_bfloat16* c, const __nv_bfloat16* ref, const __nv_bfloat16* mag, size_t n,
-                             float rel, float abs_tol, CheckResult* out) {
+// c[0, n) against ref = sum over LSA ranks p of partials_p[i] (bf16, at offset 0 of the window on
+// every rank), within rel * mag + abs_tol, mag = sum of |partials_p[i]|; both in fp32, rank order.
+// The guard bytes after c[n) must still be 0xFF. Every rank's partials are in place before launch.
+__global__ void check_kernel(const __nv_bfloat16* c, const __grid_constant__ DevCtx ctx, DevWindow partials,
+                             size_t n, float rel, float abs_tol, CheckResult* out) {
   const size_t tid = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
   unsigned long long wrong = 0, sum = 0;
   for (size_t i = tid; i < n; i += stride) {
-    const float e = __bfloat162float(c[i]), b = __bfloat162float(ref[i]), m = __bfloat162float(mag[i]);
+    float b = 0, m = 0;
+    for (int p = 0; p < ctx.lsa_size; ++p) {
+      const float x = __bfloat162float(dev::lsa_ptr<const __nv_bfloat16>(ctx, partials, 0, p)[i]);
+      b += x;
+      m += fabsf(x);
+    }
+    const float e = __bfloat162float(c[i]);
     wrong += !(fabsf(e - b) <= rel * m + abs_tol);
     sum += mix64(((uint64_t)__bfloat16_as_ushort(c[i]) << 40) ^ i);
   }
@@ -285,9 +296,14 @@ template <class F> double slowest(const std::vector<RankSample>& v, F&& get) {
 class RankRun {
  public:
   RankRun(Comm& comm, const Options& o, Shared& sh, RankState& st)
-      : comm_(comm), o_(o), sh_(sh), st_(st), me_(comm.rank()), P_(comm.nranks()) {}
+      : comm_(comm), o_(o), sh_(sh), st_(st), me_(comm.rank()), P_(comm.nranks()),
+        has_nccl_(comm.nccl() != nullptr), sms_(comm.sm_count()) {}
 
   void run() {
+    if (me_ == 0) {  // the header needs the team: its SM budget per rank
+      sh_.info.sm_budget = comm_.sm_count();
+      print_header(o_, sh_.info);
+    }
     setup();
     for (const Shape& s : o_.shapes) {
       ShapeState x;
@@ -320,19 +336,20 @@ class RankRun {
     st_.fu_c = comm_.alloc_window(c_bytes + kGuardBytes);
     st_.fu_ws = comm_.alloc_window(ws_bytes);
     for (int i = 0; i < o_.chunks.back(); ++i) st_.chunk_done.emplace_back(cudaEventDisableTiming);
-    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms_, cudaDevAttrMultiProcessorCount, comm_.device()));
-    TW_CUDA_CHECK(cudaDeviceGetAttribute(&l2_, cudaDevAttrL2CacheSize, comm_.device()));
+    TW_CUDA_CHECK(cudaDeviceGetAttribute(&l2_, cudaDevAttrL2CacheSize, comm_.device()));  // the GPU's
   }
 
   GemmAllReduceArgs fused_args(const Shape& s, const void* A = nullptr, const void* B = nullptr) const {
     return GemmAllReduceArgs{A, B, st_.fu_c.data(), s.m, s.n, s.k, DType::kBFloat16, BLayout::kNK, st_.fu_ws.data()};
   }
 
-  // Pairs of (A, B) to rotate over: > 2x L2 together (at least 2), within the per-GPU budget.
+  // Pairs of (A, B) to rotate over: > 2x L2 together (at least 2), within the rank's share of the
+  // per-GPU budget (virtual ranks share one GPU).
   int rotation_sets(const Shape& s) const {
     const size_t set = 2 * ((size_t)s.m * s.k + (size_t)s.n * s.k);
     const size_t want = std::max<size_t>(2, 2 * (size_t)l2_ / set + 1);
-    const size_t afford = fixed_bytes_ < kRankBudget ? (kRankBudget - fixed_bytes_) / set : 0;
+    const size_t budget = kRankBudget / (size_t)comm_.ranks_per_device();
+    const size_t afford = fixed_bytes_ < budget ? (budget - fixed_bytes_) / set : 0;
     return (int)std::max<size_t>(1, std::min({want, afford, (size_t)kMaxSets}));
   }
 
@@ -368,7 +385,7 @@ class RankRun {
       fill(x.b[j].p, (size_t)s.n * s.k, mix64(seed ^ 2));
     }
     x.full = std::make_unique<LtMatmul>(st_.lt.get(), s.m, s.n, s.k, BLayout::kNK, kLtWorkspace);
-    for (int c : o_.chunks) {
+    for (int c : has_nccl_ ? o_.chunks : std::vector<int>{}) {  // (d) is NCCL's
       Split sp = split_rows(s.m, c);
       if (sp.ok && c > 1) sp.body = std::make_unique<LtMatmul>(st_.lt.get(), sp.rows, s.n, s.k, BLayout::kNK);
       if (sp.ok && (c == 1 || sp.tail != sp.rows))
@@ -395,6 +412,7 @@ class RankRun {
   void gemm(const ShapeState& x, int j, void* c) { x.full->run(x.a[j].p, x.b[j].p, c, st_.lt_ws.p, st_.s1.s); }
 
   void nccl_ar(void* c, size_t count, cudaStream_t s) {
+    TW_REQUIRE(has_nccl_, kState, "bench gemm-allreduce: ncclAllReduce asked of a team without NCCL (virtual)");
     TW_NCCL_CHECK(ncclAllReduce(c, c, count, ncclBfloat16, ncclSum, comm_.nccl(), s));
   }
 
@@ -470,10 +488,11 @@ class RankRun {
     };
     std::vector<Variant> vs;
     vs.push_back({&smp.sec[kGemm], [&] { gemm(x, next(), c); }, {}});
-    vs.push_back({&smp.sec[kGemmNccl], [&] {
-                    gemm(x, next(), c);
-                    nccl_ar(c, count, s1);
-                  }, {}});
+    if (has_nccl_)
+      vs.push_back({&smp.sec[kGemmNccl], [&] {
+                      gemm(x, next(), c);
+                      nccl_ar(c, count, s1);
+                    }, {}});
     if (x.tw_ok)
       vs.push_back({&smp.sec[kGemmTw], [&] {
                       gemm(x, next(), st_.tw_c.data());
@@ -494,8 +513,10 @@ class RankRun {
         v.reps.push_back(one_repeat(v.iteration, smp.gate_expired));
       }
     for (Variant& v : vs) *v.out = median(v.reps);
-    TW_CUDA_CHECK(cudaMemsetAsync(c, 0, count * 2, s1));  // in-place sums of zeros stay zeros
-    smp.sec[kNcclAr] = from_set0([&] { nccl_ar(c, count, s1); });
+    if (has_nccl_) {
+      TW_CUDA_CHECK(cudaMemsetAsync(c, 0, count * 2, s1));  // in-place sums of zeros stay zeros
+      smp.sec[kNcclAr] = from_set0([&] { nccl_ar(c, count, s1); });
+    }
     if (x.fused_ok) check(x, smp);
     if (x.fused_ok && !o_.trace_path.empty() && !traced_) {
       traced_ = true;
@@ -555,6 +576,23 @@ class RankRun {
   // events themselves): compute = [mma_start, mma_end] around the GEMM, communication =
   // [chunk_send, chunk_recv] around the all-reduce. Launch gaps of a few us sit between them.
   void trace_sequential(const ShapeState& x, const trace::ClockSync& cs) {
+    if (!has_nccl_) {  // a virtual team has no NCCL to trace: the fused op's trace alone
+      if (me_ == 0) {
+        std::lock_guard<std::mutex> lk(sh_.mu);
+        sh_.trace_json += ", \"sequential\": null}";
+        std::printf("# trace of the sequential baseline: n/a (virtual team: no NCCL)\n");
+        if (!o_.plot_path.empty()) {
+          try {
+            plot_trace_file(o_.trace_path, o_.plot_path);
+            std::printf("# timeline: %s\n", o_.plot_path.c_str());
+          } catch (const Error& e) {
+            std::printf("# --plot skipped: %s\n", e.what());
+          }
+        }
+      }
+      sh_.barrier.arrive_and_wait("sequential trace skipped");
+      return;
+    }
     using K = trace::EventKind;
     trace::TraceBuffer buf(64);
     const cudaStream_t s1 = st_.s1.s;
@@ -600,29 +638,27 @@ class RankRun {
     sh_.barrier.arrive_and_wait("sequential trace written");
   }
 
-  // The checked run of (e) against (b) (file comment). tw_c is free scratch by now: every peer's
-  // (c) ended before its later variants, and all of them before this rank got here.
+  // The checked run of (e) (file comment): every rank's partial p_r into its tw_c, then (e) once,
+  // then the check kernel reads every rank's p_r. Three host barriers order it across ranks.
   void check(const ShapeState& x, RankSample& smp) {
     const size_t n = x.count();
     const cudaStream_t s = st_.s1.s;
-    auto* mag = st_.tw_c.as<__nv_bfloat16>();
-    auto* ref = static_cast<__nv_bfloat16*>(st_.nc_c.p);
+    comm_.sync(s);
+    sh_.barrier.arrive_and_wait("timed variants done");  // no peer's (c) still reads this rank's tw_c
     auto* got = st_.fu_c.as<__nv_bfloat16>();
-    gemm(x, 0, mag);
-    abs_inplace<<<grid_for(n, sms_), kThreads, 0, s>>>(mag, n);
-    TW_CUDA_CHECK(cudaGetLastError());
-    nccl_ar(mag, n, s);
-    gemm(x, 0, ref);
-    nccl_ar(ref, n, s);
+    gemm(x, 0, st_.tw_c.data());  // p_r: cuBLASLt's bf16 partial
     TW_CUDA_CHECK(cudaMemsetAsync(got, 0xFF, n * 2 + kGuardBytes, s));
     fused(x, 0);
+    comm_.sync(s);
+    sh_.barrier.arrive_and_wait("check partials written");  // every rank's p_r is in its tw_c
     TW_CUDA_CHECK(cudaMemsetAsync(st_.result.p, 0, sizeof(CheckResult), s));
     const float rel = (P_ + 4) / 256.f, abs_tol = (float)P_ * x.s.k / 16777216.f;
-    check_kernel<<<grid_for(n, sms_), kThreads, 0, s>>>(got, ref, mag, n, rel, abs_tol,
+    check_kernel<<<grid_for(n, sms_), kThreads, 0, s>>>(got, comm_.dev_ctx(), st_.tw_c.dev(), n, rel, abs_tol,
                                                        static_cast<CheckResult*>(st_.result.p));
     TW_CUDA_CHECK(cudaGetLastError());
     TW_CUDA_CHECK(cudaMemcpyAsync(st_.host.get(), st_.result.p, sizeof(CheckResult), cudaMemcpyDeviceToHost, s));
     comm_.sync(s);
+    sh_.barrier.arrive_and_wait("check partials read");  // nobody overwrites a tw_c a peer still reads
     smp.checked = true;
     smp.wrong = st_.host->wrong;
     smp.checksum = st_.host->checksum;
@@ -671,7 +707,9 @@ class RankRun {
   Shared& sh_;
   RankState& st_;
   const int me_, P_;
-  int sms_ = 0, l2_ = 0;
+  const bool has_nccl_;  // (b) (d) (f) run: the team has an NCCL communicator (not a virtual one)
+  const int sms_;        // fill / check grids: this rank's SMs (comm.sm_count(): 1/P of the GPU if virtual)
+  int l2_ = 0;
   bool traced_ = false;  // --trace: done (first shape with the fused op)
   size_t fixed_bytes_ = 0;  // C buffers, windows and workspaces: what the rotation sets must leave
 };
@@ -688,12 +726,14 @@ void rank_entry(Comm& comm, const Options& o, Shared& sh) {
   }
 }
 
-RunInfo run_info(int ndev) {
+// GPU 0 describes every GPU of the run (one GPU when virtual).
+RunInfo run_info(int nranks, bool virt) {
   cudaDeviceProp p{};
   TW_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));
   RunInfo r;
   r.gpu = p.name;
-  r.nranks = ndev;
+  r.nranks = nranks;
+  r.virt = virt;
   r.sms = p.multiProcessorCount;
   r.l2_bytes = (size_t)p.l2CacheSize;
   return r;
@@ -722,13 +762,19 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv) {
                "--json " + o.json_path + ": cannot open for writing (" + std::strerror(errno) + ")");
   }
 
-  Shared sh(ndev);
-  sh.info = run_info(ndev);
-  print_header(o, sh.info);
-  std::vector<int> devices(ndev);
-  std::iota(devices.begin(), devices.end(), 0);
+  const bool virt = o.virtual_ranks > 0;  // P ranks on GPU 0
+  const int P = virt ? o.virtual_ranks : ndev;
+  Shared sh(P);
+  sh.info = run_info(P, virt);  // rank 0 prints the header once the team exists
   try {
-    Comm::run_local(devices, [&](Comm& comm) { rank_entry(comm, o, sh); });
+    auto entry = [&](Comm& comm) { rank_entry(comm, o, sh); };
+    if (virt) {
+      Comm::run_virtual(0, P, entry);
+    } else {
+      std::vector<int> devices(ndev);
+      std::iota(devices.begin(), devices.end(), 0);
+      Comm::run_local(devices, entry);
+    }
   } catch (...) {
     if (json.is_open()) {  // no half-written evidence: the file appears only for a finished sweep
       json.close();
@@ -744,8 +790,8 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv) {
   const bool ok = bad == 0 && na < total;  // a run that checked nothing (fused n/a everywhere) proves nothing
   if (ok)
     std::printf("# tilewire bench gemm-allreduce: every checked shape correct and bit-identical (%ld shapes, %ld "
-                "with the fused op n/a)\n",
-                total, na);
+                "with the fused op n/a%s)\n",
+                total, na, virt ? ("; virtual team of " + std::to_string(P) + " ranks on GPU 0").c_str() : "");
   else if (bad)
     std::printf("# tilewire bench gemm-allreduce: FAILED: %ld of %ld shapes with #wrong > 0 or ranks not "
                 "bit-identical\n",

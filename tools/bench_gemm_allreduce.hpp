@@ -19,7 +19,7 @@ struct Shape {
 enum Variant { kGemm, kGemmNccl, kGemmTw, kChunked, kFused, kNcclAr, kVariants };
 
 struct Options {
-  std::vector<Shape> shapes;       // -m -n -k and/or --sweep, in sweep order
+  std::vector<Shape> shapes;       // -m -n -k and/or --sweep, in sweep order (default: see usage())
   std::string sweep;               // "", "acceptance", "grid", "scale"
   int iters = 20;                  // --iters   timed iterations per repeat
   int warmup = 5;                  // --warmup  untimed iterations first (at least 1 is run)
@@ -29,6 +29,7 @@ struct Options {
   std::string json_path;           // --json FILE
   std::string trace_path;          // --trace FILE: Perfetto + tilewire trace JSON of one fused call (first shape)
   std::string plot_path;           // --plot FILE.png: its timeline (and FILE_sequential.png for the baseline)
+  int virtual_ranks = 0;           // --virtual P: P virtual ranks on GPU 0 (Comm::run_virtual); 0: one per GPU
   bool help = false;
 };
 constexpr int kMaxChunkOptions = 8;  // entries of --chunks
@@ -63,8 +64,10 @@ struct Row {
 // What the header and the JSON say about the machine.
 struct RunInfo {
   std::string gpu;
-  int nranks = 0, sms = 0;
+  int nranks = 0, sms = 0;  // sms: the GPU's
   size_t l2_bytes = 0;
+  bool virt = false;        // a virtual team: nranks ranks on GPU 0, no NCCL ((b) (d) (f) n/a)
+  int sm_budget = 0;        // comm.sm_count(): SMs per rank (set by rank 0 before the header)
 };
 
 // How #wrong is counted (the check kernel's bound), for the header and the JSON.

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 
+#include "bench_args.hpp"  // parse_virtual_ranks
 #include "bench_gemm_allreduce.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -20,8 +21,10 @@ constexpr const char* kUsage =
     "  Times on all local GPUs (one thread each), per shape, in the same run: (a) cuBLASLt GEMM alone,\n"
     "  (b) GEMM + ncclAllReduce, (c) GEMM + tw::allreduce, (d) GEMM and ncclAllReduce in row chunks on\n"
     "  two streams, (e) the fused tw::gemm_allreduce, (f) ncclAllReduce of C alone; then checks (e)\n"
-    "  against (b) on the device. bf16; every rank's A_r [M,K_local], B_r [N,K_local] seeded random.\n"
-    "  -m M -n N -k K_LOCAL  one shape (default 8192 x 8192 x 4096 without --sweep)\n"
+    "  against the sum of every rank's cuBLASLt partial on the device. bf16; every rank's A_r [M,K_local],\n"
+    "  B_r [N,K_local] seeded random.\n"
+    "  -m M -n N -k K_LOCAL  one shape (default 8192 x 8192 x 4096 without --sweep; with --virtual:\n"
+    "                        512x4096x4096, 2048x4096x1024, 8192x8192x4096, a quick correctness list)\n"
     "  --sweep NAME          acceptance: 8192x8192x4096, 16384x8192x4096, 4096x8192x14336;\n"
     "                        grid: M {128,512,2048,8192,16384} x N {4096,8192} x K_local {4096,14336};\n"
     "                        scale: the grid with K_local {1024,3584,4096,14336} (4 and 8 GPUs)\n"
@@ -36,6 +39,9 @@ constexpr const char* kUsage =
     "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
     "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
     "  --plot FILE.png       with --trace: draw the timelines (FILE.png, FILE_sequential.png)\n"
+    "  --virtual P           P >= 1 virtual ranks on GPU 0 (one thread each, no NCCL) instead of one rank\n"
+    "                        per GPU: (a) (c) (e) and the check as on P GPUs, (b) (d) (f) n/a; the times\n"
+    "                        are P ranks sharing one GPU, not NVLink figures (a correctness run)\n"
     "  Exit 0 when every checked shape has #wrong 0 and ranks bit-identical (and the fused op ran on\n"
     "  at least one shape), else 1.\n";
 
@@ -166,6 +172,7 @@ Options parse_options(const std::vector<std::string>& argv) {
     } else if (opt == "--json") o.json_path = v;
     else if (opt == "--trace") o.trace_path = v;
     else if (opt == "--plot") o.plot_path = v;
+    else if (opt == "--virtual") o.virtual_ranks = parse_virtual_ranks(opt, v);
     else bad("unknown option '" + opt + "'");
   }
   if (!o.sweep.empty()) o.shapes = sweep_shapes(o.sweep);
@@ -173,13 +180,16 @@ Options parse_options(const std::vector<std::string>& argv) {
     if (!(m && n && k)) bad("-m, -n and -k go together");
     o.shapes.push_back({m, n, k});
   }
+  // Virtual ranks share one GPU: a short list that covers the sequential path (M < 2048), the
+  // smallest fused M and the headline shape, so P = 8 finishes in a few minutes.
+  if (o.shapes.empty() && o.virtual_ranks > 0) o.shapes = {{512, 4096, 4096}, {2048, 4096, 1024}, {8192, 8192, 4096}};
   if (o.shapes.empty()) o.shapes.push_back({8192, 8192, 4096});
   return o;
 }
 
 const char* tolerance_text() {
-  return "|C_fused - C_ref| <= (P+4) 2^-8 mag + P K_local 2^-24, C_ref = cuBLASLt + ncclAllReduce, mag = "
-         "ncclAllReduce of |bf16 partial| (NaN counts as wrong)";
+  return "|C_fused - C_ref| <= (P+4) 2^-8 mag + P K_local 2^-24, C_ref = sum over ranks of the cuBLASLt bf16 "
+         "partials, mag = sum of their |.|, both in fp32 from every rank's window (NaN counts as wrong)";
 }
 
 void print_header(const Options& o, const RunInfo& info) {
@@ -187,8 +197,17 @@ void print_header(const Options& o, const RunInfo& info) {
   cudaRuntimeGetVersion(&rt);
   std::printf("# tilewire bench gemm-allreduce: tilewire %s, NCCL %s, CUDA runtime %d.%d, commit %s\n", kVersion,
               nccl_version_string(nccl_runtime_version()).c_str(), rt / 1000, rt % 1000 / 10, commit_id().c_str());
-  std::printf("# %d ranks x %s (%d SMs, L2 %zu MiB), one process, one thread per GPU\n", info.nranks,
-              info.gpu.c_str(), info.sms, info.l2_bytes >> 20);
+  if (info.virt) {
+    std::printf("# %d virtual ranks on GPU 0, %s (%d SMs, L2 %zu MiB), one process, one thread per rank, %d SMs "
+                "per rank\n",
+                info.nranks, info.gpu.c_str(), info.sms, info.l2_bytes >> 20, info.sm_budget);
+    std::printf("# virtual team: %d ranks on one GPU; times are not NVLink figures (correctness run); (b) (d) (f)\n"
+                "#   and the overlap need NCCL: n/a\n",
+                info.nranks);
+  } else {
+    std::printf("# %d ranks x %s (%d SMs, L2 %zu MiB), one process, one thread per GPU\n", info.nranks,
+                info.gpu.c_str(), info.sms, info.l2_bytes >> 20);
+  }
   std::printf("# bf16, A_r [M,K_local], B_r [N,K_local] (kNK), C [M,N] = sum over ranks; fused: algo %s, partials "
               "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, R %d%s%s\n",
               fused_algo_name(o.cfg.algo), partials_name(o.cfg.partials), o.cfg.reserved_sms, o.cfg.swizzle,
@@ -226,6 +245,9 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
                     const std::string& trace_json) {
   std::ostringstream j;
   j << "{\n  \"bench\": \"gemm-allreduce\",\n  \"gpu\": " << jstr(info.gpu) << ",\n  \"nranks\": " << info.nranks
+    << ",\n  \"backend\": " << jstr(info.virt ? "virtual" : "nccl")
+    << ",\n  \"virtual_ranks\": " << (info.virt ? std::to_string(info.nranks) : "null")
+    << ",\n  \"times_are_nvlink\": " << (info.virt ? "false" : "true") << ",\n  \"sms_per_rank\": " << info.sm_budget
     << ",\n  \"commit\": " << jstr(commit_id()) << ",\n  \"tilewire_version\": "
     << jstr(kVersion) << ",\n  \"nccl_version\": " << jstr(nccl_version_string(nccl_runtime_version()))
     << ",\n  \"config\": {\"sweep\": " << jstr(o.sweep) << ", \"dtype\": \"bf16\", \"b_layout\": \"nk\""
@@ -235,7 +257,11 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
     << ", \"algo\": " << jstr(fused_algo_name(o.cfg.algo)) << ", \"partials\": " << jstr(partials_name(o.cfg.partials)) << ", \"sms\": " << info.sms
     << ", \"l2_bytes\": " << info.l2_bytes << ", \"trace\": " << (o.trace_path.empty() ? "null" : jstr(o.trace_path))
     << ",\n    \"timing\": \"us per iteration: median over repeats of (ev1-ev0)/iters, every repeat behind a start "
-       "gate, slowest rank; NCCL in place on C, tw::allreduce out of place\""
+       "gate, slowest rank; NCCL in place on C, tw::allreduce out of place"
+    << (info.virt ? "; virtual team: P ranks on one GPU, times are not NVLink figures (correctness run), the NCCL "
+                    "rows (b) (d) (f) null"
+                  : "")
+    << "\""
     << ",\n    \"tolerance\": " << jstr(tolerance_text()) << "},\n  \"rows\": [";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];

@@ -8,7 +8,8 @@
 
 namespace tw::cli {
 
-// `tilewire bench allreduce`: tilewire vs NCCL over all local GPUs, one thread per GPU.
+// `tilewire bench allreduce`: tilewire vs NCCL over all local GPUs, one thread per GPU, or
+// (--virtual P) tilewire alone on P virtual ranks of GPU 0, checked alike.
 // 0: every result correct and bit-identical across ranks; 1: some were not.
 // Throws tw::Error (kUnsupported with no GPU, kTimeout when a device wait expired, ...).
 int bench_allreduce(const BenchArgs& args);
@@ -20,9 +21,9 @@ int bench_gemm(const std::vector<std::string>& argv);
 
 // `tilewire bench gemm-allreduce`: the fused tw::gemm_allreduce against cuBLASLt + NCCL, cuBLASLt +
 // tw::allreduce, chunked cuBLASLt/NCCL overlap and the GEMM alone, on all local GPUs, one thread
-// each (bench_gemm_allreduce.cu). Own options (-m -n -k K_LOCAL ...: --help). 0: every checked
-// shape correct and bit-identical across ranks; 1: some were not. Throws tw::Error(kUnsupported)
-// without a GPU or without libcublasLt.
+// each, or on --virtual P ranks of GPU 0 without the NCCL rows (bench_gemm_allreduce.cu). Own
+// options (-m -n -k K_LOCAL ...: --help). 0: every checked shape correct and bit-identical across
+// ranks; 1: some were not. Throws tw::Error(kUnsupported) without a GPU or without libcublasLt.
 int bench_gemm_allreduce(const std::vector<std::string>& argv);
 
 // `tilewire trace summarize FILE.json [--json] [--plot OUT.png]` (trace_cmd.cpp): the metrics of a

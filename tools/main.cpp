@@ -9,6 +9,7 @@
 // Every tw::Error / std::exception ends here as ONE line on stderr, "tilewire: <message>", and
 // a non-zero exit: 2 for a bad command line (kInvalidArgument), 1 for anything else.
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -30,12 +31,14 @@ constexpr const char* kUsage =
     "                              --json: machine-readable report; --env: the table of tilewire\n"
     "                              environment variables with the values in effect (no GPU probing).\n"
     "  bench allreduce [options]   time tilewire's all-reduce against NCCL on all local GPUs and\n"
-    "                              check every result (tilewire bench allreduce --help).\n"
+    "                              check every result (tilewire bench allreduce --help); --virtual P:\n"
+    "                              P ranks on GPU 0 without NCCL, a correctness run.\n"
     "  bench gemm [options]        time tilewire's GEMM against cuBLASLt on GPU 0, checked against it\n"
     "                              (tilewire bench gemm --help).\n"
     "  bench gemm-allreduce [opts] time the fused GEMM + all-reduce against cuBLASLt + NCCL, + tw\n"
     "                              all-reduce, chunked overlap, on all local GPUs, checked against\n"
-    "                              cuBLASLt + NCCL (tilewire bench gemm-allreduce --help).\n"
+    "                              the sum of the cuBLASLt partials (tilewire bench gemm-allreduce\n"
+    "                              --help); --virtual P: P ranks on GPU 0 without NCCL.\n"
     "  trace summarize FILE.json   metrics of a trace file: overlap %, time to first byte, exposed\n"
     "                              communication, tile latency; --plot OUT.png draws the timeline.\n"
     "  --help, -h                  this text\n"
@@ -152,6 +155,9 @@ void print_error(const char* what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Before any CUDA call: `--virtual P` runs need a hardware queue per rank's stream
+  // (Comm::run_virtual checks it; an explicit setting in the environment wins).
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
   try {
     return run(argc, argv);
   } catch (const tw::Error& e) {

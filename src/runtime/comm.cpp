@@ -1,5 +1,6 @@
-// Communicator lifecycle: NCCL comm -> device comm (declared requirements) -> control window.
-// Teardown runs in reverse. Any failure after the NCCL comm exists aborts it.
+// Communicator lifecycle: the team (an NCCL communicator, or a virtual team's rendezvous) ->
+// agreed SM count and knobs -> GIN device comm (when needed) -> control window. Teardown runs in
+// reverse. Any failure after the team exists aborts it.
 #include "tilewire/runtime/comm.hpp"
 
 #include <cuda_runtime.h>
@@ -16,6 +17,8 @@
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/version.hpp"
+#include "nccl_window.hpp"
+#include "virtual_team.hpp"
 
 namespace tw {
 
@@ -34,11 +37,11 @@ Window& Window::operator=(Window&& o) noexcept {
     alive_ = o.alive_;
     ptr_ = o.ptr_;
     bytes_ = o.bytes_;
-    handle_ = o.handle_;
+    dev_ = o.dev_;
     o.comm_ = nullptr;
     o.ptr_ = nullptr;
     o.bytes_ = 0;
-    o.handle_ = nullptr;
+    o.dev_ = DevWindow{};
   }
   return *this;
 }
@@ -51,7 +54,7 @@ void Window::reset() {
   comm_ = nullptr;
   ptr_ = nullptr;
   bytes_ = 0;
-  handle_ = nullptr;
+  dev_ = DevWindow{};
 }
 
 // -------------------------------------------------------------------------------------- Comm
@@ -137,30 +140,51 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
   cudaDeviceProp prop{};
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   TW_NCCL_CHECK(ncclCommInitRank(&comm_, nranks, id, rank));
-
-  // Agree on the SM count (the grid of every kernel, and so the barrier indices, must match).
-  {
-    int* d = nullptr;
-    TW_CUDA_CHECK(cudaMalloc(&d, sizeof(int)));
-    TW_CUDA_CHECK(cudaMemcpy(d, &prop.multiProcessorCount, sizeof(int), cudaMemcpyHostToDevice));
-    TW_NCCL_CHECK(ncclAllReduce(d, d, 1, ncclInt32, ncclMin, comm_, cudaStreamPerThread));
-    TW_CUDA_CHECK(cudaStreamSynchronize(cudaStreamPerThread));
-    TW_CUDA_CHECK(cudaMemcpy(&sm_count_, d, sizeof(int), cudaMemcpyDeviceToHost));
-    TW_CUDA_CHECK(cudaFree(d));
-  }
-
   ctx_.rank = rank;
   ctx_.nranks = nranks;
   ncclTeam_t lsa = ncclTeamLsa(comm_);
   ctx_.lsa_rank = lsa.rank;
   ctx_.lsa_size = lsa.nRanks;
+  init_common(cfg, prop.multiProcessorCount);
+}
 
+void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg) {
+  device_ = device;
+  TW_CUDA_CHECK(cudaSetDevice(device));
+  team_ = std::move(team);
+  int sms = 0;
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int P = team_->nranks();
+  TW_REQUIRE(sms / P >= 2, kUnsupported,
+             "run_virtual: " + std::to_string(P) + " ranks on a GPU of " + std::to_string(sms) +
+                 " SMs leave fewer than 2 SMs per rank (the fused kernels run clusters of 2)");
+  ctx_.rank = rank;
+  ctx_.nranks = P;
+  ctx_.lsa_rank = rank;  // one GPU: every rank reaches every other with loads and stores
+  ctx_.lsa_size = P;
+  init_common(cfg, sms / P);  // the SM budget: P co-resident grids of sm_count() CTAs fit the GPU
+}
+
+void Comm::init_common(const CommConfig& cfg, int device_sms) {
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  // Agree on the SM count (the grid of every kernel, and so the barrier indices, must match).
+  {
+    uint64_t v = (uint64_t)device_sms;
+    allreduce_host(&v, 1, HostReduce::kMin);
+    sm_count_ = (int)v;
+  }
+  const int rank = ctx_.rank, nranks = ctx_.nranks;
   int max_blocks = cfg.max_blocks > 0 ? cfg.max_blocks : (int)env::get_int("TILEWIRE_MAX_BLOCKS");
   if (max_blocks <= 0) max_blocks = 2 * sm_count_;
-  ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1, kOneShotMaxBlocks);
+  // One-shot CTAs wait for their peers' CTAs of the same index: the grid must fit the SM budget.
+  ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1,
+                                                 std::min(kOneShotMaxBlocks, sm_count_));
   max_blocks = std::max(max_blocks, ctx_.oneshot_blocks);
   ctx_.max_blocks = max_blocks;
-  tuning_.pdl = env::get_bool("TILEWIRE_PDL");
+  // PDL lets a rank's next kernel become resident while its previous one still runs: on a virtual
+  // team that grid would sit on SMs of the budget its peers' waiting grids need (measured: the
+  // two-shot all-reduce at 8 ranks then never met its peers), so the virtual backend runs without.
+  tuning_.pdl = env::get_bool("TILEWIRE_PDL") && !is_virtual();
   tuning_.oneshot_threads = (int)env::get_int("TILEWIRE_ONESHOT_THREADS");
   TW_REQUIRE(tuning_.oneshot_threads >= 32 && tuning_.oneshot_threads <= 512 && tuning_.oneshot_threads % 32 == 0,
              kInvalidArgument, "TILEWIRE_ONESHOT_THREADS must be a multiple of 32 in [32, 512]");
@@ -179,31 +203,35 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
   ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_TIMEOUT_MS")) * 1000000ull;
   ctx_.signal_count = std::max(1, cfg.signal_count);
 
-  // Device communicator from what the kernels need: one LSA barrier per block; GIN only when
-  // some peer is outside the LSA team (and the user allows it).
-  ncclDevCommRequirements reqs;
-  std::memset(&reqs, 0, sizeof(reqs));
-  reqs.lsaBarrierCount = max_blocks;
-  const bool need_gin = cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
+  // GIN device communicator only when some peer is outside the LSA team (and the user allows
+  // it). LSA needs none: barriers and signals live in tilewire's control window.
+  const bool need_gin = !is_virtual() && cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
   if (need_gin) {
+    ncclDevCommRequirements reqs;
+    std::memset(&reqs, 0, sizeof(reqs));
     reqs.ginContextCount = 1;
     reqs.ginSignalCount = ctx_.signal_count;
+    TW_NCCL_CHECK(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
+    devcomm_made_ = true;
+    ctx_.gin_contexts = (int)ctx_.comm.ginContextCount;
   }
-  TW_NCCL_CHECK(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
-  devcomm_made_ = true;
-  ctx_.gin_contexts = need_gin ? (int)ctx_.comm.ginContextCount : 0;
 
-  // Control window: [signals | one-shot staging (2 parities x P sources x 2 (LL) x max bytes)].
+  // Control window: [signals | barrier inboxes (max_blocks x lsa_size uint32) |
+  //                  one-shot staging (2 parities x P sources x 2 (LL) x max bytes)].
   size_t oneshot = cfg.oneshot_max_bytes ? cfg.oneshot_max_bytes : env::get_bytes("TILEWIRE_ONESHOT_MAX_BYTES");
   oneshot = round_up(std::max<size_t>(oneshot, 16 * ctx_.oneshot_blocks), 16 * ctx_.oneshot_blocks);
   ctx_.signal_offset = 0;
-  ctx_.staging_offset = round_up(sizeof(uint64_t) * ctx_.signal_count, kAlign);
+  ctx_.barrier_offset = round_up(sizeof(uint64_t) * ctx_.signal_count, kAlign);
+  ctx_.staging_offset = round_up(ctx_.barrier_offset + sizeof(uint32_t) * (size_t)max_blocks * ctx_.lsa_size, kAlign);
   ctx_.staging_bytes = 2 * (size_t)ctx_.lsa_size * 2 * oneshot;
   control_ = alloc_window(ctx_.staging_offset + ctx_.staging_bytes);
-  ctx_.control = control_.handle();
-  TW_CUDA_CHECK(cudaMemset(control_.data(), 0, control_.bytes()));
+  ctx_.control = control_.dev();
+  TW_CUDA_CHECK(cudaMemsetAsync(control_.data(), 0, control_.bytes(), stream_));
   TW_CUDA_CHECK(cudaMalloc(&ctx_.epochs, sizeof(uint32_t) * kOneShotMaxBlocks));
-  TW_CUDA_CHECK(cudaMemset(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotMaxBlocks));
+  TW_CUDA_CHECK(cudaMemsetAsync(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotMaxBlocks, stream_));
+  TW_CUDA_CHECK(cudaMalloc(&ctx_.barrier_epochs, sizeof(uint32_t) * max_blocks));
+  TW_CUDA_CHECK(cudaMemsetAsync(ctx_.barrier_epochs, 0, sizeof(uint32_t) * max_blocks, stream_));
+  TW_CUDA_CHECK(cudaStreamSynchronize(stream_));
 
   TW_CUDA_CHECK(cudaHostAlloc(&fault_host_, sizeof(DeviceFault), cudaHostAllocMapped | cudaHostAllocPortable));
   std::memset(fault_host_, 0, sizeof(DeviceFault));
@@ -213,29 +241,55 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
 
   if (env::get_bool("TILEWIRE_DEBUG"))
     std::fprintf(stderr,
-                 "tilewire: rank %d/%d device %d: NCCL %s, LSA team %d (rank %d), GIN contexts %d, SMs %d, "
+                 "tilewire: rank %d/%d device %d (%s): NCCL %s, LSA team %d (rank %d), GIN contexts %d, SMs %d, "
                  "max blocks %d, control window %zu bytes\n",
-                 rank, nranks, device, nccl_version_string(nccl_runtime_version()).c_str(), ctx_.lsa_size,
+                 rank, nranks, device_, backend_name(),
+                 is_virtual() ? "unused" : nccl_version_string(nccl_runtime_version()).c_str(), ctx_.lsa_size,
                  ctx_.lsa_rank, ctx_.gin_contexts, sm_count_, max_blocks, control_.bytes());
 }
 
 Comm::~Comm() {
   if (device_ >= 0) cudaSetDevice(device_);
-  if (!aborted_ && comm_ != nullptr) cudaDeviceSynchronize();
-  // User windows still registered: release them (their Window objects become empty shells).
-  for (auto& r : windows_) {
-    if (r.base == reinterpret_cast<uintptr_t>(control_.data())) continue;
-    if (!aborted_) ncclCommWindowDeregister(comm_, r.handle);
-    ncclMemFree(reinterpret_cast<void*>(r.base));
+  // No device synchronization: the caller has completed its work on our windows (comm.hpp). The
+  // barrier makes sure no peer still uses them when they go.
+  if (!aborted_ && (comm_ != nullptr || team_ != nullptr)) {
+    try {
+      barrier();
+    } catch (...) {
+      abort();
+    }
   }
-  windows_.erase(std::remove_if(windows_.begin(), windows_.end(),
-                                [&](const Reg& r) { return r.base != reinterpret_cast<uintptr_t>(control_.data()); }),
+  // User windows still registered: release them (their Window objects become empty shells).
+  const uintptr_t control = reinterpret_cast<uintptr_t>(control_.data());
+  for (auto& r : windows_) {
+    if (r.base == control) continue;
+    if (!team_) {
+      if (!aborted_) ncclCommWindowDeregister(comm_, r.dev.nccl);
+      ncclMemFree(reinterpret_cast<void*>(r.base));
+    }
+  }
+  windows_.erase(std::remove_if(windows_.begin(), windows_.end(), [&](const Reg& r) { return r.base != control; }),
                  windows_.end());
-  control_.reset();
+  {
+    // The control window, without another collective: every rank passed the barrier above.
+    auto it = std::find_if(windows_.begin(), windows_.end(), [&](const Reg& r) { return r.base == control; });
+    if (it != windows_.end()) {
+      if (!team_) {
+        if (!aborted_) ncclCommWindowDeregister(comm_, it->dev.nccl);
+        ncclMemFree(reinterpret_cast<void*>(it->base));
+      }
+      windows_.erase(it);
+    }
+    control_.comm_ = nullptr;  // released above: the Window object is an empty shell now
+    control_.reset();
+  }
   if (devcomm_made_ && !aborted_) ncclDevCommDestroy(comm_, &ctx_.comm);
+  if (stream_) cudaStreamSynchronize(stream_);
   if (ctx_.epochs) cudaFree(ctx_.epochs);
+  if (ctx_.barrier_epochs) cudaFree(ctx_.barrier_epochs);
   if (fault_host_) cudaFreeHost(fault_host_);
-  if (barrier_buf_) cudaFree(barrier_buf_);
+  if (scratch_) cudaFree(scratch_);
+  if (stream_) cudaStreamDestroy(stream_);
   if (comm_ != nullptr && !aborted_) {
     ncclCommFinalize(comm_);
     ncclCommDestroy(comm_);
@@ -244,6 +298,7 @@ Comm::~Comm() {
 
 void Comm::abort() noexcept {
   if (comm_ != nullptr && !aborted_) ncclCommAbort(comm_);
+  if (team_) team_->abort();
   aborted_ = true;
 }
 
@@ -261,23 +316,60 @@ Window Comm::alloc_window(size_t bytes) {
   TW_REQUIRE(bytes > 0, kInvalidArgument, "alloc_window: size must be > 0");
   const size_t size = round_up(bytes, kAlign);
   Window w;
-  TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
-  ncclWindow_t h = nullptr;
-  ncclResult_t r = ncclCommWindowRegister(comm_, w.ptr_, size, &h, NCCL_WIN_COLL_SYMMETRIC);
-  if (r != ncclSuccess || h == nullptr) {
-    ncclMemFree(w.ptr_);
-    w.ptr_ = nullptr;
-    TW_NCCL_CHECK(r);
-    throw_error(Errc::kUnsupported, __FILE__, __LINE__,
-                "ncclCommWindowRegister returned success but no symmetric window (NCCL fell back to a "
-                "non-symmetric registration: CUMEM disabled, or peers not P2P reachable). tilewire needs "
-                "symmetric windows; check NCCL_CUMEM_ENABLE and NCCL_P2P_DISABLE, NCCL_DEBUG=INFO says why.");
+  Reg reg{};
+  if (team_) {
+    // One allocation of P slices, made by the rank that completes the round; every rank asked
+    // for the same size (checked: a symmetric window is the same size everywhere).
+    const int P = ctx_.nranks;
+    const uint64_t mine = size;
+    VirtualTeam::Round r = team_->exchange(ctx_.rank, "alloc_window", &mine, sizeof(mine), [&](VirtualTeam::Round& rd) {
+      uint64_t s0 = 0;
+      for (int q = 0; q < P; ++q) {
+        uint64_t sq = 0;
+        std::memcpy(&sq, rd.data[q].data(), sizeof(sq));
+        if (q == 0) s0 = sq;
+        if (sq != s0) {
+          rd.error = "alloc_window: rank 0 asked for " + std::to_string(s0) + " bytes, rank " + std::to_string(q) +
+                     " for " + std::to_string(sq) + "; a symmetric window has the same size on every rank";
+          return;
+        }
+      }
+      rd.obj = virtual_slab(device_, (size_t)s0 * P);
+    });
+    reg.slab = r.obj;
+    char* base = static_cast<char*>(r.obj.get());
+    w.ptr_ = base + (size_t)ctx_.rank * size;
+    reg.dev.lsa_base = base;
+    reg.dev.lsa_stride = size;
+  } else {
+    TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
+    ncclWindow_t h = nullptr;
+    ncclResult_t r = ncclCommWindowRegister(comm_, w.ptr_, size, &h, NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess || h == nullptr) {
+      ncclMemFree(w.ptr_);
+      w.ptr_ = nullptr;
+      TW_NCCL_CHECK(r);
+      throw_error(Errc::kUnsupported, __FILE__, __LINE__,
+                  "ncclCommWindowRegister returned success but no symmetric window (NCCL fell back to a "
+                  "non-symmetric registration: CUMEM disabled, or peers not P2P reachable). tilewire needs "
+                  "symmetric windows; check NCCL_CUMEM_ENABLE and NCCL_P2P_DISABLE, NCCL_DEBUG=INFO says why.");
+    }
+    try {
+      reg.dev = nccl_dev_window(h, ctx_.lsa_rank, ctx_.lsa_size, size, stream_);
+    } catch (...) {
+      ncclCommWindowDeregister(comm_, h);
+      ncclMemFree(w.ptr_);
+      w.ptr_ = nullptr;
+      throw;
+    }
   }
   w.comm_ = this;
   w.alive_ = alive_;
   w.bytes_ = size;
-  w.handle_ = h;
-  windows_.push_back(Reg{reinterpret_cast<uintptr_t>(w.ptr_), size, h});
+  w.dev_ = reg.dev;
+  reg.base = reinterpret_cast<uintptr_t>(w.ptr_);
+  reg.bytes = size;
+  windows_.push_back(std::move(reg));
   return w;
 }
 
@@ -286,10 +378,20 @@ void Comm::release_window(Window& w) noexcept {
                          [&](const Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
   if (it == windows_.end()) return;  // already released by ~Comm
   cudaSetDevice(device_);
-  if (!aborted_) {
-    cudaDeviceSynchronize();
-    ncclCommWindowDeregister(comm_, it->handle);
+  if (team_) {
+    // Collective: no rank lets go before every rank got here (its work on the window is done).
+    if (!aborted_) {
+      try {
+        const uint64_t b = it->bytes;
+        team_->exchange(ctx_.rank, "release_window", &b, sizeof(b));
+      } catch (...) {
+        abort();
+      }
+    }
+    windows_.erase(it);  // the last rank to drop the slab frees it
+    return;
   }
+  if (!aborted_) ncclCommWindowDeregister(comm_, it->dev.nccl);
   ncclMemFree(w.ptr_);
   windows_.erase(it);
 }
@@ -304,7 +406,7 @@ WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const
                  std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(a - r.base) +
                      " run past the end of its window (" + std::to_string(r.bytes) +
                      " bytes); allocate a larger window or send fewer elements");
-      return WindowRef{r.handle, a - r.base};
+      return WindowRef{r.dev, a - r.base};
     }
   }
   throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
@@ -337,9 +439,68 @@ void Comm::sync(cudaStream_t stream) const {
 
 void Comm::barrier() {
   require_usable("barrier");
-  if (barrier_buf_ == nullptr) TW_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(int)));
-  TW_NCCL_CHECK(ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclInt32, ncclSum, comm_, cudaStreamPerThread));
-  sync(cudaStreamPerThread);
+  uint64_t v = 0;
+  allreduce_host(&v, 1, HostReduce::kSum);
+}
+
+void Comm::launched(const char* op) const {
+  if (!team_ || aborted_) return;
+  team_->exchange(ctx_.rank, op, nullptr, 0);
+}
+
+void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
+  TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
+  if (team_) {
+    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t));
+    for (size_t i = 0; i < n; ++i) {
+      uint64_t acc = 0;
+      for (int q = 0; q < ctx_.nranks; ++q) {
+        uint64_t v;
+        std::memcpy(&v, r.data[q].data() + i * sizeof(uint64_t), sizeof(v));
+        acc = q == 0 ? v : op == HostReduce::kSum ? acc + v : op == HostReduce::kMin ? std::min(acc, v) : std::max(acc, v);
+      }
+      values[i] = acc;
+    }
+    return;
+  }
+  if (n == 0) return;
+  const size_t bytes = n * sizeof(uint64_t);
+  if (scratch_bytes_ < bytes) {
+    if (scratch_) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    TW_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+    scratch_bytes_ = bytes;
+  }
+  const ncclRedOp_t nop = op == HostReduce::kSum ? ncclSum : op == HostReduce::kMin ? ncclMin : ncclMax;
+  TW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values, bytes, cudaMemcpyHostToDevice, stream_));
+  TW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclUint64, nop, comm_, stream_));
+  TW_CUDA_CHECK(cudaMemcpyAsync(values, scratch_, bytes, cudaMemcpyDeviceToHost, stream_));
+  sync(stream_);
+}
+
+void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
+  TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
+  if (team_) {
+    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allgather_host", send, bytes);
+    for (int q = 0; q < ctx_.nranks; ++q)
+      if (bytes) std::memcpy(static_cast<char*>(recv) + (size_t)q * bytes, r.data[q].data(), bytes);
+    return;
+  }
+  if (bytes == 0) return;
+  const size_t need = bytes * ((size_t)ctx_.nranks + 1);
+  if (scratch_bytes_ < need) {
+    if (scratch_) cudaFree(scratch_);
+    scratch_ = nullptr;
+    scratch_bytes_ = 0;
+    TW_CUDA_CHECK(cudaMalloc(&scratch_, need));
+    scratch_bytes_ = need;
+  }
+  char* in = static_cast<char*>(scratch_) + bytes * ctx_.nranks;
+  TW_CUDA_CHECK(cudaMemcpyAsync(in, send, bytes, cudaMemcpyHostToDevice, stream_));
+  TW_NCCL_CHECK(ncclAllGather(in, scratch_, bytes, ncclUint8, comm_, stream_));
+  TW_CUDA_CHECK(cudaMemcpyAsync(recv, scratch_, bytes * ctx_.nranks, cudaMemcpyDeviceToHost, stream_));
+  sync(stream_);
 }
 
 }  // namespace tw

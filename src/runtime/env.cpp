@@ -12,6 +12,8 @@ namespace tw::env {
 static const Var kVars[] = {
     {"TILEWIRE_TIMEOUT_MS", Type::kInt, "5000",
      "Bound on every device wait (ms). A wait that exceeds it prints rank/block/what/expected/seen and traps."},
+    {"TILEWIRE_HOST_TIMEOUT_MS", Type::kInt, "300000",
+     "Bound on a virtual team's host collectives (ms): a rank that never arrives ends in kTimeout, not a hang."},
     {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "256K",
      "Largest all-reduce (bytes per rank) run one-shot; larger ones run two-shot. Sizes the staging area "
      "(4 x this x LSA ranks, in the control window)."},

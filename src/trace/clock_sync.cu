@@ -9,7 +9,7 @@
 //
 // S = clock_sync_signal(comm). Counters only grow, so each rank first reads its own S (`base`),
 // then a host barrier makes sure nobody signals before every base is read. The stamps land in
-// a zeroed table of (P x rounds x 3) + P (timer ticks) uint64; an NCCL sum gives every rank the
+// a zeroed table of (P x rounds x 3) + P (timer ticks) uint64; a host sum gives every rank the
 // whole table, and clock_sync_from_stamps (trace.cpp) does the arithmetic.
 #include <cuda_runtime.h>
 
@@ -127,12 +127,13 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
     comm.barrier();  // every rank has read its base: from here on, signals on S are this call's
     clock_pingpong<<<1, 1, 0, stream.s>>>(ctx, sig, base, rounds, stamps.p);
     check_launch(comm, "clock_pingpong");
+    comm.launched("clock_pingpong");
     comm.sync(stream.s);  // a timed-out wait becomes kTimeout with its diagnostic here
   }
-  TW_NCCL_CHECK(ncclAllReduce(stamps.p, stamps.p, n, ncclUint64, ncclSum, comm.nccl(), stream.s));
-  comm.sync(stream.s);
   std::vector<uint64_t> host(n);
-  TW_CUDA_CHECK(cudaMemcpy(host.data(), stamps.p, n * sizeof(uint64_t), cudaMemcpyDeviceToHost));
+  TW_CUDA_CHECK(cudaMemcpyAsync(host.data(), stamps.p, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream.s));
+  comm.sync(stream.s);
+  comm.allreduce_host(host.data(), n, HostReduce::kSum);  // each rank wrote only its own stamps
   return clock_sync_from_stamps(P, rounds, host);
 }
 

@@ -6,6 +6,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -88,12 +89,6 @@ std::vector<Event> fetch(const Event* events, const unsigned long long* count, u
   return out;
 }
 }  // namespace
-
-std::vector<Event> TraceBuffer::download(uint64_t* dropped) {
-  TW_REQUIRE(count_ != nullptr, kState, "TraceBuffer::download: the buffer was moved from");
-  TW_CUDA_CHECK(cudaDeviceSynchronize());
-  return fetch(events_, count_, capacity_, dropped);
-}
 
 std::vector<Event> TraceBuffer::download(uint64_t* dropped, cudaStream_t stream) {
   TW_REQUIRE(count_ != nullptr, kState, "TraceBuffer::download: the buffer was moved from");
@@ -192,24 +187,23 @@ Trace gather_trace(Comm& comm, const TraceBuffer& buf, const ClockSync& sync, cu
   TW_REQUIRE((int)sync.offset_ns.size() == P, kInvalidArgument,
              "gather_trace: " + std::to_string(sync.offset_ns.size()) + " clock offsets for " + std::to_string(P) +
                  " ranks (measure_clock_offsets on this communicator)");
-  // Device scratch: [P] counts, then P x capacity events. Freed on every path.
-  struct Scratch {
-    void* p = nullptr;
-    ~Scratch() { cudaFree(p); }
-  } scratch;
+  // This rank's count and events to the host, then a host all-gather (the communicator's own
+  // collective: NCCL, or the virtual team's rendezvous).
   const size_t cap = buf.capacity();
-  const size_t count_bytes = 256;  // P <= 32 counts; events start 256-byte aligned
   TW_REQUIRE(P <= 32, kUnsupported, "gather_trace: more than 32 ranks");
-  TW_CUDA_CHECK(cudaMalloc(&scratch.p, count_bytes + (size_t)P * cap * sizeof(Event)));
-  auto* counts = static_cast<unsigned long long*>(scratch.p);
-  auto* events = reinterpret_cast<Event*>(static_cast<char*>(scratch.p) + count_bytes);
-  TW_NCCL_CHECK(ncclAllGather(buf.device_count(), counts, 1, ncclUint64, comm.nccl(), stream));
-  TW_NCCL_CHECK(ncclAllGather(buf.device_events(), events, cap * sizeof(Event), ncclUint8, comm.nccl(), stream));
+  const size_t per = sizeof(unsigned long long) + cap * sizeof(Event);
+  std::vector<char> mine(per), gathered(per * P);
+  TW_CUDA_CHECK(cudaMemcpyAsync(mine.data(), buf.device_count(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, stream));
+  TW_CUDA_CHECK(cudaMemcpyAsync(mine.data() + sizeof(unsigned long long), buf.device_events(), cap * sizeof(Event),
+                                cudaMemcpyDeviceToHost, stream));
+  comm.sync(stream);
+  comm.allgather_host(mine.data(), gathered.data(), per);
   std::vector<unsigned long long> n(P);
   std::vector<Event> all((size_t)P * cap);
-  TW_CUDA_CHECK(cudaMemcpyAsync(n.data(), counts, sizeof(unsigned long long) * P, cudaMemcpyDeviceToHost, stream));
-  TW_CUDA_CHECK(cudaMemcpyAsync(all.data(), events, sizeof(Event) * all.size(), cudaMemcpyDeviceToHost, stream));
-  TW_CUDA_CHECK(cudaStreamSynchronize(stream));
+  for (int r = 0; r < P; ++r) {
+    std::memcpy(&n[r], gathered.data() + per * r, sizeof(unsigned long long));
+    std::memcpy(all.data() + (size_t)r * cap, gathered.data() + per * r + sizeof(unsigned long long), cap * sizeof(Event));
+  }
   std::vector<std::vector<Event>> per_rank(P);
   std::vector<uint64_t> dropped(P);
   for (int r = 0; r < P; ++r) {

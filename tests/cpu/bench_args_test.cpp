@@ -42,6 +42,7 @@ TEST(BenchArgs, Defaults) {
   EXPECT_EQ(a.op, "sum");
   EXPECT_FALSE(a.inplace);
   EXPECT_EQ(a.ngpus, 0);
+  EXPECT_EQ(a.virtual_ranks, 0) << "off: one rank per GPU";
   EXPECT_TRUE(a.json_path.empty());
   EXPECT_FALSE(a.help);
 }
@@ -97,8 +98,39 @@ TEST(BenchArgs, Help) {
   EXPECT_TRUE(parse({"-n", "2", "--help"}).help);
   const std::string u = tw::cli::bench_usage("allreduce");
   for (const char* opt : {"--minbytes", "--maxbytes", "--stepfactor", "--iters", "--warmup_iters", "--check",
-                          "--datatype", "--algo", "--cudagraph", "--op", "--inplace", "--ngpus", "--json", "--repeats"})
+                          "--datatype", "--algo", "--cudagraph", "--op", "--inplace", "--ngpus", "--virtual", "--json",
+                          "--repeats"})
     EXPECT_NE(u.find(opt), std::string::npos) << opt;
+}
+
+// --virtual P: P virtual ranks on GPU 0 (Comm::run_virtual).
+TEST(BenchArgs, Virtual) {
+  EXPECT_EQ(parse({"--virtual", "8"}).virtual_ranks, 8);
+  EXPECT_EQ(parse({"--virtual=3"}).virtual_ranks, 3);
+  EXPECT_EQ(parse({"--virtual", "1"}).virtual_ranks, 1) << "a team of one is a valid team";
+  EXPECT_EQ(parse({"--virtual", "2", "-g", "0"}).virtual_ranks, 2) << "-g 0 (all GPUs) is the default, no conflict";
+  expect_rejected({"--virtual"}, "--virtual needs a value");
+  expect_rejected({"-n", "2", "--virtual"}, "--virtual needs a value");
+  expect_rejected({"--virtual", "0"}, "must be >= 1, got 0");
+  expect_rejected({"--virtual", "-4"}, "must be >= 1, got -4");
+  expect_rejected({"--virtual=0"}, "must be >= 1");
+  expect_rejected({"--virtual", "two"}, "'two' is not an integer");
+  expect_rejected({"--virtual", "4", "-g", "2"}, "exclude each other");
+  // The shared parser (bench gemm-allreduce uses it too) says the same.
+  EXPECT_EQ(tw::cli::parse_virtual_ranks("--virtual", "4"), 4);
+  EXPECT_THROW(tw::cli::parse_virtual_ranks("--virtual", "0"), tw::Error);
+  EXPECT_THROW(tw::cli::parse_virtual_ranks("--virtual", ""), tw::Error);
+  try {
+    tw::cli::parse_virtual_ranks("--virtual", "-1");
+    ADD_FAILURE() << "accepted --virtual -1";
+  } catch (const tw::Error& e) {
+    EXPECT_EQ(e.code(), tw::Errc::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("virtual ranks"), std::string::npos) << e.what();
+  }
+  // It is part of the options in effect, and parses back.
+  const std::string s = tw::cli::format_options(parse({"--virtual", "5"}));
+  EXPECT_NE(s.find("--virtual 5"), std::string::npos) << s;
+  EXPECT_EQ(tw::cli::format_options(parse({})).find("--virtual"), std::string::npos) << "absent when off";
 }
 
 TEST(BenchArgs, ArgcArgvOverload) {

@@ -34,12 +34,12 @@ TEST_P(AllReduceExact, MatchesHostSumBitForBit) {
   const std::string variant = std::get<1>(GetParam());
   // Set on this thread before the ranks start: every rank must pick the same kernel.
   ScopedEnv env("TILEWIRE_TWOSHOT_VARIANT", variant == "default" ? nullptr : variant.c_str());
-  const int P = gpu_count();
+  const int P = team_size();
   const size_t es = tw::dtype_size(dt);
   std::vector<Bytes> got(P);  // one slot per rank, compared after comm.barrier()
   Bytes want;
 
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     const size_t os_max = tw::oneshot_max_bytes(comm);  // a forced one-shot must fit the staging
     Stream s;
@@ -96,13 +96,13 @@ class AllReduceRandom : public ::testing::TestWithParam<DType> {};
 TEST_P(AllReduceRandom, WithinToleranceOfFp64Sum) {
   TW_SKIP_UNLESS_GPUS(1);
   const DType dt = GetParam();
-  const int P = gpu_count();
+  const int P = team_size();
   const size_t es = tw::dtype_size(dt);
   const int sig_bits = mantissa_bits(dt) + 1;
   std::vector<Bytes> got(P);
   std::vector<double> ref, abs_sum;
 
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     const size_t os_max = tw::oneshot_max_bytes(comm);
     Stream s;
@@ -168,7 +168,7 @@ TEST_P(ReduceScatterAllGather, ReduceScatterExact) {
   TW_SKIP_UNLESS_GPUS(1);
   const DType dt = GetParam();
   const size_t es = tw::dtype_size(dt);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks();
     Stream s;
     for (size_t count : kRsAgCounts) {
@@ -195,8 +195,8 @@ TEST_P(ReduceScatterAllGather, AllGatherExact) {
   TW_SKIP_UNLESS_GPUS(1);
   const DType dt = GetParam();
   const size_t es = tw::dtype_size(dt);
-  std::vector<Bytes> got(gpu_count());
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  std::vector<Bytes> got(team_size());
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks();
     Stream s;
     for (size_t count : kRsAgCounts) {

@@ -34,7 +34,7 @@ struct Watch {
   }
   // "" when nothing changed since take().
   std::string changed(cudaStream_t s) const {
-    TW_CUDA_CHECK(cudaDeviceSynchronize());  // anything a failed call might have launched is done
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));  // anything a failed call might have launched on s is done
     for (size_t k = 0; k < bufs.size(); ++k) {
       const Bytes now = to_host(bufs[k].first, bufs[k].second, s);
       for (size_t i = 0; i < now.size(); ++i)
@@ -55,7 +55,7 @@ void expect_rejected(const char* what, const std::function<void()>& call, Errc c
 
 TEST(BadInput, AllReduceRejections) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks();
     Stream s;
     const size_t count = 4096, bytes = count * 2;           // 8 KiB of bf16
@@ -126,7 +126,7 @@ TEST(BadInput, AllReduceRejections) {
 
 TEST(BadInput, ReduceScatterAllGatherRejections) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks();
     Stream s;
     const size_t count = 4096, bytes = count * 2;
@@ -170,7 +170,7 @@ TEST(BadInput, ReduceScatterAllGatherRejections) {
 
 TEST(BadInput, UseAfterWindowReset) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     Stream s;
     const size_t count = 4096;
     tw::Window send = comm.alloc_window(count * 2), recv = comm.alloc_window(count * 2);
@@ -192,7 +192,7 @@ TEST(BadInput, UseAfterWindowReset) {
 
 TEST(BadInput, UseAfterAbort) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     Stream s;
     const size_t count = 4096;
@@ -226,7 +226,7 @@ TEST(BadInput, UseAfterAbort) {
 }
 
 TEST(BadInput, WrongDevice) {
-  TW_SKIP_UNLESS_GPUS(2);
+  TW_SKIP_UNLESS_GPUS(2);  // a real second GPU: the current device must be another one
   const int ngpus = gpu_count();
   tw::Comm::run_local({}, [&](tw::Comm& comm) {
     Stream s;

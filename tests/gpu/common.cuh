@@ -1,6 +1,10 @@
 // tests/gpu/common.cuh — what every GPU test file shares: skipping without GPUs, RAII device
 // buffers and streams, seeded fill kernels, poisoning, copies back, and error expectations.
 //
+// The team a multi-rank test runs on (run_team, team_size): one rank per visible GPU (the NCCL
+// backend), or, when TILEWIRE_TEST_VIRTUAL=P is set, P virtual ranks sharing GPU 0
+// (Comm::run_virtual). scripts/gpu_run.sh runs the whole binary once per P in {1, 2, 3, 4, 8}.
+//
 // Conventions of the GPU tests:
 //   * inputs are seeded (host_ref.hpp) and never all zero; outputs are poisoned with 0xFF bytes
 //     (NaN in fp32, fp16 and bf16) before every run, so "nothing written" is visible;
@@ -16,6 +20,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,6 +77,37 @@ inline std::string sm90_skip_reason(int n = 1) {
   }
   return "";
 }
+// Virtual ranks requested through TILEWIRE_TEST_VIRTUAL (0: unset, use one rank per GPU).
+inline int virtual_ranks() {
+  const char* e = std::getenv("TILEWIRE_TEST_VIRTUAL");
+  return e && *e ? std::atoi(e) : 0;
+}
+
+// Ranks of the team run_team() makes: P virtual ranks, or one per visible GPU (0 without a GPU).
+inline int team_size() {
+  const int v = virtual_ranks();
+  if (v > 0) return gpu_count() > 0 ? v : 0;
+  return gpu_count();
+}
+
+// "" when the team has at least `n` ranks, else why a test needing them is skipped.
+inline std::string ranks_skip_reason(int n) {
+  std::string why;
+  if (gpu_count(&why) == 0) return "no CUDA GPU (" + why + ")";
+  const int have = team_size();
+  if (have < n)
+    return "needs " + std::to_string(n) + " ranks, the team has " + std::to_string(have) +
+           (virtual_ranks() > 0 ? " (TILEWIRE_TEST_VIRTUAL)" : " (one per GPU; TILEWIRE_TEST_VIRTUAL=P runs P on one GPU)");
+  return "";
+}
+
+// fn(comm) on every rank of the test team (see the top of this file).
+inline void run_team(const std::function<void(tw::Comm&)>& fn, const tw::CommConfig& cfg = {}) {
+  const int v = virtual_ranks();
+  if (v > 0) tw::Comm::run_virtual(0, v, fn, cfg);
+  else tw::Comm::run_local({}, fn, cfg);
+}
+
 #define TW_SKIP_UNLESS_SM90()                                      \
   do {                                                             \
     const std::string tw_why_ = ::tw_test::sm90_skip_reason();    \
@@ -79,6 +115,13 @@ inline std::string sm90_skip_reason(int n = 1) {
   } while (0)
 
 }  // namespace tw_test
+
+// Skip the calling test unless the test team (run_team) has at least `n` ranks.
+#define TW_SKIP_UNLESS_RANKS(n)                                      \
+  do {                                                               \
+    const std::string tw_skip_why_ = ::tw_test::ranks_skip_reason(n); \
+    if (!tw_skip_why_.empty()) GTEST_SKIP() << tw_skip_why_;         \
+  } while (0)
 
 // Skip the calling test (GTEST_SKIP returns from it) unless `n` GPUs are visible.
 #define TW_SKIP_UNLESS_GPUS(n)                                      \

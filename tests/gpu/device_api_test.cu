@@ -8,8 +8,10 @@
 //                                    overrides (also downwards), add after set, wrap-safe compare.
 //   DeviceApi.LsaBarrierPublishesPlainStores   (2+ GPUs) plain stores into peers' windows before
 //                                    lsa_barrier are seen by plain loads after it, many rounds.
-//   DeviceApi.LsaPointers            lsa_ptr(self) is the window's local pointer; every peer on the
-//                                    node is an LSA peer with a distinct mapping.
+//   DeviceApi.LsaPointers            lsa_ptr(self) aliases the window's local memory; every peer on
+//                                    the node is an LSA peer with a distinct mapping at base +
+//                                    peer x stride of the handle.
+// Every test runs on the test team (common.cuh): one rank per GPU, or P virtual ranks on one.
 #include <type_traits>
 
 #include "common.cuh"
@@ -42,7 +44,7 @@ __global__ void fill_bytes(uint8_t* p, size_t n, uint64_t seed, int rank) {
 // signal `sig` (release); then waits for its own `sig` to reach `expect` (acquire) and copies what
 // arrived at its own dst_off to `out`.
 template <class Coop>
-__global__ void ring_put_signal(const __grid_constant__ tw::DevCtx ctx, ncclWindow_t win, size_t dst_off, size_t bytes,
+__global__ void ring_put_signal(const __grid_constant__ tw::DevCtx ctx, tw::DevWindow win, size_t dst_off, size_t bytes,
                                 int sig, uint64_t expect, uint8_t* out) {
   Coop coop{};
   const int next = (ctx.rank + 1) % ctx.nranks;
@@ -67,7 +69,7 @@ TEST(DeviceApi, PutSignalRing) {
       {1 << 20, 2 << 20, 2},        // 1 MiB, vector path with 4 in flight
       {1000003, (2 << 20) + 8, 2},  // odd size and offset: byte loop
   };
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks(), prev = (r + P - 1) % P;
     Stream s;
     tw::Window win = comm.alloc_window(kWin);
@@ -86,11 +88,11 @@ TEST(DeviceApi, PutSignalRing) {
         auto* o = static_cast<uint8_t*>(out.data());
         if (c.coop == 0)
           ring_put_signal<dev::Thread>
-              <<<1, 1, 0, s>>>(comm.dev_ctx(), win.handle(), c.dst_off, c.bytes, sig, expect, o);
+              <<<1, 1, 0, s>>>(comm.dev_ctx(), win.dev(), c.dst_off, c.bytes, sig, expect, o);
         if (c.coop == 1)
-          ring_put_signal<dev::Warp><<<1, 32, 0, s>>>(comm.dev_ctx(), win.handle(), c.dst_off, c.bytes, sig, expect, o);
+          ring_put_signal<dev::Warp><<<1, 32, 0, s>>>(comm.dev_ctx(), win.dev(), c.dst_off, c.bytes, sig, expect, o);
         if (c.coop == 2)
-          ring_put_signal<dev::Cta><<<1, 256, 0, s>>>(comm.dev_ctx(), win.handle(), c.dst_off, c.bytes, sig, expect, o);
+          ring_put_signal<dev::Cta><<<1, 256, 0, s>>>(comm.dev_ctx(), win.dev(), c.dst_off, c.bytes, sig, expect, o);
         TW_CUDA_CHECK(cudaGetLastError());
         comm.sync(s);
         const Bytes got = to_host(out.data(), c.bytes, s);
@@ -131,7 +133,7 @@ __global__ void wait_own(const __grid_constant__ tw::DevCtx ctx, int sig, uint64
 
 TEST(DeviceApi, SignalAddSetSemantics) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     Stream s;
     DeviceBuffer dv(sizeof(uint64_t)), sv(sizeof(uint64_t));
     auto* d = static_cast<uint64_t*>(dv.data());
@@ -188,7 +190,7 @@ __device__ inline size_t bar_slot(int parity, int block, int src, int P, int i) 
 // lsa_barrier, then check with plain loads that every peer's values of round k are in mine.
 // Double-buffered by parity: a peer writes parity p again only after the next barrier, which I
 // reach only after reading.
-__global__ void barrier_exchange(const __grid_constant__ tw::DevCtx ctx, ncclWindow_t win, int rounds,
+__global__ void barrier_exchange(const __grid_constant__ tw::DevCtx ctx, tw::DevWindow win, int rounds,
                                  unsigned long long* errors) {
   const int P = ctx.lsa_size, me = ctx.lsa_rank, b = blockIdx.x;
   const int* mine = dev::lsa_ptr<const int>(ctx, win, 0, me);
@@ -212,10 +214,10 @@ __global__ void barrier_exchange(const __grid_constant__ tw::DevCtx ctx, ncclWin
 }
 
 TEST(DeviceApi, LsaBarrierPublishesPlainStores) {
-  TW_SKIP_UNLESS_GPUS(2);
-  const int P = gpu_count();
+  TW_SKIP_UNLESS_RANKS(2);
+  const int P = team_size();
   std::vector<unsigned long long> errors(P, ~0ull);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     Stream s;
     tw::Window win = comm.alloc_window(sizeof(int) * 2 * kBarBlocks * P * kBarPer);
     DeviceBuffer err(sizeof(unsigned long long));
@@ -223,7 +225,7 @@ TEST(DeviceApi, LsaBarrierPublishesPlainStores) {
     TW_CUDA_CHECK(cudaMemsetAsync(err.data(), 0, err.bytes, s));
     comm.sync(s);
     comm.barrier();
-    barrier_exchange<<<kBarBlocks, 256, 0, s>>>(comm.dev_ctx(), win.handle(), 5000,
+    barrier_exchange<<<kBarBlocks, 256, 0, s>>>(comm.dev_ctx(), win.dev(), 5000,
                                                 static_cast<unsigned long long*>(err.data()));
     TW_CUDA_CHECK(cudaGetLastError());
     comm.sync(s);
@@ -234,32 +236,43 @@ TEST(DeviceApi, LsaBarrierPublishesPlainStores) {
 }
 
 // --------------------------------------------------------------------------- pointers
-__global__ void pointers(const __grid_constant__ tw::DevCtx ctx, ncclWindow_t win, size_t off, uintptr_t* out) {
+__global__ void pointers(const __grid_constant__ tw::DevCtx ctx, tw::DevWindow win, size_t off, uintptr_t* out) {
   out[0] = (uintptr_t)dev::lsa_ptr<char>(ctx, win, off, ctx.lsa_rank);
-  out[1] = (uintptr_t)ncclGetLocalPointer(win, off);
+  out[1] = (uintptr_t)dev::local_ptr<char>(ctx, win, off);
   for (int q = 0; q < ctx.nranks; ++q)
     out[2 + q] = dev::is_lsa_peer(ctx, q) ? (uintptr_t)dev::lsa_ptr<char>(ctx, win, off, dev::lsa_of_world(ctx, q)) : 0;
 }
 
 __global__ void store_u64(uintptr_t addr, uint64_t v) { *reinterpret_cast<uint64_t*>(addr) = v; }
 
-// NCCL reaches every LSA rank, this one included, through its flat LSA mapping: lsa_ptr(self) is
-// a different virtual address than the ncclMemAlloc pointer, aliasing the same memory.
+// Every LSA rank, this one included, is reached through the handle's flat mapping. On NCCL,
+// lsa_ptr(self) is a different virtual address than the ncclMemAlloc pointer, aliasing the same
+// memory; on a virtual team it is the slice itself.
 TEST(DeviceApi, LsaPointers) {
   TW_SKIP_UNLESS_GPUS(1);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank(), P = comm.nranks();
     Stream s;
     tw::Window win = comm.alloc_window(1 << 16);
     DeviceBuffer d(sizeof(uintptr_t) * (2 + P));
     const size_t off = 4096 + 48;
-    pointers<<<1, 1, 0, s>>>(comm.dev_ctx(), win.handle(), off, static_cast<uintptr_t*>(d.data()));
+    pointers<<<1, 1, 0, s>>>(comm.dev_ctx(), win.dev(), off, static_cast<uintptr_t*>(d.data()));
     TW_CUDA_CHECK(cudaGetLastError());
     std::vector<uintptr_t> p(2 + P);
     TW_CUDA_CHECK(cudaMemcpyAsync(p.data(), d.data(), p.size() * sizeof(uintptr_t), cudaMemcpyDeviceToHost, s));
     comm.sync(s);
     const uintptr_t local = reinterpret_cast<uintptr_t>(win.as<char>() + off);
-    EXPECT_EQ(p[0], p[1]) << "lsa_ptr(self) and ncclGetLocalPointer agree on rank " << r;
+    EXPECT_EQ(p[0], p[1]) << "lsa_ptr(self) and local_ptr agree on rank " << r;
+    const tw::DevWindow h = win.dev();
+    for (int q = 0; q < P; ++q)
+      EXPECT_EQ(p[2 + q], reinterpret_cast<uintptr_t>(h.lsa_base) + q * h.lsa_stride + off)
+          << "peer " << q << " is at base + peer x stride of the handle";
+    if (comm.is_virtual()) {
+      EXPECT_EQ(p[0], local) << "a virtual rank's own copy is its slice";
+      EXPECT_EQ(h.nccl, nullptr);
+    } else {
+      EXPECT_NE(h.nccl, nullptr);
+    }
     // Same memory: a store through lsa_ptr(self) is read back through the local pointer.
     const uint64_t v = 0x5EED000000000000ull + 77 * (r + 1);
     store_u64<<<1, 1, 0, s>>>(p[0], v);
@@ -270,7 +283,8 @@ TEST(DeviceApi, LsaPointers) {
     EXPECT_EQ(back, v) << "lsa_ptr(self) must alias the window's local memory on rank " << r;
     EXPECT_TRUE(comm.all_lsa()) << "one node: every rank is in the LSA team";
     EXPECT_EQ(comm.lsa_size(), P);
-    EXPECT_EQ(comm.device(), r) << "run_local({}) puts rank r on GPU r";
+    if (comm.is_virtual()) EXPECT_EQ(comm.device(), 0) << "the virtual team runs on GPU 0";
+    else EXPECT_EQ(comm.device(), r) << "run_local({}) puts rank r on GPU r";
     EXPECT_GT(comm.sm_count(), 0);
     for (int q = 0; q < P; ++q) {
       EXPECT_NE(p[2 + q], 0u) << "rank " << q << " is not an LSA peer of rank " << r;

@@ -38,10 +38,10 @@ __global__ void count_wrong(const __nv_bfloat16* got, size_t n, uint64_t seed, i
 void back_to_back(size_t count, AllReduceAlgo algo) {
   const DType dt = DType::kBFloat16;
   const size_t bytes = count * tw::dtype_size(dt);
-  const int P = gpu_count();
+  const int P = team_size();
   std::vector<Bytes> got(P);
   std::vector<Bytes> want(kSlots);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     Stream s;
     tw::Window send = comm.alloc_window(kSlots * bytes), recv = comm.alloc_window(kSlots * bytes);
@@ -90,9 +90,9 @@ TEST(Drift, CheckedEveryCall) {
   TW_SKIP_UNLESS_GPUS(1);
   const DType dt = DType::kBFloat16;
   const size_t small = 3000, medium = (4 << 20) / 2 + 24;  // odd-ish sizes: tails included
-  const int P = gpu_count();
+  const int P = team_size();
   std::vector<unsigned long long> wrong(P, ~0ull);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     Stream s;
     const size_t bytes = medium * 2;

@@ -1,20 +1,23 @@
-// Fused GEMM + all-reduce (ops/gemm_allreduce.hpp), one rank per visible GPU: against an fp64
-// host reference of sum_r A_r * B_r, bit-identity across ranks, odd shapes, both partial
-// precisions, both B layouts, poisoned outputs, repeated calls on one workspace (the call
-// counter), bad input writes nothing, every algorithm (relay, exchange, owner), per-tile trace
-// events, and a peer that never takes part ending in the bounded-wait diagnostic. Skipped without
-// an sm_90 GPU.
+// Fused GEMM + all-reduce (ops/gemm_allreduce.hpp) on the test team (run_team: one rank per GPU,
+// or TILEWIRE_TEST_VIRTUAL=P ranks on GPU 0): every element of C against an independent GPU
+// reference of sum_r A_r * B_r (gemm_ref.cuh), bit-identity across ranks, odd shapes and the
+// 8192 x 8192 x 4096 acceptance shape, both partial precisions, both B layouts, poisoned outputs,
+// repeated calls on one workspace (the call counter), bad input writes nothing, every algorithm
+// built for the team size (fused_algos(), checked against what the library accepts), per-tile
+// trace events. (A peer that never takes part: timeout_test.cu.) Skipped without an sm_90 GPU.
 //
-// No kernel is instantiated here (the library's instantiations run): no compile cost.
+// The only kernels instantiated here are gemm_ref.cuh's plain-CUDA reference and check (the
+// library's instantiations run): little compile cost.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <array>
-#include <cmath>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common.cuh"
+#include "gemm_ref.cuh"
 #include "tilewire/ops/gemm_allreduce.hpp"
 
 namespace {
@@ -23,11 +26,13 @@ using tw::DType;
 using tw_test::Bytes;
 using tw_test::DeviceBuffer;
 using tw_test::Fill;
+using tw_test::GemmReference;
 using tw_test::Stream;
+using Algo = tw::GemmAllReduceAlgo;
+using PP = tw::PartialPrecision;
 
 constexpr DType kT = DType::kBFloat16;
 constexpr uint64_t kSeedA = 31, kSeedB = 47;
-
 
 struct Shape {
   int M, N, K;
@@ -37,57 +42,38 @@ struct Shape {
   }
 };
 
-std::vector<int> rows_to_check(int M) {
-  std::vector<int> r;
-  if (M <= 64) {
-    for (int i = 0; i < M; ++i) r.push_back(i);
-    return r;
-  }
-  for (int i : {0, 1, 127, 128, M / 2, M - 129, M - 128, M - 1})
-    if (i >= 0 && i < M) r.push_back(i);
-  for (int k = 0; k < 4; ++k) r.push_back((int)(tw_test::mix(77, 0, k) % (uint64_t)M));
-  return r;
+struct AlgoCase {
+  Algo algo;
+  PP partials;
+};
+
+// The fused kernels built for a team of P ranks and B layout `b` (plan.cpp check_args): relay for
+// exactly 2 ranks, exchange for B [N, K] only — both with bf16 partials — and owner with either
+// precision at every P. AlgorithmsPerTeamSize checks that the library accepts exactly these.
+std::vector<AlgoCase> fused_algos(int P, BLayout b) {
+  std::vector<AlgoCase> v;
+  if (P == 2) v.push_back({Algo::kRelay, PP::kBFloat16});
+  if (b == BLayout::kNK) v.push_back({Algo::kExchange, PP::kBFloat16});
+  v.push_back({Algo::kOwner, PP::kBFloat16});
+  v.push_back({Algo::kOwner, PP::kFloat32});
+  return v;
 }
 
-// "" when C (one rank's copy) matches the fp64 sum over ranks on the checked rows and holds no
-// poison. Bound: each partial rounded to the partial type (2^-8 |p|, bf16; 0 for fp32), the final
-// rounding (2^-8 |ref|), fp32 accumulation (K 2^-24 sum |a b|) per rank.
-std::string check(const Shape& s, int P, const Bytes& c, bool bf16_partials) {
-  for (size_t i = 0; i < size_t(s.M) * s.N; ++i)
-    if (std::isnan(tw_test::from_bits(kT, tw_test::elem(c, kT, i))))
-      return "C[" + std::to_string(i / s.N) + "," + std::to_string(i % s.N) + "] is NaN (never written?)";
-  std::vector<Bytes> a(P), b(P);
-  for (int q = 0; q < P; ++q) {
-    a[q] = tw_test::host_inputs(Fill::kRandom, kT, size_t(s.M) * s.K, kSeedA, q);
-    b[q] = tw_test::host_inputs(Fill::kRandom, kT, size_t(s.N) * s.K, kSeedB, q);
-  }
-  std::vector<double> arow(s.K);
-  for (int m : rows_to_check(s.M))
-    for (int n = 0; n < s.N; ++n) {
-      double ref = 0, tol = 0;
-      for (int q = 0; q < P; ++q) {
-        double p = 0, mag = 0;
-        for (int k = 0; k < s.K; ++k) {
-          const double x = tw_test::from_bits(kT, tw_test::elem(a[q], kT, size_t(m) * s.K + k)) *
-                           tw_test::from_bits(kT, tw_test::elem(b[q], kT, s.b == BLayout::kNK ? size_t(n) * s.K + k
-                                                                                          : size_t(k) * s.N + n));
-          p += x;
-          mag += std::fabs(x);
-        }
-        ref += p;
-        tol += s.K * std::ldexp(mag, -24) + (bf16_partials ? std::ldexp(std::fabs(p), -8) : 0.0);
-      }
-      tol += std::ldexp(std::fabs(ref), -8);
-      const double got = tw_test::from_bits(kT, tw_test::elem(c, kT, size_t(m) * s.N + n));
-      if (!(std::fabs(got - ref) <= tol))
-        return "C[" + std::to_string(m) + "," + std::to_string(n) + "] = " + std::to_string(got) + ", reference " +
-               std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
-    }
-  return "";
+tw::GemmAllReduceConfig fused(AlgoCase c) {
+  tw::GemmAllReduceConfig cfg;
+  cfg.path = tw::GemmAllReducePath::kFused;
+  cfg.algo = c.algo;
+  cfg.partials = c.partials;
+  return cfg;
+}
+
+const char* algo_name(Algo a) {
+  return a == Algo::kExchange ? "exchange" : a == Algo::kOwner ? "owner" : a == Algo::kRelay ? "relay" : "auto";
 }
 
 // Per rank: inputs, C and workspace in windows (workspace zeroed once), `calls` calls, each with
-// C poisoned first; every call's C must equal the first bit for bit. Returns C of the last call.
+// C poisoned first; every call's C must equal the first bit for bit. Returns C of the last call
+// (empty when the call cannot be made).
 Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
   const int r = comm.rank(), P = comm.nranks();
   Stream st;
@@ -119,68 +105,62 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
   return last;
 }
 
-const char* algo_name(tw::GemmAllReduceAlgo a) {
-  return a == tw::GemmAllReduceAlgo::kExchange ? "exchange" : a == tw::GemmAllReduceAlgo::kOwner ? "owner" : a == tw::GemmAllReduceAlgo::kRelay ? "relay" : "auto";
+// Once the team is gone (no kernel of it can still run on GPU 0): every rank's C bit-identical to
+// rank 0's, and rank 0's C, every element, within tolerance of the reference (gemm_ref.cuh).
+void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>& got, bool bf16_partials) {
+  const size_t bytes = size_t(s.M) * s.N * 2;
+  for (size_t r = 0; r < got.size(); ++r)
+    if (got[r].size() != bytes) {
+      ADD_FAILURE() << "rank " << r << " has no C (its call was not made)";
+      return;
+    }
+  EXPECT_EQ(tw_test::compare_ranks(got, bytes), "") << "ranks are not bit-identical";
+  ref.prepare({s.M, s.N, s.K, s.b, (int)got.size(), kSeedA, kSeedB});
+  EXPECT_EQ(ref.check(got[0], bf16_partials), "");
 }
 
-void run_shape(const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
-  SCOPED_TRACE(s.name() + (cfg.partials == tw::PartialPrecision::kFloat32 ? " fp32 partials" : " bf16 partials") +
-               " algo " + algo_name(cfg.algo));
-  const int P = tw_test::gpu_count();
-  std::vector<Bytes> got(P);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
-  EXPECT_EQ(tw_test::compare_ranks(got, size_t(s.M) * s.N * 2), "") << "ranks are not bit-identical";
-  EXPECT_EQ(check(s, P, got[0], cfg.partials == tw::PartialPrecision::kBFloat16), "");
+void run_shape(GemmReference& ref, const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
+  SCOPED_TRACE(s.name() + (cfg.partials == PP::kFloat32 ? " fp32 partials" : " bf16 partials") + " algo " +
+               algo_name(cfg.algo) + " on " + std::to_string(tw_test::team_size()) + " ranks");
+  std::vector<Bytes> got(tw_test::team_size());
+  tw_test::run_team([&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
+  expect_correct(ref, s, got, cfg.partials == PP::kBFloat16);
 }
 
 TEST(GemmAllReduce, SmallShapes) {
   TW_SKIP_UNLESS_SM90();
-  using A = tw::GemmAllReduceAlgo;
-  using PP = tw::PartialPrecision;
-  std::vector<std::pair<A, PP>> algos = {{A::kExchange, PP::kBFloat16}, {A::kOwner, PP::kBFloat16},
-                                         {A::kOwner, PP::kFloat32}};
-  if (tw_test::gpu_count() == 2) algos.insert(algos.begin(), {A::kRelay, PP::kBFloat16});  // relay: 2 ranks only
-  for (auto [algo, p] : algos) {
-    tw::GemmAllReduceConfig cfg;
-    cfg.path = tw::GemmAllReducePath::kFused;
-    cfg.algo = algo;
-    cfg.partials = p;
-    run_shape({128, 256, 64}, cfg, 1);
-    run_shape({256, 512, 128}, cfg, 1);
-    run_shape({1024, 2048, 512}, cfg, 1);
-  }
+  GemmReference ref;
+  for (const Shape& s : {Shape{128, 256, 64}, Shape{256, 512, 128}, Shape{1024, 2048, 512}})
+    for (AlgoCase c : fused_algos(tw_test::team_size(), BLayout::kNK)) run_shape(ref, s, fused(c), 1);
 }
 
 TEST(GemmAllReduce, OddShapes) {
   TW_SKIP_UNLESS_SM90();
-  std::vector<tw::GemmAllReduceAlgo> algos = {tw::GemmAllReduceAlgo::kExchange, tw::GemmAllReduceAlgo::kOwner};
-  if (tw_test::gpu_count() == 2) algos.insert(algos.begin(), tw::GemmAllReduceAlgo::kRelay);
-  for (tw::GemmAllReduceAlgo algo : algos) {
-    tw::GemmAllReduceConfig cfg;
-    cfg.path = tw::GemmAllReducePath::kFused;
-    cfg.algo = algo;
-    for (int M : {1, 7, 3000}) run_shape({M, 5144, 3584}, cfg, 1);
-  }
+  GemmReference ref;
+  for (int M : {1, 7, 3000})
+    for (AlgoCase c : fused_algos(tw_test::team_size(), BLayout::kNK)) run_shape(ref, {M, 5144, 3584}, fused(c), 1);
 }
 
-// B as [K_local, N] (kKN): the fused kernels built for it (relay on 2 ranks, owner with both
-// partial precisions) and the sequential path, against the same reference.
+// The acceptance shape (issue 4), every algorithm built for the team, every element of C checked.
+TEST(GemmAllReduce, AcceptanceShape) {
+  TW_SKIP_UNLESS_SM90();
+  const Shape s{8192, 8192, 4096};
+  if (size_t(s.M) * s.N > tw_test::max_test_count()) GTEST_SKIP() << "C larger than TW_TEST_MAX_COUNT";
+  GemmReference ref;
+  for (AlgoCase c : fused_algos(tw_test::team_size(), BLayout::kNK)) run_shape(ref, s, fused(c), 1);
+}
+
+// B as [K_local, N] (kKN): the fused kernels built for it (kAuto: relay on 2 ranks, owner
+// otherwise; owner with both partial precisions) and the sequential path, against the same reference.
 TEST(GemmAllReduce, BLayoutKN) {
   TW_SKIP_UNLESS_SM90();
-  using A = tw::GemmAllReduceAlgo;
-  using PP = tw::PartialPrecision;
-  const std::pair<A, PP> algos[] = {{A::kAuto, PP::kBFloat16}, {A::kOwner, PP::kBFloat16}, {A::kOwner, PP::kFloat32}};
-  for (auto [algo, p] : algos) {
-    tw::GemmAllReduceConfig cfg;
-    cfg.path = tw::GemmAllReducePath::kFused;
-    cfg.algo = algo;
-    cfg.partials = p;
-    run_shape({1000, 1032, 520, BLayout::kKN}, cfg, 2);
-    run_shape({7, 5144, 3584, BLayout::kKN}, cfg, 1);
-  }
+  GemmReference ref;
+  const AlgoCase algos[] = {{Algo::kAuto, PP::kBFloat16}, {Algo::kOwner, PP::kBFloat16}, {Algo::kOwner, PP::kFloat32}};
+  for (const Shape& s : {Shape{1000, 1032, 520, BLayout::kKN}, Shape{7, 5144, 3584, BLayout::kKN}})
+    for (AlgoCase c : algos) run_shape(ref, s, fused(c), s.M == 1000 ? 2 : 1);
   tw::GemmAllReduceConfig seq;
   seq.path = tw::GemmAllReducePath::kSequential;
-  run_shape({256, 512, 128, BLayout::kKN}, seq, 1);
+  run_shape(ref, {256, 512, 128, BLayout::kKN}, seq, 1);
 }
 
 // The sequential path (tw::gemm then tw::allreduce in place), forced and chosen by kAuto: same
@@ -189,99 +169,161 @@ TEST(GemmAllReduce, SequentialPath) {
   TW_SKIP_UNLESS_SM90();
   EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(256, 512, 128, 2));
   EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 2));
-  for (tw::GemmAllReducePath path : {tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
-    tw::GemmAllReduceConfig cfg;
-    cfg.path = path;
-    run_shape({256, 512, 128}, cfg, 2);
-    run_shape({7, 5144, 3584}, cfg, 1);
-  }
+  GemmReference ref;
+  for (const Shape& s : {Shape{256, 512, 128}, Shape{7, 5144, 3584}})
+    for (tw::GemmAllReducePath path : {tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
+      tw::GemmAllReduceConfig cfg;
+      cfg.path = path;
+      run_shape(ref, s, cfg, s.M == 256 ? 2 : 1);
+    }
 }
 
-// Tracing on: every tile of every rank has each of its six events exactly once, in order
+// Tracing on, for each kernel that records per-tile events (exchange; relay on 2 ranks; owner
+// records none): every tile of every rank has each of its six events exactly once, in order
 // (mma_start <= mma_end <= partial_leave; partials_seen <= reduce_done <= tile_landed), and C is
 // still right. The ring is a raw device buffer here (the host tracer has its own tests).
 TEST(GemmAllReduce, TraceEventsPerTile) {
   TW_SKIP_UNLESS_SM90();
   const Shape s{1000, 1032, 520};  // 8 x 5 tiles, the last row and column partial
-  const int P = tw_test::gpu_count();
+  const int P = tw_test::team_size();
   const int tiles_m = (s.M + 127) / 128, tiles_n = (s.N + 255) / 256, T = tiles_m * tiles_n;
   const uint32_t cap = 6 * T + 2 * 1024;  // the op's layout: 6 per tile + 2 per CTA (grid <= 1024 CTAs)
-  std::vector<std::vector<tw::trace::Event>> ev(P);
-  std::vector<unsigned long long> counts(P);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
-    const int r = comm.rank();
-    DeviceBuffer events(cap * sizeof(tw::trace::Event)), count(sizeof(unsigned long long));
-    TW_CUDA_CHECK(cudaMemset(count.data(), 0, sizeof(unsigned long long)));
-    TW_CUDA_CHECK(cudaMemset(events.data(), 0, cap * sizeof(tw::trace::Event)));
-    tw::GemmAllReduceConfig cfg;
-    cfg.path = tw::GemmAllReducePath::kFused;
-    cfg.trace.events = static_cast<tw::trace::Event*>(events.data());
-    cfg.trace.count = static_cast<unsigned long long*>(count.data());
-    cfg.trace.capacity = cap;
-    const Bytes c = run_rank(comm, s, cfg, 1);
-    EXPECT_EQ(check(s, P, c, true), "") << "rank " << r;
-    TW_CUDA_CHECK(cudaMemcpy(&counts[r], count.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
-    ev[r].resize(std::min<unsigned long long>(counts[r], cap));
-    TW_CUDA_CHECK(cudaMemcpy(ev[r].data(), events.data(), ev[r].size() * sizeof(tw::trace::Event),
-                             cudaMemcpyDeviceToHost));
-    // The fused op writes fixed slots (emit_at); slots it never wrote stay zero.
-    std::erase_if(ev[r], [](const tw::trace::Event& e) { return e.t_ns == 0; });
-  });
-  using K = tw::trace::EventKind;
-  for (int r = 0; r < P; ++r) {
-    // Six events per tile, plus one kernel_start and one kernel_end per CTA that had a tile.
-    int starts = 0, ends = 0;
-    std::vector<std::array<uint64_t, 10>> t(T);
-    std::vector<std::array<int, 10>> n(T);
-    for (auto& a : n) a.fill(0);
-    for (const auto& e : ev[r]) {
-      if (e.kind == (uint8_t)K::kKernelStart || e.kind == (uint8_t)K::kKernelEnd) {
-        (e.kind == (uint8_t)K::kKernelStart ? starts : ends) += 1;
-        continue;
+  std::vector<Algo> algos = {Algo::kExchange};
+  if (P == 2) algos.push_back(Algo::kRelay);
+  GemmReference ref;
+  for (Algo algo : algos) {
+    SCOPED_TRACE(std::string("algo ") + algo_name(algo) + " on " + std::to_string(P) + " ranks");
+    std::vector<std::vector<tw::trace::Event>> ev(P);
+    std::vector<unsigned long long> counts(P);
+    std::vector<Bytes> got(P);
+    tw_test::run_team([&](tw::Comm& comm) {
+      const int r = comm.rank();
+      Stream st;
+      DeviceBuffer events(cap * sizeof(tw::trace::Event)), count(sizeof(unsigned long long));
+      TW_CUDA_CHECK(cudaMemsetAsync(count.data(), 0, sizeof(unsigned long long), st));
+      TW_CUDA_CHECK(cudaMemsetAsync(events.data(), 0, cap * sizeof(tw::trace::Event), st));
+      TW_CUDA_CHECK(cudaStreamSynchronize(st));
+      tw::GemmAllReduceConfig cfg;
+      cfg.path = tw::GemmAllReducePath::kFused;
+      cfg.algo = algo;
+      cfg.trace.events = static_cast<tw::trace::Event*>(events.data());
+      cfg.trace.count = static_cast<unsigned long long*>(count.data());
+      cfg.trace.capacity = cap;
+      got[r] = run_rank(comm, s, cfg, 1);
+      TW_CUDA_CHECK(cudaMemcpyAsync(&counts[r], count.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost, st));
+      TW_CUDA_CHECK(cudaStreamSynchronize(st));
+      ev[r].resize(std::min<unsigned long long>(counts[r], cap));
+      TW_CUDA_CHECK(cudaMemcpyAsync(ev[r].data(), events.data(), ev[r].size() * sizeof(tw::trace::Event),
+                                    cudaMemcpyDeviceToHost, st));
+      TW_CUDA_CHECK(cudaStreamSynchronize(st));
+      // The fused op writes fixed slots (emit_at); slots it never wrote stay zero.
+      std::erase_if(ev[r], [](const tw::trace::Event& e) { return e.t_ns == 0; });
+    });
+    expect_correct(ref, s, got, true);
+    using K = tw::trace::EventKind;
+    for (int r = 0; r < P; ++r) {
+      // Six events per tile, plus one kernel_start and one kernel_end per CTA that had a tile.
+      int starts = 0, ends = 0;
+      std::vector<std::array<uint64_t, 10>> t(T);
+      std::vector<std::array<int, 10>> n(T);
+      for (auto& a : n) a.fill(0);
+      for (const auto& e : ev[r]) {
+        if (e.kind == (uint8_t)K::kKernelStart || e.kind == (uint8_t)K::kKernelEnd) {
+          (e.kind == (uint8_t)K::kKernelStart ? starts : ends) += 1;
+          continue;
+        }
+        ASSERT_LT(e.id, (uint32_t)T);
+        EXPECT_EQ(e.rank, r);
+        t[e.id][e.kind] = e.t_ns;
+        ++n[e.id][e.kind];
       }
-      ASSERT_LT(e.id, (uint32_t)T);
-      EXPECT_EQ(e.rank, r);
-      t[e.id][e.kind] = e.t_ns;
-      ++n[e.id][e.kind];
-    }
-    EXPECT_GT(starts, 0) << "rank " << r;
-    EXPECT_EQ(starts, ends) << "rank " << r << ": a kernel_end for every CTA that started a tile";
-    EXPECT_EQ(ev[r].size(), 6ull * T + starts + ends) << "rank " << r << ": nothing else recorded, nothing dropped";
-    EXPECT_LE(counts[r], (unsigned long long)cap) << "rank " << r << ": the op's slot layout fits the ring";
-    for (int id = 0; id < T; ++id) {
-      for (K k : {K::kMmaStart, K::kMmaEnd, K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded})
-        EXPECT_EQ(n[id][(int)k], 1) << "rank " << r << " tile " << id << " event " << tw::trace::kind_name(k);
-      const auto& x = t[id];
-      EXPECT_LE(x[(int)K::kMmaStart], x[(int)K::kMmaEnd]) << "tile " << id;
-      EXPECT_LE(x[(int)K::kMmaEnd], x[(int)K::kPartialLeave]) << "tile " << id;
-      EXPECT_LE(x[(int)K::kPartialLeave], x[(int)K::kPartialsSeen]) << "tile " << id;
-      EXPECT_LE(x[(int)K::kPartialsSeen], x[(int)K::kReduceDone]) << "tile " << id;
-      EXPECT_LE(x[(int)K::kReduceDone], x[(int)K::kTileLanded]) << "tile " << id;
+      EXPECT_GT(starts, 0) << "rank " << r;
+      EXPECT_EQ(starts, ends) << "rank " << r << ": a kernel_end for every CTA that started a tile";
+      EXPECT_EQ(ev[r].size(), 6ull * T + starts + ends) << "rank " << r << ": nothing else recorded, nothing dropped";
+      EXPECT_LE(counts[r], (unsigned long long)cap) << "rank " << r << ": the op's slot layout fits the ring";
+      for (int id = 0; id < T; ++id) {
+        for (K k : {K::kMmaStart, K::kMmaEnd, K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded})
+          EXPECT_EQ(n[id][(int)k], 1) << "rank " << r << " tile " << id << " event " << tw::trace::kind_name(k);
+        const auto& x = t[id];
+        EXPECT_LE(x[(int)K::kMmaStart], x[(int)K::kMmaEnd]) << "tile " << id;
+        EXPECT_LE(x[(int)K::kMmaEnd], x[(int)K::kPartialLeave]) << "tile " << id;
+        EXPECT_LE(x[(int)K::kPartialLeave], x[(int)K::kPartialsSeen]) << "tile " << id;
+        EXPECT_LE(x[(int)K::kPartialsSeen], x[(int)K::kReduceDone]) << "tile " << id;
+        EXPECT_LE(x[(int)K::kReduceDone], x[(int)K::kTileLanded]) << "tile " << id;
+      }
     }
   }
 }
 
+// Both rasters, and most of the rank's SM budget reserved (99 of 132 SMs with one rank per
+// H200; a virtual team splits the GPU's SMs P ways, Comm::sm_count()).
 TEST(GemmAllReduce, ConfigsAndReservedSms) {
   TW_SKIP_UNLESS_SM90();
+  int budget = 0;
+  tw_test::run_team([&](tw::Comm& comm) {
+    if (comm.rank() == 0) budget = comm.sm_count();
+  });
+  const int most = std::max(0, budget - std::max(2, budget / 4));  // leaves >= one cluster of 2
+  GemmReference ref;
   for (tw::GemmRaster r : {tw::GemmRaster::kAlongM, tw::GemmRaster::kAlongN})
-    for (int reserved : {0, 100}) {
+    for (int reserved : {0, most}) {
       tw::GemmAllReduceConfig cfg;
       cfg.path = tw::GemmAllReducePath::kFused;
       cfg.raster = r, cfg.reserved_sms = reserved, cfg.swizzle = 2;
-      run_shape({1000, 1032, 520}, cfg, 2);
+      run_shape(ref, {1000, 1032, 520}, cfg, 2);
     }
 }
 
+// 1000 calls on one workspace per algorithm: each bit-identical to the first (the call counter and
+// the flags' tags advance without drift), the last checked against the reference.
 TEST(GemmAllReduce, RepeatedCallsDoNotDrift) {
   TW_SKIP_UNLESS_SM90();
-  tw::GemmAllReduceConfig cfg;
-  cfg.path = tw::GemmAllReducePath::kFused;
-  run_shape({384, 768, 256}, cfg, 1000);
+  GemmReference ref;
+  for (AlgoCase c : fused_algos(tw_test::team_size(), BLayout::kNK)) run_shape(ref, {384, 768, 256}, fused(c), 1000);
+}
+
+// What fused_algos() leaves out, the library refuses with a reason; what it lists (and kAuto),
+// can_implement accepts, for both B layouts, on this team's size.
+TEST(GemmAllReduce, AlgorithmsPerTeamSize) {
+  TW_SKIP_UNLESS_SM90();
+  tw_test::run_team([&](tw::Comm& comm) {
+    const int P = comm.nranks();
+    const Shape s{256, 512, 128};
+    DeviceBuffer A(size_t(s.M) * s.K * 2), B(size_t(s.N) * s.K * 2);
+    tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
+    tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, BLayout::kNK, nullptr};
+    std::vector<std::pair<BLayout, tw::GemmAllReduceConfig>> cases;
+    size_t ws_bytes = 0;
+    for (BLayout b : {BLayout::kNK, BLayout::kKN})
+      for (Algo algo : {Algo::kAuto, Algo::kExchange, Algo::kOwner, Algo::kRelay})
+        for (PP p : {PP::kBFloat16, PP::kFloat32}) {
+          a.b_layout = b;
+          cases.push_back({b, fused({algo, p})});
+          ws_bytes = std::max(ws_bytes, tw::workspace_size(a, P, cases.back().second));
+        }
+    tw::Window ws = comm.alloc_window(ws_bytes);
+    a.workspace = ws.data();
+    for (const auto& kase : cases) {
+      const BLayout b = kase.first;
+      const tw::GemmAllReduceConfig& cfg = kase.second;
+      a.b_layout = b;
+      const std::vector<AlgoCase> built = fused_algos(P, b);
+      const bool listed = cfg.algo == Algo::kAuto || std::any_of(built.begin(), built.end(), [&](AlgoCase c) {
+                            return c.algo == cfg.algo && c.partials == cfg.partials;
+                          });
+      const tw::Status st = tw::can_implement(comm, a, cfg);
+      EXPECT_EQ(st.ok, listed) << algo_name(cfg.algo) << (cfg.partials == PP::kFloat32 ? " fp32" : " bf16")
+                               << " partials, B " << (b == BLayout::kKN ? "[K,N]" : "[N,K]") << ", " << P
+                               << " ranks: " << (st.ok ? "accepted" : st.reason);
+      if (!st.ok) EXPECT_NE(st.reason.find("gemm_allreduce: "), std::string::npos) << st.reason;
+    }
+    comm.barrier();
+  });
 }
 
 TEST(GemmAllReduce, BadInputWritesNothing) {
   TW_SKIP_UNLESS_SM90();
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     Stream st;
     const Shape s{64, 64, 64};
     DeviceBuffer A(s.M * s.K * 2), B(s.N * s.K * 2), plain_ws(1 << 20);

@@ -7,10 +7,12 @@
 // this test). The child prints what happened to stderr and _exit()s with a code saying what it
 // was; the parent matches code and message and bounds the elapsed time.
 //
-//   TimeoutDeathTest.UnsignalledWaitTimesOut   1 GPU: wait_signal on a signal nobody sets
-//   TimeoutDeathTest.LoneBarrierTimesOut       2 GPUs: rank 0 enters lsa_barrier, rank 1 never does
-//   TimeoutDeathTest.FusedPeerNeverJoins       2 GPUs: rank 0 runs gemm_allreduce, rank 1 never does:
-//                                              the wait for rank 1's partial ends in the diagnostic
+//   TimeoutDeathTest.UnsignalledWaitTimesOut   1 rank: wait_signal on a signal nobody sets
+//   TimeoutDeathTest.LoneBarrierTimesOut       2+ ranks: rank 0 enters lsa_barrier, the others never do
+//   TimeoutDeathTest.FusedPeerNeverJoins       2+ ranks: rank 0 runs gemm_allreduce, the others never
+//                                              do: the wait for a peer's partial ends in the diagnostic
+// The children run on the test team's backend (common.cuh): 2 GPUs, or the virtual team's P ranks
+// on one GPU (TILEWIRE_TEST_VIRTUAL), where the ranks that never arrive are virtual.
 //   TimeoutDeathTest.OneLaneWaitReturns        lane 0 alone waits (Thread group) on a signal that is
 //                                              already satisfied while its warp's other lanes sit in
 //                                              __syncthreads: it must return, not deadlock
@@ -55,15 +57,24 @@ __global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
   _exit(kWaitReturned);
 }
 
-// Child body: a communicator over `ngpus` GPUs with a 500 ms bound; rank 0 runs `launch` and syncs,
+// A child's team: `n` ranks, one per GPU 0..n-1, or the test team's virtual ranks on GPU 0.
+void run_child_team(int n, const std::function<void(tw::Comm&)>& fn) {
+  if (virtual_ranks() > 0) {
+    tw::Comm::run_virtual(0, std::max(n, virtual_ranks()), fn);
+    return;
+  }
+  std::vector<int> devs(n);
+  std::iota(devs.begin(), devs.end(), 0);
+  tw::Comm::run_local(devs, fn);
+}
+
+// Child body: a communicator over `n` ranks with a 500 ms bound; rank 0 runs `launch` and syncs,
 // the other ranks never take part (they sleep until rank 0 ends the process). Never returns.
-[[noreturn]] void timeout_child(int ngpus, const std::function<void(tw::Comm&, cudaStream_t)>& launch) {
+[[noreturn]] void timeout_child(int n, const std::function<void(tw::Comm&, cudaStream_t)>& launch) {
   alarm(40);  // backstop: should the timeout itself fail, SIGALRM ends the child (and the test fails)
   setenv("TILEWIRE_TIMEOUT_MS", "500", 1);  // read when the communicator is made
-  std::vector<int> devs(ngpus);
-  std::iota(devs.begin(), devs.end(), 0);
   try {
-    tw::Comm::run_local(devs, [&](tw::Comm& comm) {
+    run_child_team(n, [&](tw::Comm& comm) {
       if (comm.rank() != 0) {
         std::this_thread::sleep_for(std::chrono::seconds(30));
         return;
@@ -96,7 +107,7 @@ TEST(TimeoutDeathTest, UnsignalledWaitTimesOut) {
 }
 
 TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
-  TW_SKIP_UNLESS_GPUS(2);
+  TW_SKIP_UNLESS_RANKS(2);
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EXIT(timeout_child(2, [](tw::Comm& c, cudaStream_t s) { lone_barrier<<<1, 128, 0, s>>>(c.dev_ctx()); }),
@@ -111,8 +122,7 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
   alarm(40);
   setenv("TILEWIRE_TIMEOUT_MS", "500", 1);
   try {
-    const int devs[] = {0, 1};
-    tw::Comm::run_local(devs, [&](tw::Comm& comm) {
+    run_child_team(2, [&](tw::Comm& comm) {
       Stream s;
       const int M = 256, N = 512, K = 128;
       DeviceBuffer A(M * K * 2), B(N * K * 2);
@@ -141,7 +151,7 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
 }
 
 TEST(TimeoutDeathTest, FusedPeerNeverJoins) {
-  TW_SKIP_UNLESS_GPUS(2);
+  TW_SKIP_UNLESS_RANKS(2);
   TW_SKIP_UNLESS_SM90();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto t0 = std::chrono::steady_clock::now();
@@ -162,8 +172,7 @@ __global__ void one_lane_wait(const __grid_constant__ tw::DevCtx ctx, int* done)
 [[noreturn]] void one_lane_child() {
   alarm(40);
   try {
-    const int dev0[] = {0};
-    tw::Comm::run_local(dev0, [&](tw::Comm& comm) {
+    run_child_team(1, [&](tw::Comm& comm) {
       Stream s;
       DeviceBuffer done(sizeof(int));
       one_lane_wait<<<1, 32, 0, s>>>(comm.dev_ctx(), static_cast<int*>(done.data()));

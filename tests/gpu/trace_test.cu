@@ -3,8 +3,10 @@
 //
 //   Trace.ClockOffsetsAgreeWithinTheirError   two independent measurements of every rank's clock
 //                                              offset differ by no more than the sum of their
-//                                              stated error bounds, and the bound is small (< 50 us)
-//   Trace.GatherMatchesEveryRanksDownload     gather_trace (ncclAllGather of every rank's events) gives
+//                                              stated error bounds, and the bound is small (< 50 us);
+//                                              on a virtual team (one GPU, one clock) every offset
+//                                              is ~0: within its error bound of zero
+//   Trace.GatherMatchesEveryRanksDownload     gather_trace (a host all-gather of every rank's events) gives
 //                                              every rank the same merged trace as the per-rank downloads
 //   Trace.BufferRoundTrip                      emit / emit_at from a kernel, download drops unwritten
 //                                              slots, counts what did not fit
@@ -18,10 +20,10 @@ namespace {
 using namespace tw_test;
 
 TEST(Trace, ClockOffsetsAgreeWithinTheirError) {
-  TW_SKIP_UNLESS_GPUS(2);
-  const int P = gpu_count();
+  TW_SKIP_UNLESS_RANKS(2);
+  const int P = team_size();
   std::vector<tw::trace::ClockSync> a(P), b(P);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     a[comm.rank()] = tw::trace::measure_clock_offsets(comm);
     b[comm.rank()] = tw::trace::measure_clock_offsets(comm);
   });
@@ -39,6 +41,11 @@ TEST(Trace, ClockOffsetsAgreeWithinTheirError) {
     EXPECT_LE(std::llabs(x.offset_ns[q] - y.offset_ns[q]), x.error_ns[q] + y.error_ns[q])
         << "rank " << q << ": offsets " << x.offset_ns[q] << " and " << y.offset_ns[q] << " ns, errors "
         << x.error_ns[q] << " and " << y.error_ns[q] << " ns";
+    if (virtual_ranks() > 0) {
+      EXPECT_LE(std::llabs(x.offset_ns[q]), x.error_ns[q] + 64)
+          << "rank " << q << ": virtual ranks share one GPU clock, so the offset must be ~0 (within its error "
+          << "and a couple of timer ticks); measured " << x.offset_ns[q] << " +- " << x.error_ns[q] << " ns";
+    }
   }
   std::printf("clock offsets (ns, +- error):");
   for (int q = 0; q < P; ++q) std::printf(" rank %d %lld +- %lld", q, (long long)x.offset_ns[q], (long long)x.error_ns[q]);
@@ -52,10 +59,10 @@ __global__ void emit_rank_events(tw::trace::Ring r, int n) {
 
 TEST(Trace, GatherMatchesEveryRanksDownload) {
   TW_SKIP_UNLESS_GPUS(1);
-  const int P = gpu_count();
+  const int P = team_size();
   std::vector<tw::trace::Trace> gathered(P);
   std::vector<std::vector<tw::trace::Event>> own(P);
-  tw::Comm::run_local({}, [&](tw::Comm& comm) {
+  tw_test::run_team([&](tw::Comm& comm) {
     const int r = comm.rank();
     Stream s;
     tw::trace::TraceBuffer buf(64);

@@ -12,13 +12,17 @@ __global__ void read_ctx(tw::DevCtx ctx, int* out) {
 }
 
 // Never launched here (it needs a communicator); instantiating it checks that the templates of
-// the device API (signal, bounded wait, LSA barrier, put) compile outside the library.
-__global__ void uses_device_api(tw::DevCtx ctx, int peer) {
+// the device API (signal, bounded wait, LSA barrier, put, window pointers) compile outside the
+// library. `win` is a user window as kernels take it (tw::Window::dev()).
+__global__ void uses_device_api(tw::DevCtx ctx, tw::DevWindow win, int peer) {
   tw::dev::Cta cta;
   tw::dev::signal(cta, ctx, peer, /*index=*/0, /*value=*/1);
   tw::dev::wait_signal(cta, ctx, /*index=*/0, /*expected=*/1);
   tw::dev::lsa_barrier(cta, ctx, blockIdx.x);
-  tw::dev::put_signal(tw::dev::Warp{}, ctx, peer, ctx.control, 0, ctx.control, 0, 16, /*index=*/1);
+  tw::dev::put_signal(tw::dev::Warp{}, ctx, peer, win, 0, win, 16, 16, /*index=*/1);
+  const float* mine = tw::dev::local_ptr<const float>(ctx, win, 16);
+  float* theirs = tw::dev::lsa_ptr<float>(ctx, win, 32, tw::dev::lsa_of_world(ctx, peer));
+  if (threadIdx.x == 0) theirs[0] = mine[0];
 }
 
 int consumer_kernel_check() {

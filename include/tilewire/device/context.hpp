@@ -1,7 +1,8 @@
 // tilewire/device/context.hpp — what a kernel needs to talk to its peers.
 //
 // tw::DevCtx is trivially copyable and passed by value to kernels (like ncclDevComm, which it
-// carries). The host fills it once per communicator (tw::Comm::dev_ctx()); device code reads it.
+// carries for GIN). The host fills it once per communicator (tw::Comm::dev_ctx()); device code
+// reads it. tw::DevWindow is how a kernel reaches every LSA peer's copy of a symmetric window.
 // This header compiles in host and device code.
 #pragma once
 #include <nccl.h>
@@ -23,8 +24,20 @@ struct DeviceFault {
   char what[48];          // which wait ("allreduce.ll", "barrier", "signal", ...)
 };
 
+// A symmetric window as kernels see it: LSA peer p's copy of byte `off` is at
+//   lsa_base + p * lsa_stride + off
+// The host fills it (tw::Window::dev()): from NCCL's mapping of a registered window, checked
+// for every LSA peer when the window is made, or from slices of one allocation on a virtual
+// team (P ranks on one GPU). Kernels never ask NCCL for pointers themselves, so both backends
+// run the same device code. `nccl` is the NCCL handle for GIN transfers (null on a virtual team).
+struct DevWindow {
+  char* lsa_base = nullptr;  // byte 0 of LSA rank 0's copy
+  uint64_t lsa_stride = 0;   // bytes from one LSA rank's copy to the next
+  ncclWindow_t nccl = nullptr;
+};
+
 struct DevCtx {
-  ncclDevComm comm;         // NCCL device communicator (LSA team, barriers, GIN contexts)
+  ncclDevComm comm;         // NCCL device communicator, for GIN only (zero on a virtual team)
   int rank, nranks;         // world
   int lsa_rank, lsa_size;   // load/store-reachable team (NVLink/PCIe P2P); world ranks
                             // [rank - lsa_rank, rank - lsa_rank + lsa_size) are its members
@@ -34,15 +47,21 @@ struct DevCtx {
   DeviceFault* fault;       // host-mapped; first timed-out waiter records itself here
 
   // Signals: a uint64 counter per index, local copy in the control window at signal_offset.
-  ncclWindow_t control;     // library-owned symmetric window (signals, LL staging)
+  DevWindow control;        // library-owned symmetric window (signals, barriers, LL staging)
   uint64_t signal_offset;   // byte offset of signals[0] in `control`
   int signal_count;
+  // LSA barriers (device/barrier.cuh): max_blocks x lsa_size uint32 inbox slots in `control`
+  // (slot [index][src]: the last epoch LSA rank src arrived with at barrier `index`), and this
+  // rank's own epoch per barrier in local device memory.
+  uint64_t barrier_offset;
+  uint32_t* barrier_epochs;
   uint64_t staging_offset;  // byte offset of the one-shot staging area in `control`
   uint64_t staging_bytes;   // its size
   uint32_t* epochs;         // local device memory: one-shot epoch per block
   int oneshot_blocks;       // one-shot grid, fixed for the communicator's life
 };
 
+static_assert(std::is_trivially_copyable_v<DevWindow>, "DevWindow is passed to kernels by value");
 static_assert(std::is_trivially_copyable_v<DevCtx>, "DevCtx is passed to kernels by value");
 
 }  // namespace tw

@@ -19,12 +19,12 @@ namespace tw::dev {
 // the caller: a barrier or an acquire). Offsets and bytes should be multiples of 16 for the
 // vector path; any other size falls back to a byte loop (LSA). `peer` is a world rank.
 template <class Coop>
-__device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
-                    ncclWindow_t src, size_t src_off, size_t bytes);
+__device__ void put(Coop coop, const DevCtx& ctx, int peer, const DevWindow& dst, size_t dst_off,
+                    const DevWindow& src, size_t src_off, size_t bytes);
 
 template <class Coop>
-__device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
-                           ncclWindow_t src, size_t src_off, size_t bytes, int index, uint64_t add = 1);
+__device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, const DevWindow& dst, size_t dst_off,
+                           const DevWindow& src, size_t src_off, size_t bytes, int index, uint64_t add = 1);
 
 }  // namespace tw::dev
 

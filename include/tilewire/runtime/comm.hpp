@@ -1,14 +1,29 @@
 // tilewire/runtime/comm.hpp — communicators and symmetric windows.
 //
-// A tw::Comm wraps an NCCL communicator, its device communicator (ncclDevComm) and the
-// library's control window. Two ways to make one:
+// A tw::Comm is a team of ranks whose kernels reach each other's symmetric windows with loads
+// and stores (the LSA team), plus the library's control window (signals, barriers, staging).
+// Two backends, one interface: the ops and the device code cannot tell them apart.
+//   NCCL      an NCCL communicator; one rank per GPU; windows registered with NCCL
+//             (NCCL_WIN_COLL_SYMMETRIC); GIN for peers outside the LSA team.
+//   virtual   P ranks on ONE GPU, one host thread each (run_virtual): windows are slices of one
+//             allocation, host collectives a rendezvous between the threads, no NCCL at all.
+//             Each rank gets an SM budget (sm_count() = the GPU's SMs / P) that every
+//             persistent or co-resident grid honours, so the P grids are resident together.
+//             For correctness at any rank count on one GPU; its timings say nothing of NVLink.
+// Ways to make one:
 //   (a) tw::Comm::create(id, rank, nranks, device): one process per GPU, the NCCL convention.
 //       The caller makes the id once (tw::Comm::unique_id()) and distributes it (MPI,
 //       torch.distributed, a file).
 //   (b) tw::Comm::run_local(devices, fn): one process, one thread per local GPU; fn(comm) runs
 //       on every thread and the first exception is rethrown. Used by the CLI, tests and benches.
-// Every collective host call (create, alloc_window, destruction) must be made by all ranks.
+//   (c) tw::Comm::run_virtual(device, P, fn): P virtual ranks on one GPU, same contract as (b).
+// Every collective host call (create, alloc_window, Window::reset, barrier, destruction) must
+// be made by all ranks in the same order. Windows are released, and a communicator destroyed,
+// only after the work that uses them has completed (synchronize the streams it ran on, e.g.
+// Comm::sync(stream)), as NCCL requires of window deregistration: the library does not
+// synchronize the device (other ranks and other libraries share it).
 #pragma once
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include <atomic>
@@ -22,6 +37,8 @@
 #include "tilewire/device/context.hpp"
 
 namespace tw {
+
+class VirtualTeam;  // src/runtime/virtual_team.hpp
 
 struct CommConfig {
   // Bytes of one-shot all-reduce staging per (peer, parity). 0: TILEWIRE_ONESHOT_MAX_BYTES.
@@ -58,7 +75,8 @@ class Window {
   void* data() const { return ptr_; }
   template <class T> T* as() const { return static_cast<T*>(ptr_); }
   size_t bytes() const { return bytes_; }
-  ncclWindow_t handle() const { return handle_; }
+  DevWindow dev() const { return dev_; }            // what kernels take (device/peer.cuh)
+  ncclWindow_t nccl_handle() const { return dev_.nccl; }  // null on a virtual team
   bool valid() const { return ptr_ != nullptr; }
   void reset();  // collective: deregister and free now
 
@@ -68,14 +86,16 @@ class Window {
   std::weak_ptr<int> alive_;  // expires when comm_ is destroyed (which releases the memory)
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
-  ncclWindow_t handle_ = nullptr;
+  DevWindow dev_{};
 };
 
 // A registered window as the ops see it: where a pointer lies.
 struct WindowRef {
-  ncclWindow_t handle = nullptr;
+  DevWindow win{};
   size_t offset = 0;  // byte offset of the pointer within the window
 };
+
+enum class HostReduce { kSum, kMin, kMax };
 
 class Comm {
  public:
@@ -87,6 +107,14 @@ class Comm {
   // first exception is rethrown after every thread has joined.
   static void run_local(std::span<const int> devices, const std::function<void(Comm&)>& fn,
                         const CommConfig& cfg = {});
+  // P virtual ranks on `device`, one host thread each; fn(comm) runs on every thread, failures
+  // as in run_local (a failed rank aborts the team: peers' host collectives and bounded device
+  // waits then fail instead of waiting for it). Needs CUDA_DEVICE_MAX_CONNECTIONS >= min(32, 4P)
+  // in the environment before the process first uses CUDA (each rank's stream its own hardware
+  // queue; otherwise a rank's kernel can wait in a queue behind a peer kernel that waits for it);
+  // refused with kUnsupported otherwise.
+  static void run_virtual(int device, int nranks, const std::function<void(Comm&)>& fn,
+                          const CommConfig& cfg = {});
 
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -98,8 +126,15 @@ class Comm {
   int lsa_size() const { return ctx_.lsa_size; }
   bool all_lsa() const { return ctx_.lsa_size == ctx_.nranks; }
   bool gin_available() const { return ctx_.gin_contexts > 0; }
+  // SMs this rank's persistent / co-resident grids may occupy: the smallest GPU's SM count on
+  // the NCCL backend, the GPU's SMs / P on a virtual team (agreed by every rank).
   int sm_count() const { return sm_count_; }
-  ncclComm_t nccl() const { return comm_; }
+  bool is_virtual() const { return team_ != nullptr; }
+  // Ranks sharing this rank's GPU (1 on the NCCL backend): a device-wide residency limit (e.g.
+  // co-resident clusters) is divided by it.
+  int ranks_per_device() const { return team_ ? ctx_.nranks : 1; }
+  const char* backend_name() const { return is_virtual() ? "virtual" : "nccl"; }
+  ncclComm_t nccl() const { return comm_; }  // null on a virtual team
   const DevCtx& dev_ctx() const { return ctx_; }
   const KernelTuning& tuning() const { return tuning_; }
 
@@ -116,8 +151,18 @@ class Comm {
   // Synchronize `stream`; on failure turn a recorded device fault into a tw::Error.
   void sync(cudaStream_t stream) const;
 
-  // Host barrier over all ranks (a one-int NCCL all-reduce, synchronized). Collective.
+  // Host barrier over all ranks. Collective.
   void barrier();
+  // Called by every launcher right after it enqueued a kernel that waits on other ranks. NCCL
+  // backend: nothing. Virtual team: a host rendezvous, so that every rank has enqueued its kernel
+  // of this collective before any rank enqueues more work: a GPU hardware queue runs in order,
+  // and a rank's later work queued ahead of a peer's kernel in a shared queue would block it
+  // behind a kernel that waits for that peer. Collective (ranks make the same calls anyway).
+  void launched(const char* op) const;
+  // Host collectives on host memory, synchronous (NCCL on a private stream, or the virtual
+  // team's rendezvous). Every rank passes the same n / bytes. Collective.
+  void allreduce_host(uint64_t* values, size_t n, HostReduce op);
+  void allgather_host(const void* send, void* recv, size_t bytes);  // recv: nranks x bytes, rank order
 
   // Abort NCCL (ncclCommAbort) and mark the comm unusable; used on fatal errors.
   void abort() noexcept;
@@ -128,6 +173,8 @@ class Comm {
  private:
   Comm() = default;
   void init(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg);
+  void init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg);
+  void init_common(const CommConfig& cfg, int device_sms);  // everything after the team exists
   void release_window(Window& w) noexcept;
   friend class Window;
 
@@ -141,8 +188,16 @@ class Comm {
   KernelTuning tuning_{};
   Window control_;
   DeviceFault* fault_host_ = nullptr;
-  int* barrier_buf_ = nullptr;
-  struct Reg { uintptr_t base; size_t bytes; ncclWindow_t handle; };
+  void* scratch_ = nullptr;         // NCCL backend: device bounce buffer of the host collectives
+  size_t scratch_bytes_ = 0;
+  cudaStream_t stream_ = nullptr;   // the library's own work (host collectives, window probes)
+  std::shared_ptr<VirtualTeam> team_;  // virtual backend only
+  struct Reg {
+    uintptr_t base;
+    size_t bytes;
+    DevWindow dev;
+    std::shared_ptr<void> slab;  // virtual backend: the team's allocation this window is a slice of
+  };
   std::vector<Reg> windows_;
 };
 

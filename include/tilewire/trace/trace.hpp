@@ -41,10 +41,9 @@ class TraceBuffer {
   // Zero the counter and the events, asynchronously on `stream` (emit_at layouts find unwritten
   // slots by t_ns == 0; download() drops them).
   void reset(cudaStream_t stream);
-  // The events recorded since the last reset, in claim order. `dropped` (optional) receives how
-  // many emits found the ring full. The first overload waits for the whole device, the second
-  // only for `stream` (the stream the traced kernels ran on).
-  std::vector<Event> download(uint64_t* dropped = nullptr);
+  // The events recorded since the last reset, in claim order, after `stream` (the stream the
+  // traced kernels ran on) has drained. `dropped` (optional) receives how many emits found the
+  // ring full.
   std::vector<Event> download(uint64_t* dropped, cudaStream_t stream);
 
   uint32_t capacity() const { return capacity_; }

@@ -40,6 +40,7 @@ void launch(const Comm& comm, void (*kernel)(Params...), int grid, int block, cu
   cfg.attrs = attr;
   cfg.numAttrs = comm.tuning().pdl ? 1 : 0;
   TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  comm.launched("allreduce family launch");
 }
 
 Status common_checks(const Comm& comm, const char* op) {
@@ -136,8 +137,8 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       dispatch_ranks(comm.lsa_size(), [&](auto kp) {
         constexpr int kP = decltype(kp)::value;
         auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
-        launch(comm, kernel, grid, comm.tuning().twoshot_threads, stream, ctx, ws.handle, ws.offset, static_cast<const T*>(a.send),
-               wr.handle, wr.offset, static_cast<T*>(a.recv), a.count);
+        launch(comm, kernel, grid, comm.tuning().twoshot_threads, stream, ctx, ws.win, ws.offset, static_cast<const T*>(a.send),
+               wr.win, wr.offset, static_cast<T*>(a.recv), a.count);
       });
     }
   });
@@ -158,8 +159,8 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
       launch(comm, ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>, twoshot_blocks(comm, bytes / 16 + 1),
-             comm.tuning().twoshot_threads, stream, comm.dev_ctx(), ws.handle, ws.offset, static_cast<const T*>(send),
-             ncclWindow_t{nullptr}, size_t{0}, static_cast<T*>(recv), recv_count);
+             comm.tuning().twoshot_threads, stream, comm.dev_ctx(), ws.win, ws.offset, static_cast<const T*>(send),
+             DevWindow{}, size_t{0}, static_cast<T*>(recv), recv_count);
     });
   });
   check_launch(comm, "reduce_scatter launch");
@@ -179,7 +180,7 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
     using T = decltype(tag);
     launch(comm, ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1),
            comm.tuning().twoshot_threads, stream,
-           comm.dev_ctx(), ncclWindow_t{nullptr}, size_t{0}, static_cast<const T*>(send), wr.handle, wr.offset,
+           comm.dev_ctx(), DevWindow{}, size_t{0}, static_cast<const T*>(send), wr.win, wr.offset,
            static_cast<T*>(recv), send_count);
   });
   check_launch(comm, "all_gather launch");

@@ -77,7 +77,7 @@ __global__ void __launch_bounds__(kOneShotMaxThreads) oneshot_allreduce(const __
   }
   // Reduce: sum the P payloads of each line in rank order 0..P-1, in fp32.
   constexpr int kPerLine = 2 * Elem<T>::kPerWord;
-  const char* stage = static_cast<const char*>(ncclGetLocalPointer(ctx.control, 0));
+  const char* stage = dev::local_ptr<const char>(ctx, ctx.control, 0);
   for (size_t i = l0 + threadIdx.x; i < l1; i += blockDim.x) {
     float acc[kPerLine];
     for (int q = 0; q < P; ++q) {
@@ -189,8 +189,8 @@ __device__ __forceinline__ void shard_range(size_t count, int s, int P, size_t* 
 // kReduceScatter: send window holds count*P, recv is local, count elements.
 // kAllGather:     send local, count elements; recv window holds count*P.
 template <class T, int kP, Mode M>
-__global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant__ DevCtx ctx, ncclWindow_t swin,
-                                                           size_t soff, const T* send, ncclWindow_t rwin, size_t roff,
+__global__ void __launch_bounds__(kTwoShotThreads) twoshot(const __grid_constant__ DevCtx ctx, DevWindow swin,
+                                                           size_t soff, const T* send, DevWindow rwin, size_t roff,
                                                            T* recv, size_t count) {
   constexpr int U = kUnrollFor<kP>;
   const int P = ctx.lsa_size, me = ctx.lsa_rank;

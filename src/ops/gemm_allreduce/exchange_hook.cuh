@@ -73,7 +73,7 @@ struct ExchangeHookT {
   gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
   int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
   int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
-  ncclWindow_t ws_win = nullptr;   // the workspace's window and its offset in it
+  DevWindow ws_win{};   // the workspace's window and its offset in it
   size_t ws_off = 0;
   char* ws = nullptr;              // this rank's workspace
   E* C = nullptr;                  // this rank's C [M, N]

@@ -30,8 +30,8 @@ using gemm_allreduce_impl::Layout;
 Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::move(why)}; }
 
 struct DeviceInfo {
-  int num_sms = 0;
-  int clusters = 0;  // co-resident clusters of the fused kernel
+  int num_sms = 0;   // this rank's SM budget (Comm::sm_count(): agreed by every rank)
+  int clusters = 0;  // co-resident clusters of the fused kernel within that budget
 };
 
 // The fused kernel of `algo` (resolved) and B layout `b`: its residency query and its launch.
@@ -54,12 +54,12 @@ void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::Launch
 
 // sm_90 and the residency of the kernel of `algo` (resolved) and B layout `b` on the current
 // device, or why not.
-Status device_info(GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out) {
+Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
+  out->num_sms = comm.sm_count();
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&out->num_sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
     cudaGetLastError();
     return fail("cannot query the current CUDA device");
   }
@@ -82,11 +82,15 @@ Status device_info(GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out) {
         return fail(std::string("occupancy query failed: ") + e.what());
       }
     }
-    out->clusters = it->second;
+    // Ranks sharing the GPU (a virtual team) share its clusters too: all their grids must be
+    // resident at once, since their CTAs wait for each other.
+    out->clusters = std::min(it->second / comm.ranks_per_device(), out->num_sms / gemm_impl::kClusterM);
   }
   if (out->clusters < 1)
-    return fail("the kernel cannot be resident on this device (0 clusters of 2 CTAs fit); its persistent "
-                "CTAs wait for each other, so it refuses to run rather than deadlock");
+    return fail("the kernel cannot be resident within this rank's SM budget (" + std::to_string(out->num_sms) +
+                " SMs, " + std::to_string(comm.ranks_per_device()) +
+                " rank(s) on the GPU: 0 clusters of 2 CTAs fit); its persistent CTAs wait for each other, so it "
+                "refuses to run rather than deadlock");
   return Status{};
 }
 
@@ -161,7 +165,7 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  if (Status s = device_info(gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout), a.b_layout, &d); !s)
+  if (Status s = device_info(comm, gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout), a.b_layout, &d); !s)
     return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
@@ -185,9 +189,20 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     const size_t c_bytes = (size_t)a.M * a.N * dtype_size(a.dtype);
     if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm)))
       g.C = static_cast<char*>(a.workspace) + lay.staging_off;
-    if (!(g.dtype == DType::kBFloat16 && sequential_gemm_cublaslt(g, stream))) {
+    // On a virtual team the GEMM must keep to the rank's SM budget: a stream-K GEMM's CTAs wait
+    // for each other, and could not all start while peers' all-reduce CTAs spin on the other
+    // SMs (measured: cuBLASLt + one-shot deadlocked at 3 to 8 virtual ranks). cuBLASLt sizes its
+    // own grid, so there the sequential GEMM is tilewire's, with the SMs outside the budget
+    // reserved.
+    if (!(g.dtype == DType::kBFloat16 && !comm.is_virtual() && sequential_gemm_cublaslt(g, stream))) {
       GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
       gc.reserved_sms = cfg.reserved_sms;
+      if (comm.is_virtual()) {
+        int dev = 0, sms = 0;
+        TW_CUDA_CHECK(cudaGetDevice(&dev));
+        TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+        gc.reserved_sms += sms - comm.sm_count();
+      }
       gemm(g, gc, stream);
     }
     AllReduceArgs ar;
@@ -201,7 +216,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   DeviceInfo d;
   const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
   const bool relay = algo == GemmAllReduceAlgo::kRelay;
-  const Status ds = device_info(algo, a.b_layout, &d);
+  const Status ds = device_info(comm, algo, a.b_layout, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
@@ -220,8 +235,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ctx = comm.dev_ctx();
   const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
   const WindowRef ww = comm.find_window(a.workspace, p.lay.total, "workspace");
-  p.c_win = wc.handle, p.c_off = wc.offset;
-  p.ws_win = ww.handle, p.ws_off = ww.offset;
+  p.c_win = wc.win, p.c_off = wc.offset;
+  p.ws_win = ww.win, p.ws_off = ww.offset;
   p.ws = a.workspace;
   // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
   static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
@@ -245,6 +260,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ring.rank = (uint16_t)comm.rank();
   try {
     launch(algo, a.b_layout, p, stream);
+    comm.launched("gemm_allreduce launch");
   } catch (...) {
     comm.check_fault();
     throw;

@@ -82,10 +82,10 @@ struct AllReduceHook {
   gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
   int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
   int final_ctas = 0;              // CTAs that run the final wait (plan.hpp final_wait_ctas)
-  ncclWindow_t ws_win = nullptr;   // the workspace's window and the workspace's offset in it
+  DevWindow ws_win{};   // the workspace's window and the workspace's offset in it
   size_t ws_off = 0;
   char* ws = nullptr;              // this rank's workspace
-  ncclWindow_t c_win = nullptr;    // C's window and offset
+  DevWindow c_win{};    // C's window and offset
   size_t c_off = 0;
   E* C = nullptr;                  // this rank's C
   long long ldc = 0;

@@ -20,7 +20,7 @@ struct LaunchParams {
   Layout lay;
   int final_ctas = 0;
   DevCtx ctx{};
-  ncclWindow_t ws_win = nullptr, c_win = nullptr;
+  DevWindow ws_win{}, c_win{};
   size_t ws_off = 0, c_off = 0;
   void* ws = nullptr;             // this rank's workspace (local pointer)
   int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)

@@ -79,7 +79,7 @@ struct RelayHookT {
   gemm_impl::TileSchedule sched;   // the kernel's work list, with this rank's rotation
   int me = 0;                      // LSA rank (0 or 1)
   int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
-  ncclWindow_t ws_win = nullptr, c_win = nullptr;  // windows of the workspace and of C
+  DevWindow ws_win{}, c_win{};  // windows of the workspace and of C
   size_t ws_off = 0, c_off = 0;
   char* ws = nullptr;              // this rank's workspace
   E* C = nullptr;                  // this rank's C [M, N]

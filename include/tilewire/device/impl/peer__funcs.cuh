@@ -13,7 +13,7 @@ __device__ __forceinline__ int lsa_of_world(const DevCtx& ctx, int peer) {
 }
 
 template <class T>
-__device__ __forceinline__ T* lsa_ptr(const DevCtx& ctx, ncclWindow_t w, size_t offset, int lsa_peer) {
+__device__ __forceinline__ T* lsa_ptr(const DevCtx& ctx, const DevWindow& w, size_t offset, int lsa_peer) {
 #ifdef TILEWIRE_DEVICE_DEBUG
   if (lsa_peer < 0 || lsa_peer >= ctx.lsa_size) {
     printf("tilewire: rank %d block %d: lsa_ptr peer %d is not in the LSA team (size %d)\n",
@@ -21,7 +21,12 @@ __device__ __forceinline__ T* lsa_ptr(const DevCtx& ctx, ncclWindow_t w, size_t 
     __trap();
   }
 #endif
-  return static_cast<T*>(ncclGetLsaPointer(w, offset, lsa_peer));
+  return reinterpret_cast<T*>(w.lsa_base + (uint64_t)lsa_peer * w.lsa_stride + offset);
+}
+
+template <class T>
+__device__ __forceinline__ T* local_ptr(const DevCtx& ctx, const DevWindow& w, size_t offset) {
+  return lsa_ptr<T>(ctx, w, offset, ctx.lsa_rank);
 }
 
 __device__ __forceinline__ uint64_t* signal_ptr(const DevCtx& ctx, int index, int lsa_peer) {

@@ -26,7 +26,7 @@ __device__ __forceinline__ void lsa_copy(Coop coop, char* dst, const char* src, 
 }
 
 template <class Coop>
-__device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off, ncclWindow_t src,
+__device__ void put(Coop coop, const DevCtx& ctx, int peer, const DevWindow& dst, size_t dst_off, const DevWindow& src,
                     size_t src_off, size_t bytes) {
   if (is_lsa_peer(ctx, peer)) {
     char* d = lsa_ptr<char>(ctx, dst, dst_off, lsa_of_world(ctx, peer));
@@ -43,15 +43,15 @@ __device__ void put(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, si
   coop.sync();
   if (coop.thread_rank() == 0) {
     ncclGin gin(ctx.comm, 0);
-    gin.put(ncclTeamWorld(ctx.comm), peer, dst, dst_off, src, src_off, bytes, ncclGin_None{}, ncclGin_None{},
+    gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes, ncclGin_None{}, ncclGin_None{},
             ncclCoopThread{});
   }
   coop.sync();
 }
 
 template <class Coop>
-__device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t dst, size_t dst_off,
-                           ncclWindow_t src, size_t src_off, size_t bytes, int index, uint64_t add) {
+__device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, const DevWindow& dst, size_t dst_off,
+                           const DevWindow& src, size_t src_off, size_t bytes, int index, uint64_t add) {
   if (is_lsa_peer(ctx, peer)) {
     put(coop, ctx, peer, dst, dst_off, src, src_off, bytes);
     signal(coop, ctx, peer, index, add, SignalOp::kAdd, cuda::memory_order_release);
@@ -65,7 +65,7 @@ __device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, ncclWindow_t 
   coop.sync();
   if (coop.thread_rank() == 0) {
     ncclGin gin(ctx.comm, 0);
-    gin.put(ncclTeamWorld(ctx.comm), peer, dst, dst_off, src, src_off, bytes,
+    gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes,
             ncclGin_SignalAdd{(ncclGinSignal_t)index, add}, ncclGin_None{}, ncclCoopThread{});
   }
   coop.sync();

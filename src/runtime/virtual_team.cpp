@@ -1,0 +1,162 @@
+// The virtual team's rendezvous and Comm::run_virtual.
+#include "virtual_team.hpp"
+
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <thread>
+
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+
+VirtualTeam::VirtualTeam(int nranks, int device, uint64_t timeout_ms)
+    : nranks_(nranks), device_(device), timeout_(timeout_ms), ops_(nranks), slots_(nranks) {}
+
+VirtualTeam::Round VirtualTeam::exchange(int rank, const std::string& op, const void* p, size_t bytes,
+                                         const std::function<void(Round&)>& complete) {
+  std::unique_lock<std::mutex> lk(mu_);
+  TW_REQUIRE(!aborted_, kState,
+             "virtual team: " + op + " on rank " + std::to_string(rank) + ": the team was aborted (a rank failed)");
+  ops_[rank] = op;
+  slots_[rank].assign(static_cast<const char*>(p), static_cast<const char*>(p) + bytes);
+  const uint64_t gen = generation_;
+  if (++arrived_ == nranks_) {
+    Round r;
+    for (int q = 0; q < nranks_ && r.error.empty(); ++q)
+      if (ops_[q] != ops_[0] || slots_[q].size() != slots_[0].size())
+        r.error = "ranks disagree on the collective call: rank 0 made '" + ops_[0] + "' (" +
+                  std::to_string(slots_[0].size()) + " bytes), rank " + std::to_string(q) + " made '" + ops_[q] +
+                  "' (" + std::to_string(slots_[q].size()) + " bytes); every rank must make the same collective "
+                  "calls in the same order";
+    r.data = slots_;
+    if (r.error.empty() && complete) {
+      try {
+        complete(r);
+      } catch (const std::exception& e) {
+        r.error = e.what();
+      }
+    }
+    result_ = std::move(r);
+    arrived_ = 0;
+    ++generation_;
+    cv_.notify_all();
+  } else {
+    const bool done = cv_.wait_for(lk, timeout_, [&] { return generation_ != gen || aborted_; });
+    if (!done) {
+      aborted_ = true;
+      cv_.notify_all();
+      throw_error(Errc::kTimeout, __FILE__, __LINE__,
+                  "virtual team: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_.count()) +
+                      " ms in the host collective '" + op + "' and " + std::to_string(nranks_ - arrived_) +
+                      " of " + std::to_string(nranks_) +
+                      " ranks never arrived: are all ranks making the same calls in the same order? "
+                      "(TILEWIRE_HOST_TIMEOUT_MS sets the bound); the team is aborted");
+    }
+    TW_REQUIRE(generation_ != gen, kState,
+               "virtual team: " + op + " on rank " + std::to_string(rank) + ": the team was aborted (a rank failed)");
+  }
+  Round mine = result_;  // a copy: the next round may replace result_ only after every rank left this one
+  if (!mine.error.empty()) throw_error(Errc::kInvalidArgument, __FILE__, __LINE__, "virtual team: " + mine.error);
+  return mine;
+}
+
+void VirtualTeam::abort() noexcept {
+  std::lock_guard<std::mutex> lk(mu_);
+  aborted_ = true;
+  cv_.notify_all();
+}
+
+bool VirtualTeam::aborted() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return aborted_;
+}
+
+std::shared_ptr<void> virtual_slab(int device, size_t bytes) {
+  TW_CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  TW_CUDA_CHECK(cudaMalloc(&p, bytes));
+  // Freed by whichever rank lets go last (after the collective release, or after an abort).
+  return std::shared_ptr<void>(p, [device](void* q) {
+    int cur = -1;
+    cudaGetDevice(&cur);
+    cudaSetDevice(device);
+    cudaFree(q);
+    if (cur >= 0) cudaSetDevice(cur);
+  });
+}
+
+void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>& fn, const CommConfig& cfg) {
+  int ndev = 0;
+  cudaError_t e = cudaGetDeviceCount(&ndev);
+  TW_REQUIRE(e == cudaSuccess && ndev > 0, kUnsupported,
+             std::string("no CUDA GPU: ") + (e == cudaSuccess ? "no device visible" : cudaGetErrorString(e)));
+  TW_REQUIRE(device >= 0 && device < ndev, kInvalidArgument,
+             "device " + std::to_string(device) + " is outside the " + std::to_string(ndev) + " visible GPUs");
+  TW_REQUIRE(nranks >= 1 && nranks <= 32, kInvalidArgument,
+             "run_virtual: nranks must be in [1, 32], got " + std::to_string(nranks));
+  // The ranks' streams must not share a hardware work queue: a queue runs its commands in order, so
+  // a rank's kernel queued behind another rank's kernel that waits for it would never start
+  // (measured: the one-shot all-reduce at 3 and 8 ranks with CUDA's default of 8 queues). The
+  // queue count is fixed when the process first uses CUDA, so it cannot be raised from here.
+  {
+    const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    const int have = c ? std::atoi(c) : 8;
+    const int need = std::min(32, 4 * nranks);
+    TW_REQUIRE(have >= need, kUnsupported,
+               "run_virtual: " + std::to_string(nranks) + " ranks need CUDA_DEVICE_MAX_CONNECTIONS >= " +
+                   std::to_string(need) + " (32 recommended; it is " + (c ? std::string(c) : std::string("unset: 8")) +
+                   ") set in the environment before the process first uses CUDA, so that the ranks' streams get "
+                   "their own hardware queues and cannot wait behind each other's kernels");
+  }
+  auto team = std::make_shared<VirtualTeam>(nranks, device, (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_HOST_TIMEOUT_MS")));
+  std::mutex mu;
+  std::exception_ptr first;
+  std::vector<Comm*> live(nranks, nullptr);  // guarded by mu
+  bool failed = false;
+  auto fail_all = [&](std::exception_ptr ep) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (!first) first = ep;
+    failed = true;
+    team->abort();
+    for (Comm* c : live)
+      if (c) c->abort();
+  };
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        TW_CUDA_CHECK(cudaSetDevice(device));
+        std::unique_ptr<Comm> comm(new Comm());
+        try {
+          comm->init_virtual(team, r, device, cfg);
+        } catch (...) {
+          comm->abort();
+          throw;
+        }
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          live[r] = comm.get();
+          if (failed) comm->abort();
+        }
+        try {
+          fn(*comm);
+        } catch (...) {
+          fail_all(std::current_exception());
+        }
+        std::lock_guard<std::mutex> lk(mu);
+        live[r] = nullptr;  // destroyed below, outside the lock
+      } catch (...) {
+        fail_all(std::current_exception());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first) std::rethrow_exception(first);
+}
+
+}  // namespace tw

@@ -1,0 +1,60 @@
+// src/runtime/virtual_team.hpp — the host side of a virtual team: P ranks, one host thread
+// each, on one GPU. Replaces NCCL's bootstrap for the host collectives the library makes
+// (barrier, small reductions, gathers, window allocation): a rendezvous under one mutex.
+//
+// Every wait is bounded (the communicator's timeout): a rank that never arrives ends in
+// kTimeout naming the collective and who had arrived, and the team is aborted, so no thread
+// waits forever. abort() (a failed rank, run_virtual's clean-up) wakes every waiter with kState.
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace tw {
+
+class VirtualTeam {
+ public:
+  // What one collective round gave every rank: each rank's contribution in rank order, and an
+  // object the completing rank made (a shared allocation).
+  struct Round {
+    std::vector<std::vector<char>> data;
+    std::shared_ptr<void> obj;
+    std::string error;  // set by `complete`: every rank throws kInvalidArgument with it
+  };
+
+  VirtualTeam(int nranks, int device, uint64_t timeout_ms);
+  int nranks() const { return nranks_; }
+  int device() const { return device_; }
+
+  // Collective: rank `rank` contributes `bytes` at `p` to round `op`. When the last rank
+  // arrives, `complete` (optional) runs under the lock on the full round. Ranks that call
+  // different ops, or different sizes, all fail with a message naming both.
+  Round exchange(int rank, const std::string& op, const void* p, size_t bytes,
+                 const std::function<void(Round&)>& complete = {});
+
+  void abort() noexcept;
+  bool aborted() const;
+
+ private:
+  const int nranks_, device_;
+  const std::chrono::milliseconds timeout_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool aborted_ = false;
+  uint64_t generation_ = 0;
+  int arrived_ = 0;
+  std::vector<std::string> ops_;
+  std::vector<std::vector<char>> slots_;
+  Round result_;
+};
+
+// A device allocation shared by the ranks of a virtual team (one slice per rank); freed when
+// the last rank lets go of it.
+std::shared_ptr<void> virtual_slab(int device, size_t bytes);
+
+}  // namespace tw
