@@ -445,13 +445,16 @@ void Comm::barrier() {
 
 void Comm::launched(const char* op) const {
   if (!team_ || aborted_) return;
-  team_->exchange(ctx_.rank, op, nullptr, 0);
+  // While peers are still to enqueue theirs, this rank's kernel may already have timed out: its
+  // diagnostic ends the wait (kTimeout), not the host bound.
+  team_->exchange(ctx_.rank, op, nullptr, 0, {}, [this] { check_fault(); });
 }
 
 void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
   if (team_) {
-    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t));
+    const VirtualTeam::Round r =
+        team_->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t), {}, [this] { check_fault(); });
     for (size_t i = 0; i < n; ++i) {
       uint64_t acc = 0;
       for (int q = 0; q < ctx_.nranks; ++q) {
@@ -482,7 +485,7 @@ void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
 void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
   TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
   if (team_) {
-    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allgather_host", send, bytes);
+    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allgather_host", send, bytes, {}, [this] { check_fault(); });
     for (int q = 0; q < ctx_.nranks; ++q)
       if (bytes) std::memcpy(static_cast<char*>(recv) + (size_t)q * bytes, r.data[q].data(), bytes);
     return;

@@ -18,7 +18,8 @@ VirtualTeam::VirtualTeam(int nranks, int device, uint64_t timeout_ms)
     : nranks_(nranks), device_(device), timeout_(timeout_ms), ops_(nranks), slots_(nranks) {}
 
 VirtualTeam::Round VirtualTeam::exchange(int rank, const std::string& op, const void* p, size_t bytes,
-                                         const std::function<void(Round&)>& complete) {
+                                         const std::function<void(Round&)>& complete,
+                                         const std::function<void()>& give_up) {
   std::unique_lock<std::mutex> lk(mu_);
   TW_REQUIRE(!aborted_, kState,
              "virtual team: " + op + " on rank " + std::to_string(rank) + ": the team was aborted (a rank failed)");
@@ -46,16 +47,29 @@ VirtualTeam::Round VirtualTeam::exchange(int rank, const std::string& op, const 
     ++generation_;
     cv_.notify_all();
   } else {
-    const bool done = cv_.wait_for(lk, timeout_, [&] { return generation_ != gen || aborted_; });
-    if (!done) {
-      aborted_ = true;
-      cv_.notify_all();
-      throw_error(Errc::kTimeout, __FILE__, __LINE__,
-                  "virtual team: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_.count()) +
-                      " ms in the host collective '" + op + "' and " + std::to_string(nranks_ - arrived_) +
-                      " of " + std::to_string(nranks_) +
-                      " ranks never arrived: are all ranks making the same calls in the same order? "
-                      "(TILEWIRE_HOST_TIMEOUT_MS sets the bound); the team is aborted");
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    while (generation_ == gen && !aborted_) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        aborted_ = true;
+        cv_.notify_all();
+        throw_error(Errc::kTimeout, __FILE__, __LINE__,
+                    "virtual team: rank " + std::to_string(rank) + " waited " + std::to_string(timeout_.count()) +
+                        " ms in the host collective '" + op + "' and " + std::to_string(nranks_ - arrived_) +
+                        " of " + std::to_string(nranks_) +
+                        " ranks never arrived: are all ranks making the same calls in the same order? "
+                        "(TILEWIRE_HOST_TIMEOUT_MS sets the bound); the team is aborted");
+      }
+      cv_.wait_for(lk, std::chrono::milliseconds(give_up ? 5 : 200));
+      if (give_up && generation_ == gen && !aborted_) {
+        lk.unlock();
+        try {
+          give_up();
+        } catch (...) {
+          abort();
+          throw;
+        }
+        lk.lock();
+      }
     }
     TW_REQUIRE(generation_ != gen, kState,
                "virtual team: " + op + " on rank " + std::to_string(rank) + ": the team was aborted (a rank failed)");

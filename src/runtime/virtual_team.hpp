@@ -33,9 +33,11 @@ class VirtualTeam {
 
   // Collective: rank `rank` contributes `bytes` at `p` to round `op`. When the last rank
   // arrives, `complete` (optional) runs under the lock on the full round. Ranks that call
-  // different ops, or different sizes, all fail with a message naming both.
+  // different ops, or different sizes, all fail with a message naming both. While it waits,
+  // `give_up` (optional) is polled every few ms: when it throws (a device fault of this rank's),
+  // the team is aborted and the exception leaves exchange().
   Round exchange(int rank, const std::string& op, const void* p, size_t bytes,
-                 const std::function<void(Round&)>& complete = {});
+                 const std::function<void(Round&)>& complete = {}, const std::function<void()>& give_up = {});
 
   void abort() noexcept;
   bool aborted() const;

@@ -42,10 +42,14 @@ __global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
   dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel, "test.lone_barrier");
 }
 
-// Rank 0 of a child: wait for `s`; exit kCaughtTimeout with the diagnostic on stderr when the wait
-// timed out, kOtherError on another error, kWaitReturned (printing `if_returned`) when it ended.
-[[noreturn]] void sync_and_exit(tw::Comm& comm, cudaStream_t s, const char* if_returned) {
+// Rank 0 of a child: run `launch`, wait for `s`; exit kCaughtTimeout with the diagnostic on stderr
+// when the wait timed out, kOtherError on another error, kWaitReturned (printing `if_returned`) when
+// it ended. On a virtual team the timeout can surface from the op's own call (its launch
+// rendezvous waits for the peers that never come, and ends on this rank's device fault).
+[[noreturn]] void sync_and_exit(tw::Comm& comm, cudaStream_t s, const char* if_returned,
+                                const std::function<void()>& launch) {
   try {
+    launch();
     comm.sync(s);
   } catch (const tw::Error& e) {
     const bool timeout = e.code() == tw::Errc::kTimeout;
@@ -80,8 +84,7 @@ void run_child_team(int n, const std::function<void(tw::Comm&)>& fn) {
         return;
       }
       Stream s;
-      launch(comm, s);
-      sync_and_exit(comm, s, "the wait returned");
+      sync_and_exit(comm, s, "the wait returned", [&] { launch(comm, s); });
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "setup failed: %s\n", e.what());
@@ -141,8 +144,7 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
       }
       tw::GemmAllReduceConfig fused;
       fused.path = tw::GemmAllReducePath::kFused;
-      tw::gemm_allreduce(comm, a, fused, s);
-      sync_and_exit(comm, s, "the fused op returned without its peer");
+      sync_and_exit(comm, s, "the fused op returned without its peer", [&] { tw::gemm_allreduce(comm, a, fused, s); });
     });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "setup failed: %s\n", e.what());
