@@ -94,6 +94,7 @@ TEST(DeviceApi, PutSignalRing) {
         if (c.coop == 2)
           ring_put_signal<dev::Cta><<<1, 256, 0, s>>>(comm.dev_ctx(), win.dev(), c.dst_off, c.bytes, sig, expect, o);
         TW_CUDA_CHECK(cudaGetLastError());
+        comm.launched("test.put_signal");
         comm.sync(s);
         const Bytes got = to_host(out.data(), c.bytes, s);
         size_t bad = 0, first = 0;
@@ -143,6 +144,7 @@ TEST(DeviceApi, SignalAddSetSemantics) {
     auto step = [&](auto launch, int sig) {
       launch();
       TW_CUDA_CHECK(cudaGetLastError());
+      comm.launched("test.signal");  // every rank's kernel is enqueued before anyone goes on (comm.hpp)
       comm.sync(s);
       comm.barrier();  // every rank's signal has landed
       read_own<<<1, 1, 0, s>>>(ctx, sig, d);
@@ -228,6 +230,7 @@ TEST(DeviceApi, LsaBarrierPublishesPlainStores) {
     barrier_exchange<<<kBarBlocks, 256, 0, s>>>(comm.dev_ctx(), win.dev(), 5000,
                                                 static_cast<unsigned long long*>(err.data()));
     TW_CUDA_CHECK(cudaGetLastError());
+    comm.launched("test.barrier_exchange");
     comm.sync(s);
     TW_CUDA_CHECK(cudaMemcpy(&errors[comm.rank()], err.data(), sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     comm.barrier();
