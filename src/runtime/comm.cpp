@@ -95,23 +95,35 @@ void Comm::run_local(std::span<const int> devices, const std::function<void(Comm
     for (int i = 0; i < n; ++i) devs.push_back(i);
   }
   ncclUniqueId id = unique_id();
+  const int n = (int)devs.size();
+  run_threads(
+      n,
+      [&](int r) {
+        TW_CUDA_CHECK(cudaSetDevice(devs[r]));
+        return Comm::create(id, r, n, devs[r], cfg);
+      },
+      fn, [] {});
+}
+
+void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& make,
+                       const std::function<void(Comm&)>& fn, const std::function<void()>& on_fail) {
   std::mutex mu;
   std::exception_ptr first;
-  std::vector<Comm*> live(devs.size(), nullptr);  // guarded by mu
+  std::vector<Comm*> live(n, nullptr);  // guarded by mu
   bool failed = false;
   auto fail_all = [&](std::exception_ptr e) {
     std::lock_guard<std::mutex> lk(mu);
     if (!first) first = e;
     failed = true;
+    on_fail();
     for (Comm* c : live)
       if (c) c->abort();
   };
   std::vector<std::thread> threads;
-  for (int r = 0; r < (int)devs.size(); ++r) {
+  for (int r = 0; r < n; ++r) {
     threads.emplace_back([&, r] {
       try {
-        TW_CUDA_CHECK(cudaSetDevice(devs[r]));
-        auto comm = Comm::create(id, r, (int)devs.size(), devs[r], cfg);
+        std::unique_ptr<Comm> comm = make(r);
         {
           std::lock_guard<std::mutex> lk(mu);
           live[r] = comm.get();
@@ -443,6 +455,15 @@ void Comm::barrier() {
   allreduce_host(&v, 1, HostReduce::kSum);
 }
 
+void Comm::reserve_scratch(size_t bytes) {
+  if (scratch_bytes_ >= bytes) return;
+  if (scratch_) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  TW_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
+  scratch_bytes_ = bytes;
+}
+
 void Comm::launched(const char* op) const {
   if (!team_ || aborted_) return;
   // While peers are still to enqueue theirs, this rank's kernel may already have timed out: its
@@ -468,13 +489,7 @@ void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   }
   if (n == 0) return;
   const size_t bytes = n * sizeof(uint64_t);
-  if (scratch_bytes_ < bytes) {
-    if (scratch_) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    TW_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
-    scratch_bytes_ = bytes;
-  }
+  reserve_scratch(bytes);
   const ncclRedOp_t nop = op == HostReduce::kSum ? ncclSum : op == HostReduce::kMin ? ncclMin : ncclMax;
   TW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values, bytes, cudaMemcpyHostToDevice, stream_));
   TW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclUint64, nop, comm_, stream_));
@@ -491,14 +506,7 @@ void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
     return;
   }
   if (bytes == 0) return;
-  const size_t need = bytes * ((size_t)ctx_.nranks + 1);
-  if (scratch_bytes_ < need) {
-    if (scratch_) cudaFree(scratch_);
-    scratch_ = nullptr;
-    scratch_bytes_ = 0;
-    TW_CUDA_CHECK(cudaMalloc(&scratch_, need));
-    scratch_bytes_ = need;
-  }
+  reserve_scratch(bytes * ((size_t)ctx_.nranks + 1));
   char* in = static_cast<char*>(scratch_) + bytes * ctx_.nranks;
   TW_CUDA_CHECK(cudaMemcpyAsync(in, send, bytes, cudaMemcpyHostToDevice, stream_));
   TW_NCCL_CHECK(ncclAllGather(in, scratch_, bytes, ncclUint8, comm_, stream_));

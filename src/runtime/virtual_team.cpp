@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
-#include <thread>
 
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
@@ -128,22 +127,9 @@ void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>&
                    "their own hardware queues and cannot wait behind each other's kernels");
   }
   auto team = std::make_shared<VirtualTeam>(nranks, device, (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_HOST_TIMEOUT_MS")));
-  std::mutex mu;
-  std::exception_ptr first;
-  std::vector<Comm*> live(nranks, nullptr);  // guarded by mu
-  bool failed = false;
-  auto fail_all = [&](std::exception_ptr ep) {
-    std::lock_guard<std::mutex> lk(mu);
-    if (!first) first = ep;
-    failed = true;
-    team->abort();
-    for (Comm* c : live)
-      if (c) c->abort();
-  };
-  std::vector<std::thread> threads;
-  for (int r = 0; r < nranks; ++r) {
-    threads.emplace_back([&, r] {
-      try {
+  run_threads(
+      nranks,
+      [&](int r) {
         TW_CUDA_CHECK(cudaSetDevice(device));
         std::unique_ptr<Comm> comm(new Comm());
         try {
@@ -152,25 +138,9 @@ void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>&
           comm->abort();
           throw;
         }
-        {
-          std::lock_guard<std::mutex> lk(mu);
-          live[r] = comm.get();
-          if (failed) comm->abort();
-        }
-        try {
-          fn(*comm);
-        } catch (...) {
-          fail_all(std::current_exception());
-        }
-        std::lock_guard<std::mutex> lk(mu);
-        live[r] = nullptr;  // destroyed below, outside the lock
-      } catch (...) {
-        fail_all(std::current_exception());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  if (first) std::rethrow_exception(first);
+        return comm;
+      },
+      fn, [&] { team->abort(); });
 }
 
 }  // namespace tw

@@ -176,6 +176,11 @@ class Comm {
   void init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg);
   void init_common(const CommConfig& cfg, int device_sms);  // everything after the team exists
   void release_window(Window& w) noexcept;
+  void reserve_scratch(size_t bytes);
+  // One thread per rank: make(r) builds rank r's communicator, fn runs on it; the first failure
+  // aborts every live communicator (and calls on_fail) and is rethrown after all have joined.
+  static void run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& make,
+                          const std::function<void(Comm&)>& fn, const std::function<void()>& on_fail);
   friend class Window;
 
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
