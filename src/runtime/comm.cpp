@@ -188,7 +188,19 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
   const int rank = ctx_.rank, nranks = ctx_.nranks;
   int max_blocks = cfg.max_blocks > 0 ? cfg.max_blocks : (int)env::get_int("TILEWIRE_MAX_BLOCKS");
   if (max_blocks <= 0) max_blocks = 2 * sm_count_;
-  // One-shot CTAs wait for their peers' CTAs of the same index: the grid must fit the SM budget.
+  // One-shot and two-shot CTAs wait for their peers' CTAs of the same index: on a virtual team
+  // their grids must fit the SM budget. The defaults are clamped to it; a setting beyond it is
+  // refused (it could not run there without deadlocking).
+  auto within_budget = [&](const char* knob, int64_t v) {
+    bool set = false;
+    env::value_of(*env::find(knob), &set);
+    TW_REQUIRE(!is_virtual() || !set || v <= sm_count_, kInvalidArgument,
+               std::string(knob) + "=" + std::to_string(v) + " exceeds the SM budget of a virtual rank (" +
+                   std::to_string(sm_count_) + " SMs: the GPU's SMs / " + std::to_string(ctx_.nranks) +
+                   "); the ranks' grids must be resident together");
+  };
+  within_budget("TILEWIRE_ONESHOT_BLOCKS", env::get_int("TILEWIRE_ONESHOT_BLOCKS"));
+  within_budget("TILEWIRE_ALLREDUCE_BLOCKS", env::get_int("TILEWIRE_ALLREDUCE_BLOCKS"));
   ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1,
                                                  std::min(kOneShotMaxBlocks, sm_count_));
   max_blocks = std::max(max_blocks, ctx_.oneshot_blocks);

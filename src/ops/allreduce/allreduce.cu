@@ -73,6 +73,7 @@ int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
   int cap = comm.tuning().twoshot_block_cap;
   if (cap <= 0) cap = comm.sm_count();
   cap = std::min(cap, comm.dev_ctx().max_blocks);
+  if (comm.is_virtual()) cap = std::min(cap, comm.sm_count());  // the SM budget (Comm checked the knob)
   const size_t per_block = (size_t)comm.tuning().twoshot_threads * 4;
   const size_t want = (vectors_per_rank + per_block - 1) / per_block;
   return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
