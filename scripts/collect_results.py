@@ -3,10 +3,10 @@
 
   scripts/collect_results.py <files_at> <name> --kind nvidia-h200-x2 --command "<what ran>"
 
-The summary states the GPU kind, commit, command, and checks issue #2's acceptance on the bf16
-all-reduce bench: busbw >= 1.15x NCCL (plain buffers) for 32 MiB..1 GiB, time <= 0.5x NCCL for
-8 KiB..256 KiB, #wrong == 0 and bit-identical ranks in every bench file, GPU tests and
-compute-sanitizer results.
+The summary states the GPU kind, commit and command, and checks the all-reduce bench's targets
+on its bf16 file: busbw >= 1.15x NCCL (plain buffers) for 32 MiB..1 GiB, time <= 0.5x NCCL for
+8 KiB..256 KiB; then #wrong == 0 and bit-identical ranks in every bench file, and the GPU tests
+and compute-sanitizer results where the run has them.
 """
 import argparse
 import glob

@@ -4,26 +4,26 @@
 # tests. Everything lands in $OUT (at most 8 files: the device tool brings back no more).
 #
 # Build here first (scripts/pack_dist.sh puts the binaries and libtilewire into dist/), then on
-# the GPU machine, from the repo root:   OUT=/some/dir scripts/gpu_run.sh [full|quick|sanitize]
-#   full      info, GPU tests, all benches (bf16 sweep, fp16, fp32, in-place, CUDA graph)
-#   quick     info, GPU tests, the bf16 bench
-#   gemm      (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid sweeps
-#   trace     (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
-#   fused     (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance + trace, grid, sanitizer
-#   gemmtune  (nvidia-h200) stream-K plan sweep on the skinny and ragged GEMM shapes
-#   artune    (nvidia-h200-x2) NVLink transport ceilings, one-shot / two-shot all-reduce grids
-#   relay, relaytune, relaydiag, relaygrid, relaypull, relaydiag2, relaydiag3, relaydiag4, alternatives,
-#             acceptance (issue 4's shapes in several processes), fusedtests (tests + a short memcheck)
-#   scale     (nvidia-h200-x4 / -x8) issue 6: info, all-reduce bench, fused scale sweep, tests, memcheck
-#             (nvidia-h200-x2) the relay algorithm's first contact, tuning, diagnosis, grid and
-#             push-vs-pull runs (session 3; their results: bench/results/2026-11-30-s3-h200x2/)
-#   virtual   (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
-#   virtualcheck (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
-#   sanitize  compute-sanitizer memcheck + racecheck on the GPU tests (a second call: together
-#             they do not fit the device tool's 10-minute command limit)
+# the GPU machine, from the repo root:   OUT=/some/dir scripts/gpu_run.sh MODE   (default: full)
+#   full          info, GPU tests, all all-reduce benches (bf16 sweep, fp16, fp32, in-place, CUDA graph)
+#   quick         info, GPU tests, the bf16 all-reduce bench
+#   sanitize      compute-sanitizer memcheck + racecheck on the GPU tests (its own call: with the
+#                 tests and benches it does not fit the device tool's 10-minute command limit)
+#   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid
+#   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
+#                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
+#   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
+#   trace         (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
+#   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
+#   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
+#   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
 # Results are committed under bench/results/ with scripts/collect_results.py.
 set -uo pipefail
 MODE=${1:-full}
+case $MODE in
+  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck) ;;
+  *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
+esac
 OUT=${OUT:-$PWD/gpu-out}
 DIST=${DIST:-$PWD/dist}
 mkdir -p "$OUT"
@@ -94,183 +94,10 @@ if [ "$MODE" = gemm ]; then
   TILEWIRE_GEMM_KERNEL=hook run 100 "$TW" bench gemm -m 512 -n 4096 -k 4096 -R 7
 fi
 
-if [ "$MODE" = probe ]; then
-  # First contact with new kernels: small tests first, each under a short limit, and nothing
-  # heavier runs when the small one fails (a hung mbarrier would otherwise eat the call).
-  header
-  step "Gemm.SmallShapes"
-  if run 90 "$TESTS" --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'; then
-    step "Gemm rest"
-    run 180 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
-    step "bench gemm acceptance"
-    run 200 "$TW" bench gemm --sweep acceptance --json "$OUT/bench_gemm_acceptance.json"
-    step "GemmAllReduce.SmallShapes"
-    if run 90 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; then
-      step "GemmAllReduce rest"
-      run 180 "$TESTS" --gtest_filter='GemmAllReduce.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
-    fi
-  fi
-  step "the other GPU tests"
-  run 200 "$TESTS" --gtest_filter='-Gemm*' --gtest_output=json:"$OUT/gpu_tests.json"
-fi
-
-if [ "$MODE" = gemmtune ]; then
-  # Stream-K plan sweep (nvidia-h200, issue 3): the skinny (M = 128) and ragged-wave shapes under
-  # TILEWIRE_GEMM_STREAMK_PLAN overrides; the bench prints what ran and cuBLASLt's algorithm.
-  step "GEMM tests"
-  run 120 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
-  for p in "" tile=128x128,det=0 tile=128x128,mode=splitk,splits=4 tile=128x128,mode=splitk,splits=4,det=0 \
-           tile=128x128,mode=streamk,det=0 tile=128x64 tile=128x64,det=0 tile=128x64,mode=dp \
-           tile=128x64,mode=splitk,splits=2 tile=128x64,mode=splitk,splits=2,det=0 tile=128x64,mode=streamk,det=0 \
-           tile=128x256,mode=splitk,splits=8,det=0 tile=128x256,mode=streamk,det=0; do
-    step "skinny, streamk plan '$p'"
-    TILEWIRE_GEMM_KERNEL=streamk TILEWIRE_GEMM_STREAMK_PLAN=$p run 60 "$TW" bench gemm --sweep skinny --iters 50 -R 5
-  done
-  step "ragged, hook kernel"
-  TILEWIRE_GEMM_KERNEL=hook run 60 "$TW" bench gemm --sweep ragged --iters 10 -R 5
-  for p in "" det=0 mode=heuristic mode=dp tile=128x128,mode=streamk tile=128x128,mode=streamk,det=0 \
-           swizzle=1 swizzle=2,det=0 raster=n; do
-    step "ragged, streamk plan '$p'"
-    TILEWIRE_GEMM_KERNEL=streamk TILEWIRE_GEMM_STREAMK_PLAN=$p run 60 "$TW" bench gemm --sweep ragged --iters 10 -R 5
-  done
-fi
-
-if [ "$MODE" = artune ]; then
-  # Issue 2 tuning (nvidia-h200-x2): NVLink transport ceilings (SM stores, TMA bulk copies, copy
-  # engines; bench/nvlink_ceiling.cu), one-shot grid at 64K..512K, two-shot grid at 256M..1G.
-  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
-  step "nvlink_ceiling 256 MiB"
-  run 120 "$DIST/bin/nvlink_ceiling" 256
-  for b in 64 128; do for t in 256 512; do
-    step "one-shot blocks $b threads $t"
-    TILEWIRE_ONESHOT_BLOCKS=$b TILEWIRE_ONESHOT_THREADS=$t run 60 "$TW" bench allreduce -b 64K -e 512K -f 2 -d bf16 -n 50
-  done; done
-  for b in 0 66 264; do for t in 256 512; do
-    step "two-shot blocks cap $b threads $t"
-    TILEWIRE_ALLREDUCE_BLOCKS=$b TILEWIRE_ALLREDUCE_THREADS=$t run 90 "$TW" bench allreduce -b 256M -e 1G -f 2 -d bf16 -n 10
-  done; done
-fi
-
-if [ "$MODE" = relay ]; then
-  # First contact with the relay algorithm (nvidia-h200-x2): small fused tests under a short
-  # limit, the rest only when they pass, then the acceptance shapes with relay and exchange.
-  header
-  step "GemmAllReduce.SmallShapes"
-  if run 90 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes'; then
-    step "bench gemm-allreduce acceptance, relay"
-    run 200 "$TW" bench gemm-allreduce --sweep acceptance --algo relay --iters 10 -R 3 --json "$OUT/bench_gar_relay.json"
-    step "bench gemm-allreduce 8192x8192x4096, exchange"
-    run 100 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --algo exchange --iters 10 -R 3
-    step "fused tests"
-    run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
-  fi
-fi
-
-if [ "$MODE" = relaytune ]; then
-  # Relay algorithm tuning (nvidia-h200-x2): who pushes (TILEWIRE_RELAY_CONSUMER_ROWS), swizzle,
-  # on the acceptance shapes (fused path forced), then the fused tests.
-  header
-  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 10 -R 3"
-  for cr in 0 32 64 128; do for sw in 1 4; do
-    step "relay 8192x8192x4096 consumer_rows $cr swizzle $sw"
-    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 8192 -n 8192 -k 4096 --swizzle $sw
-  done; done
-  for cr in 0 64; do
-    step "relay 16384x8192x4096 and 4096x8192x14336, consumer_rows $cr swizzle 4"
-    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 16384 -n 8192 -k 4096 --swizzle 4
-    TILEWIRE_RELAY_CONSUMER_ROWS=$cr run 60 $B -m 4096 -n 8192 -k 14336 --swizzle 4
-  done
-  step "fused tests"
-  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
-  step "fused tests, consumer rows 64"
-  TILEWIRE_RELAY_CONSUMER_ROWS=64 run 240 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes:GemmAllReduce.RepeatedCallsDoNotDrift'
-fi
-
-if [ "$MODE" = relaydiag ]; then
-  # Where the relay kernel's time goes (nvidia-h200-x2): polling backoff, no data (flags only),
-  # SM clocks and power sampled during the runs.
-  header
-  nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw --format=csv,noheader -lms 200 >"$OUT/clocks.csv" 2>&1 &
-  SMI=$!
-  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 5 --swizzle 4 -m 8192 -n 8192 -k 4096"
-  step "relay cr 32"
-  TILEWIRE_RELAY_CONSUMER_ROWS=32 run 60 $B
-  step "relay cr 32, poll 1000 ns"
-  TILEWIRE_RELAY_CONSUMER_ROWS=32 TILEWIRE_RELAY_POLL_NS=1000 run 60 $B
-  step "relay cr 0, no push (C wrong on purpose)"
-  TILEWIRE_RELAY_NO_PUSH=1 run 60 $B
-  step "relay cr 0"
-  run 60 $B
-  step "bench gemm 8192x8192x4096 (hook kernel vs cuBLASLt, GPU 0)"
-  run 60 "$TW" bench gemm -m 8192 -n 8192 -k 4096 -R 7
-  kill $SMI 2>/dev/null
-fi
-
-if [ "$MODE" = relaydiag2 ]; then
-  # Session 4, after the counted steps (nvidia-h200-x2): where the rest of the relay kernel's time
-  # goes (no data at all vs the default), the consumer-row split re-tuned, each in its own process,
-  # and the hook GEMM against cuBLASLt on one GPU for the same shape.
-  header
-  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
-  for cfg in "cr 32" "no-push" "cr 0" "cr 16" "cr 48" "cr 64" "cr 32 again" "no-push again"; do
-    step "relay $cfg"
-    case $cfg in
-      no-push*) TILEWIRE_RELAY_NO_PUSH=1 run 60 $B ;;
-      *) TILEWIRE_RELAY_CONSUMER_ROWS=$(echo $cfg | cut -d' ' -f2) run 60 $B ;;
-    esac
-  done
-  step "bench gemm 8192x8192x4096 (hook kernel vs cuBLASLt, GPU 0)"
-  run 60 "$TW" bench gemm -m 8192 -n 8192 -k 4096 -R 7
-fi
-
-if [ "$MODE" = relaydiag3 ]; then
-  # Session 4 (nvidia-h200-x2): the comm warp's rows in flight (8, 4) with the consumer split, and
-  # one traced call with and without data (no push: C wrong on purpose) to see where the NVLink
-  # stores slow the kernel (mainloop or epilogue).
-  header
-  B="$TW bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096"
-  for cfg in ${RELAY_CFGS:-8:32:0 4:32:0 4:48:0 4:64:0 8:32:0 4:32:0 4:48:0}; do  # inflight:consumer_rows:pace_pct
-    set -- ${cfg//:/ }
-    step "relay inflight $1, consumer rows $2, pace ${3:-0}%"
-    TILEWIRE_RELAY_COMM_INFLIGHT=$1 TILEWIRE_RELAY_CONSUMER_ROWS=$2 TILEWIRE_RELAY_PACE_PCT=${3:-0} run 60 $B
-  done
-  step "traced: default${TRACE_ENV:+ with $TRACE_ENV}"
-  env $TRACE_ENV $B --trace "$OUT/trace_push.json" >>"$LOG" 2>&1
-  if [ "${NOPUSH_TRACE:-1}" = 1 ]; then
-    step "traced: no push"
-    TILEWIRE_RELAY_NO_PUSH=1 run 60 $B --trace "$OUT/trace_nopush.json"
-  fi
-fi
-
-if [ "$MODE" = relaydiag4 ]; then
-  # Session 4 (nvidia-h200-x2): pacing of the comm warp's pushes (TILEWIRE_RELAY_PACE_PCT) on the
-  # acceptance sweep (as `fused` runs it) and on the single headline shape, on the same machine.
-  header
-  for pace in ${PACES:-0 60 70 0 60 70}; do
-    step "acceptance sweep, pace $pace%"
-    TILEWIRE_RELAY_PACE_PCT=$pace run 120 "$TW" bench gemm-allreduce --sweep acceptance --iters 20 -R 5
-    step "8192x8192x4096 alone, pace $pace%"
-    TILEWIRE_RELAY_PACE_PCT=$pace run 60 "$TW" bench gemm-allreduce --algo relay --path fused --chunks 4 --iters 20 -R 7 -m 8192 -n 8192 -k 4096
-  done
-fi
-
-if [ "$MODE" = alternatives ]; then
-  # Issue 4's design alternatives not yet measured with the relay (nvidia-h200-x2), one process
-  # each on 8192x8192x4096: partial precision (owner algorithm: bf16 vs fp32 partials), SMs left
-  # out of the GEMM (reserved_sms), and the three algorithms side by side.
-  header
-  B="$TW bench gemm-allreduce --path fused --chunks 4 --iters 20 -R 5 -m 8192 -n 8192 -k 4096"
-  for a in "--algo relay" "--algo exchange" "--algo owner --partials bf16" "--algo owner --partials fp32" \
-           "--algo relay --reserved-sms 2" "--algo relay --reserved-sms 4" "--algo relay --reserved-sms 8" \
-           "--algo relay --reserved-sms 16" "--algo relay"; do
-    step "alternative: $a"
-    run 60 $B $a
-  done
-fi
-
 if [ "$MODE" = acceptance ]; then
-  # Issue 4's acceptance shapes only (nvidia-h200-x2), in ${PROCS:-6} fresh processes: the spread
-  # of the e/a ratio between processes and machines.
+  # The fused op's acceptance shapes only (nvidia-h200-x2; 8192x8192x4096, 16384x8192x4096,
+  # 4096x8192x14336), in ${PROCS:-6} fresh processes: the spread of the e/a ratio between
+  # processes and machines.
   header
   for i in $(seq 1 ${PROCS:-6}); do
     step "bench gemm-allreduce acceptance, process $i"
@@ -278,21 +105,8 @@ if [ "$MODE" = acceptance ]; then
   done
 fi
 
-if [ "$MODE" = fusedtests ]; then
-  # The fused op's GPU tests and memcheck on the sequential path and B [K, N] tests only
-  # (nvidia-h200-x2): a short check after a host-side fix.
-  header
-  step "fused tests"
-  run 100 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
-  step "memcheck on the sequential-path and B [K, N] tests"
-  TILEWIRE_TIMEOUT_MS=120000 timeout 100 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 \
-    "$TESTS" --gtest_filter='GemmAllReduce.SequentialPath:GemmAllReduce.BLayoutKN' >"$OUT/sanitizer.log" 2>&1
-  echo "memcheck rc=$?" | tee -a "$LOG"
-  grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
-fi
-
 if [ "$MODE" = scale ]; then
-  # Issue 6 (nvidia-h200-x4 / nvidia-h200-x8; not run yet: those kinds were never lent): topology
+  # 4 or 8 GPUs (nvidia-h200-x4 / nvidia-h200-x8; no results under bench/results/ yet): topology
   # and LSA team, the all-reduce bench with NCCL's columns, the fused op on the scale sweep (the
   # 2-GPU grid plus K_local 1024 and 3584), the GPU tests, then memcheck on the small all-reduce
   # and fused tests at this rank count.
@@ -315,32 +129,10 @@ if [ "$MODE" = scale ]; then
   grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
 fi
 
-if [ "$MODE" = relaygrid ]; then
-  # The fused path on issue 4's grid (nvidia-h200-x2), forced, against (b) (c) (d) in the same
-  # run: the data behind gemm_allreduce_prefers_fused().
-  header
-  step "bench gemm-allreduce grid, fused path forced"
-  run 300 "$TW" bench gemm-allreduce --sweep grid --path fused --iters 10 -R 3 --json "$OUT/bench_gar_grid_fused.json"
-  step "bench gemm-allreduce grid, sequential path forced"
-  run 250 "$TW" bench gemm-allreduce --sweep grid --path sequential --chunks 4 --iters 10 -R 3 --json "$OUT/bench_gar_grid_seq.json"
-fi
-
-if [ "$MODE" = relaypull ]; then
-  # Relay: push vs pull of the partials (nvidia-h200-x2), acceptance shapes, then the small tests
-  # in pull mode.
-  header
-  step "pull: small tests"
-  if TILEWIRE_RELAY_PULL=1 run 120 "$TESTS" --gtest_filter='GemmAllReduce.SmallShapes:GemmAllReduce.OddShapes'; then
-    for pl in 0 1; do
-      step "relay pull=$pl, acceptance (fused path)"
-      TILEWIRE_RELAY_PULL=$pl run 120 "$TW" bench gemm-allreduce --sweep acceptance --path fused --chunks 4 --iters 20 -R 5
-    done
-  fi
-fi
-
 if [ "$MODE" = fused ]; then
-  # Issue 4/5 round (nvidia-h200-x2): fused tests, acceptance shapes with a per-tile trace of the
-  # first one, the grid sweep, then compute-sanitizer on the small fused tests.
+  # The fused op (nvidia-h200-x2): fused tests, the acceptance shapes with a per-tile trace of the
+  # first one (then three more processes), the grid sweep, the other GPU tests and the all-reduce
+  # bench, then compute-sanitizer on the small fused tests.
   header
   step "fused tests"
   run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
@@ -352,7 +144,7 @@ if [ "$MODE" = fused ]; then
   done
   step "bench gemm-allreduce grid"
   run 200 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
-  step "the other GPU tests, and the all-reduce bench (issue 2) at this commit"
+  step "the other GPU tests, and the all-reduce bench at this commit"
   run 200 "$TESTS" --gtest_filter='-GemmAllReduce.*:TimeoutDeathTest.Fused*:Trace.*:Gemm.*' \
     --gtest_output=json:"$OUT/gpu_tests_other.json"
   run 200 "$TW" bench allreduce -b 8K -e 1G -f 2 -d bf16 --json "$OUT/bench_allreduce_bf16.json"
@@ -367,7 +159,7 @@ if [ "$MODE" = fused ]; then
 fi
 
 if [ "$MODE" = trace ]; then
-  # Issue 5 (nvidia-h200-x2): the headline shape traced, fused and sequential, with long timings
+  # The tracer (nvidia-h200-x2): the headline shape traced, fused and sequential, with long timings
   # (compiled-out / off / on) so the tracing cost is above the noise.
   export TILEWIRE_TIMEOUT_MS=${TILEWIRE_TIMEOUT_MS:-3000}
   step "tracer GPU tests"
@@ -376,17 +168,6 @@ if [ "$MODE" = trace ]; then
   run 200 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --iters 50 -R 9 --trace "$OUT/trace_8192x8192x4096.json" \
     --plot "$OUT/trace_8192x8192x4096.png" \
     --json "$OUT/bench_gar_8192x8192x4096.json"
-fi
-
-if [ "$MODE" = iter ]; then
-  # Development round: fused-op tests, its acceptance shapes and the grid sweep.
-  header
-  step "fused tests"
-  run 240 "$TESTS" --gtest_filter='GemmAllReduce.*:TimeoutDeathTest.Fused*' --gtest_output=json:"$OUT/gpu_tests_gemm_allreduce.json"
-  step "bench gemm-allreduce acceptance"
-  run 200 "$TW" bench gemm-allreduce --sweep acceptance --json "$OUT/bench_gar_acceptance.json"
-  step "bench gemm-allreduce grid"
-  run 300 "$TW" bench gemm-allreduce --sweep grid --iters 10 -R 3 --json "$OUT/bench_gar_grid.json"
 fi
 
 if [ "$MODE" = full ] || [ "$MODE" = quick ]; then

@@ -10,7 +10,7 @@
 // TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's than 2 bf16
 // ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
-// Measured on nvidia-h200: bench/results/2026-11-30-s2-h200/.
+// Measured on nvidia-h200: bench/results/2026-11-30-s3-h200/ (run02: the figures in README.md), -s2-h200/.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -52,7 +52,7 @@ struct GemmBenchArgs {
 constexpr const char* kUsage =
     "usage: tilewire bench gemm [options]\n"
     "  -m M -n N -k K        one shape (bf16: A [M,K], B per --layout, C [M,N] row-major)\n"
-    "  --sweep NAME          acceptance: the issue-3 shapes (8192^3, 8192x8192x4096, 16384x8192x4096,\n"
+    "  --sweep NAME          acceptance: the five headline shapes (8192^3, 8192x8192x4096, 16384x8192x4096,\n"
     "                        4096x8192x8192, 2048x8192x4096); grid: M {128,512,2048,8192} x N {4096,8192}\n"
     "                        x K {4096,8192}; skinny: the grid's M = 128 shapes; ragged: 4096x8192x8192,\n"
     "                        2048x8192x4096 (ragged last waves)\n"

@@ -165,7 +165,7 @@ TEST(GemmPlan, HookWaves) {
   EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 1);
 }
 
-// The issue-3 grid and the acceptance shapes on 132 SMs: M <= 128 and grids whose last wave is
+// The bench's GEMM grid and acceptance shapes on 132 SMs: M <= 128 and grids whose last wave is
 // mostly empty go to the stream-K kernel; ragged multi-wave grids stay on the hook kernel (plan.hpp).
 TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
   using tw::gemm_impl::use_streamk;

@@ -49,7 +49,8 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // When to leave the hook kernel (H200, 132 SMs, measured):
 //   * M <= 128: one row of 128x256 tiles gives 16-32 tiles for 132 SMs (0.34-0.47x cuBLASLt,
-//     run06); the stream-K kernel with 128x64 tiles (plan_streamk) fills the machine.
+//     bench/results/2026-11-30-s2-h200/run06-gemm); the stream-K kernel with 128x64 tiles
+//     (plan_streamk) fills the machine.
 //   * otherwise the hook kernel runs ceil(waves) full-length waves, the CUTLASS stream-K kernel
 //     ~waves * kStreamKPenalty: its data-parallel mode with the same 128x256 tiles and order took
 //     1.11x the hook kernel's time on 2048x8192x4096 (bench/results/2026-11-30-s3-h200/run01), so
