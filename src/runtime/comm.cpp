@@ -17,6 +17,7 @@
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/version.hpp"
+#include "agreement.hpp"
 #include "nccl_window.hpp"
 #include "virtual_team.hpp"
 
@@ -47,9 +48,10 @@ Window& Window::operator=(Window&& o) noexcept {
 }
 Window::~Window() { reset(); }
 void Window::reset() {
-  // Unwinding from an error: peers may be in another call, and deregistration could wait on
-  // them. Abort the communicator first (the error is fatal to it anyway); memory is still freed.
-  if (comm_ != nullptr && ptr_ != nullptr && !alive_.expired() && std::uncaught_exceptions() > 0) comm_->abort();
+  // Also when unwinding from an exception: an error that wrote nothing (kInvalidArgument) leaves
+  // the communicator usable, and the release is collective as always. A fatal error has aborted
+  // the communicator already (a device fault, run_local's failure path), and the release then
+  // only frees memory. A peer that never releases ends the wait in its bound, not a hang.
   if (comm_ != nullptr && ptr_ != nullptr && !alive_.expired()) comm_->release_window(*this);
   comm_ = nullptr;
   ptr_ = nullptr;
@@ -224,8 +226,11 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
                               : v == "push" ? KernelTuning::Variant::kPush
                                             : KernelTuning::Variant::kAuto;
   }
-  ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_TIMEOUT_MS")) * 1000000ull;
+  const int64_t timeout_ms = cfg.timeout_ms > 0 ? cfg.timeout_ms : env::get_int("TILEWIRE_TIMEOUT_MS");
+  ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, timeout_ms) * 1000000ull;
   ctx_.signal_count = std::max(1, cfg.signal_count);
+
+  agree_on_protocol(cfg);
 
   // GIN device communicator only when some peer is outside the LSA team (and the user allows
   // it). LSA needs none: barriers and signals live in tilewire's control window.
@@ -272,6 +277,44 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
                  ctx_.lsa_rank, ctx_.gin_contexts, sm_count_, max_blocks, control_.bytes());
 }
 
+void Comm::agree_on_protocol(const CommConfig& cfg) {
+  // What every rank's kernels must share (agreement.hpp). The staging size is resolved here the
+  // way the control window is sized below.
+  agreement::Record r = agreement::environment_knobs();
+  auto add = [&](const char* name, const std::string& v) { r.push_back({name, v}); };
+  add("tilewire version", kVersion);
+  add("NCCL headers", nccl_version_string(nccl_header_version()));
+  add("backend", backend_name());
+  add("ranks", std::to_string(ctx_.nranks));
+  add("LSA team size", std::to_string(ctx_.lsa_size));
+  add("SM count (agreed)", std::to_string(sm_count_));
+  add("max blocks", std::to_string(ctx_.max_blocks));
+  add("one-shot blocks", std::to_string(ctx_.oneshot_blocks));
+  add("CommConfig.oneshot_max_bytes", std::to_string(cfg.oneshot_max_bytes));
+  add("CommConfig.signal_count", std::to_string(ctx_.signal_count));
+  add("CommConfig.max_blocks", std::to_string(cfg.max_blocks));
+  add("CommConfig.want_gin", cfg.want_gin ? "1" : "0");
+  add("PDL", tuning_.pdl ? "1" : "0");
+  uint64_t lo = agreement::hash(r), hi = lo;
+  allreduce_host(&lo, 1, HostReduce::kMin);
+  allreduce_host(&hi, 1, HostReduce::kMax);
+  if (lo == hi) return;
+  // Some rank differs: gather every record (fixed-size slots) to say which knob, on every rank.
+  constexpr size_t kSlot = 16384;
+  std::string mine = agreement::encode(r);
+  mine.resize(kSlot, '\0');
+  std::vector<char> all(kSlot * ctx_.nranks);
+  allgather_host(mine.data(), all.data(), kSlot);
+  std::vector<agreement::Record> records;
+  for (int q = 0; q < ctx_.nranks; ++q) records.push_back(agreement::decode(std::string(all.data() + q * kSlot)));
+  std::string why = agreement::first_disagreement(records);
+  if (why.empty()) why = "the protocol records differ (hashes " + std::to_string(lo) + " and " + std::to_string(hi) + ")";
+  throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+              "ranks disagree on the protocol, so their kernels cannot work together: " + why +
+                  ". Give every rank the same TILEWIRE_* environment and CommConfig (and the same tilewire and NCCL "
+                  "builds).");
+}
+
 Comm::~Comm() {
   if (device_ >= 0) cudaSetDevice(device_);
   // No device synchronization: the caller has completed its work on our windows (comm.hpp). The
@@ -284,6 +327,7 @@ Comm::~Comm() {
     }
   }
   // User windows still registered: release them (their Window objects become empty shells).
+  std::lock_guard<std::mutex> lk(windows_mu_);
   const uintptr_t control = reinterpret_cast<uintptr_t>(control_.data());
   for (auto& r : windows_) {
     if (r.base == control) continue;
@@ -393,36 +437,44 @@ Window Comm::alloc_window(size_t bytes) {
   w.dev_ = reg.dev;
   reg.base = reinterpret_cast<uintptr_t>(w.ptr_);
   reg.bytes = size;
-  windows_.push_back(std::move(reg));
+  {
+    std::lock_guard<std::mutex> lk(windows_mu_);
+    windows_.push_back(std::move(reg));
+  }
   return w;
 }
 
 void Comm::release_window(Window& w) noexcept {
-  auto it = std::find_if(windows_.begin(), windows_.end(),
-                         [&](const Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
-  if (it == windows_.end()) return;  // already released by ~Comm
+  Reg reg;
+  {
+    std::lock_guard<std::mutex> lk(windows_mu_);
+    auto it = std::find_if(windows_.begin(), windows_.end(),
+                           [&](const Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
+    if (it == windows_.end()) return;  // already released by ~Comm
+    reg = std::move(*it);
+    windows_.erase(it);  // no longer found by find_window from here on
+  }
   cudaSetDevice(device_);
   if (team_) {
     // Collective: no rank lets go before every rank got here (its work on the window is done).
     if (!aborted_) {
       try {
-        const uint64_t b = it->bytes;
+        const uint64_t b = reg.bytes;
         team_->exchange(ctx_.rank, "release_window", &b, sizeof(b));
       } catch (...) {
         abort();
       }
     }
-    windows_.erase(it);  // the last rank to drop the slab frees it
-    return;
+    return;  // `reg` goes out of scope: the last rank to drop the slab frees it
   }
-  if (!aborted_) ncclCommWindowDeregister(comm_, it->dev.nccl);
-  ncclMemFree(w.ptr_);
-  windows_.erase(it);
+  if (!aborted_) ncclCommWindowDeregister(comm_, reg.dev.nccl);
+  ncclMemFree(reinterpret_cast<void*>(reg.base));
 }
 
 WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const {
   TW_REQUIRE(p != nullptr, kInvalidArgument, std::string(what) + " is null");
   const auto a = reinterpret_cast<uintptr_t>(p);
+  std::lock_guard<std::mutex> lk(windows_mu_);
   for (const Reg& r : windows_) {
     if (r.base == reinterpret_cast<uintptr_t>(control_.data())) continue;
     if (a >= r.base && a < r.base + r.bytes) {
@@ -443,6 +495,9 @@ void Comm::check_fault() const {
   if (fault_host_ == nullptr) return;
   volatile DeviceFault* f = fault_host_;
   if (f->flag != 1) return;
+  // A trapped kernel leaves the CUDA context unusable: the communicator is aborted here, so its
+  // destruction and every later call skip collectives (and cannot wait for peers).
+  const_cast<Comm*>(this)->abort();
   char what[sizeof(f->what) + 1] = {};
   for (size_t i = 0; i < sizeof(f->what); ++i) what[i] = f->what[i];
   throw_error(Errc::kTimeout, __FILE__, __LINE__,

@@ -10,8 +10,10 @@
 namespace tw::env {
 
 static const Var kVars[] = {
-    {"TILEWIRE_TIMEOUT_MS", Type::kInt, "5000",
-     "Bound on every device wait (ms). A wait that exceeds it prints rank/block/what/expected/seen and traps."},
+    {"TILEWIRE_TIMEOUT_MS", Type::kInt, "300000",
+     "Bound on every device wait (ms; CommConfig::timeout_ms overrides). A wait that exceeds it prints "
+     "rank/block/what/expected/seen and traps. Minutes: a peer can be late by tens of seconds in a real job, "
+     "and the diagnostic should come before torch.distributed's 10-minute timeout."},
     {"TILEWIRE_HOST_TIMEOUT_MS", Type::kInt, "300000",
      "Bound on a virtual team's host collectives (ms): a rank that never arrives ends in kTimeout, not a hang."},
     {"TILEWIRE_ONESHOT_MAX_BYTES", Type::kBytes, "256K",

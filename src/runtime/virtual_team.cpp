@@ -104,6 +104,14 @@ std::shared_ptr<void> virtual_slab(int device, size_t bytes) {
 }
 
 void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>& fn, const CommConfig& cfg) {
+  TW_REQUIRE(nranks >= 1 && nranks <= 32, kInvalidArgument,
+             "run_virtual: nranks must be in [1, 32], got " + std::to_string(nranks));
+  const std::vector<CommConfig> per_rank(nranks, cfg);
+  run_virtual(device, per_rank, fn);
+}
+
+void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const std::function<void(Comm&)>& fn) {
+  const int nranks = (int)per_rank.size();
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   TW_REQUIRE(e == cudaSuccess && ndev > 0, kUnsupported,
@@ -133,7 +141,7 @@ void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>&
         TW_CUDA_CHECK(cudaSetDevice(device));
         std::unique_ptr<Comm> comm(new Comm());
         try {
-          comm->init_virtual(team, r, device, cfg);
+          comm->init_virtual(team, r, device, per_rank[r]);
         } catch (...) {
           comm->abort();
           throw;

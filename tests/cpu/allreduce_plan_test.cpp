@@ -103,4 +103,38 @@ TEST(AllReducePlan, AlgoNames) {
   for (const char* bad : {"", "three", "ring", "0", "one shot"}) EXPECT_FALSE(tw::parse_algo(bad).has_value()) << bad;
 }
 
+// reduce_scatter / all_gather: sizes that overflow once multiplied by the ranks, send and recv
+// that overlap (neither op runs in place), and the ordinary rejections, each with its reason.
+TEST(AllReducePlan, ScatterGatherArguments) {
+  using tw::ScatterGather;
+  for (ScatterGather op : {ScatterGather::kReduceScatter, ScatterGather::kAllGather}) {
+    const char* name = op == ScatterGather::kReduceScatter ? "reduce_scatter" : "all_gather";
+    auto check = [&](uintptr_t s, uintptr_t r, size_t n, int P, DType t = DType::kBFloat16) {
+      return tw::check_scatter_gather_args(op, at(s), at(r), n, t, P);
+    };
+    EXPECT_TRUE(check(kSend, kRecv, 1000, 8).ok) << name;
+    EXPECT_TRUE(check(0, 0, 0, 8).ok) << name << ": zero elements: nothing to do, nothing written";
+    const tw::Status over = check(kSend, kRecv, SIZE_MAX / 2 / 4 + 1, 4);
+    EXPECT_FALSE(over.ok) << name;
+    EXPECT_TRUE(contains(over.reason, "overflows")) << over.reason;
+    EXPECT_TRUE(contains(over.reason, name)) << over.reason;
+    // The bigger side is count x ranks elements: recv inside send (reduce-scatter) or send inside
+    // recv (all-gather) overlaps; so does the same pointer.
+    const size_t n = 4096;
+    const uintptr_t inside = op == ScatterGather::kReduceScatter ? kSend + n * 2 : kRecv + n * 2;
+    const tw::Status o1 = op == ScatterGather::kReduceScatter ? check(kSend, inside, n, 4) : check(inside, kRecv, n, 4);
+    EXPECT_FALSE(o1.ok) << name;
+    EXPECT_TRUE(contains(o1.reason, "overlap")) << o1.reason;
+    EXPECT_FALSE(check(kSend, kSend, n, 2).ok) << name << ": in place is refused";
+    // Just past the bigger side: disjoint.
+    const tw::Status ok = op == ScatterGather::kReduceScatter ? check(kSend, kSend + n * 2 * 4, n, 4)
+                                                              : check(kRecv + n * 2 * 4, kRecv, n, 4);
+    EXPECT_TRUE(ok.ok) << name << ": " << ok.reason;
+    EXPECT_FALSE(check(kSend + 8, kRecv, n, 4).ok) << name << ": misaligned send";
+    EXPECT_FALSE(check(kSend, 0, n, 4).ok) << name << ": null recv";
+    EXPECT_FALSE(check(kSend, kRecv, n, 0).ok) << name << ": no ranks";
+    EXPECT_FALSE(check(kSend, kRecv, n, 4, static_cast<DType>(9)).ok) << name << ": unknown dtype";
+  }
+}
+
 }  // namespace

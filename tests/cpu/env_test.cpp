@@ -60,8 +60,9 @@ TEST(EnvTable, CoreKnobs) {
   EXPECT_GE(oneshot, 4096u);
   EXPECT_EQ(oneshot % 16, 0u);
   const int64_t timeout = tw::env::get_int("TILEWIRE_TIMEOUT_MS");
-  EXPECT_GE(timeout, 100) << "a default bound that trips on a healthy run is worse than none";
-  EXPECT_LE(timeout, 600000) << "a hang must end within minutes";
+  EXPECT_GE(timeout, 60000) << "a peer late by tens of seconds (checkpoint, compilation, data loading) must not "
+                                "trip the default bound";
+  EXPECT_LT(timeout, 600000) << "a hang must end within minutes, before torch.distributed's 10-minute timeout";
 }
 
 // Every getter returns the default when unset (or set empty) and honours setenv.

@@ -289,8 +289,14 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
   ov_a.workspace = at(kA);
   bad_k.K_local = 3583;
   null_c.C = nullptr;
-  GemmAllReduceConfig sw, prec, exch;
+  GemmAllReduceConfig sw, prec, exch, ring_no_count, ring_no_events;
   exch.algo = tw::GemmAllReduceAlgo::kExchange;
+  static tw::trace::Event events[4];
+  static unsigned long long counter = 0;
+  ring_no_count.trace.events = events;  // events, but no counter: emits would write through null
+  ring_no_count.trace.capacity = 4;
+  ring_no_events.trace.count = &counter;  // a counter and a capacity, but no events
+  ring_no_events.trace.capacity = 4;
   sw.swizzle = 3;
   prec.partials = static_cast<tw::PartialPrecision>(7);
   const Case cases[] = {
@@ -305,6 +311,8 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
       {"null C", null_c, 2, {}, "C is null"},
       {"swizzle 3", args(64, 64, 64), 2, sw, "swizzle 3"},
       {"unknown partials", args(64, 64, 64), 2, prec, "partial precision"},
+      {"trace ring without a counter", args(64, 64, 64), 2, ring_no_count, "trace ring has events but no counter"},
+      {"trace ring without events", args(64, 64, 64), 2, ring_no_events, "trace ring has a counter"},
   };
   for (const Case& c : cases) {
     const tw::Status s = tw::gemm_allreduce_impl::check_args(c.a, c.P, c.cfg);

@@ -78,6 +78,13 @@ Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_m
 Status can_implement(const Comm& comm, const AllReduceArgs& a);
 void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream);
 
+// Checks of reduce_scatter / all_gather that need no communicator: nulls, alignment, dtype, the
+// size count x element size x nranks without overflow, and send and recv disjoint (neither runs
+// in place). `count` is recv_count (reduce-scatter) or send_count (all-gather).
+enum class ScatterGather { kReduceScatter, kAllGather };
+Status check_scatter_gather_args(ScatterGather op, const void* send, const void* recv, size_t count, DType dtype,
+                                 int nranks);
+
 // send: count*nranks elements in a window; recv: count elements (any device memory).
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype,
                     cudaStream_t stream);

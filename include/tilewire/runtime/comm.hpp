@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -46,6 +47,10 @@ struct CommConfig {
   int signal_count = 1024;  // tw signals available to device code
   int max_blocks = 0;       // 0: 2 x SM count. Bounds the grid of every tilewire kernel.
   bool want_gin = true;     // request GIN contexts when some peer is outside the LSA team
+  // Bound on every device wait, in ms (0: TILEWIRE_TIMEOUT_MS, default 300 000). A peer can be
+  // late by tens of seconds in a real job (a checkpoint, a compilation, data loading), so the
+  // default is minutes; tests that expect a timeout set a short one.
+  int64_t timeout_ms = 0;
 };
 
 class Comm;
@@ -72,12 +77,13 @@ class Window {
   Window& operator=(const Window&) = delete;
   ~Window();
 
-  void* data() const { return ptr_; }
-  template <class T> T* as() const { return static_cast<T*>(ptr_); }
+  // Null once the window is released, or once its communicator is gone (which released it).
+  void* data() const { return valid() ? ptr_ : nullptr; }
+  template <class T> T* as() const { return static_cast<T*>(data()); }
   size_t bytes() const { return bytes_; }
   DevWindow dev() const { return dev_; }            // what kernels take (device/peer.cuh)
   ncclWindow_t nccl_handle() const { return dev_.nccl; }  // null on a virtual team
-  bool valid() const { return ptr_ != nullptr; }
+  bool valid() const { return ptr_ != nullptr && !alive_.expired(); }
   void reset();  // collective: deregister and free now
 
  private:
@@ -115,6 +121,9 @@ class Comm {
   // refused with kUnsupported otherwise.
   static void run_virtual(int device, int nranks, const std::function<void(Comm&)>& fn,
                           const CommConfig& cfg = {});
+  // Same, rank r made with per_rank[r] (nranks = per_rank.size()): for tests of ranks that
+  // disagree; creation fails on every rank when their configurations shape kernels differently.
+  static void run_virtual(int device, std::span<const CommConfig> per_rank, const std::function<void(Comm&)>& fn);
 
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -146,7 +155,8 @@ class Comm {
   // the argument in the message: "send", "recv").
   WindowRef find_window(const void* p, size_t bytes, const char* what) const;
 
-  // After a failed launch/sync: if a device wait timed out, throw kTimeout with its diagnostic.
+  // After a failed launch/sync: if a device wait timed out, abort the communicator and throw
+  // kTimeout with the wait's diagnostic.
   void check_fault() const;
   // Synchronize `stream`; on failure turn a recorded device fault into a tw::Error.
   void sync(cudaStream_t stream) const;
@@ -175,6 +185,7 @@ class Comm {
   void init(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg);
   void init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg);
   void init_common(const CommConfig& cfg, int device_sms);  // everything after the team exists
+  void agree_on_protocol(const CommConfig& cfg);            // every rank's knobs equal, or throw
   void release_window(Window& w) noexcept;
   void reserve_scratch(size_t bytes);
   // One thread per rank: make(r) builds rank r's communicator, fn runs on it; the first failure
@@ -203,7 +214,8 @@ class Comm {
     DevWindow dev;
     std::shared_ptr<void> slab;  // virtual backend: the team's allocation this window is a slice of
   };
-  std::vector<Reg> windows_;
+  std::vector<Reg> windows_;  // guarded by windows_mu_: windows may be made, found and released
+  mutable std::mutex windows_mu_;  // from several host threads
 };
 
 }  // namespace tw

@@ -150,10 +150,9 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   comm.require_usable("reduce_scatter");
   Status st = common_checks(comm, "reduce_scatter");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks());
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (recv_count == 0) return;
-  TW_REQUIRE(send != nullptr && recv != nullptr, kInvalidArgument, "reduce_scatter: send or recv is null");
-  TW_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
-             kInvalidArgument, "reduce_scatter: send and recv must be 16-byte aligned");
   const size_t bytes = recv_count * dtype_size(dtype);
   WindowRef ws = comm.find_window(send, bytes * comm.nranks(), "send");
   dispatch_dtype(dtype, [&](auto tag) {
@@ -171,10 +170,9 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   comm.require_usable("all_gather");
   Status st = common_checks(comm, "all_gather");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks());
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   if (send_count == 0) return;
-  TW_REQUIRE(send != nullptr && recv != nullptr, kInvalidArgument, "all_gather: send or recv is null");
-  TW_REQUIRE(reinterpret_cast<uintptr_t>(send) % 16 == 0 && reinterpret_cast<uintptr_t>(recv) % 16 == 0,
-             kInvalidArgument, "all_gather: send and recv must be 16-byte aligned");
   const size_t bytes = send_count * dtype_size(dtype);
   WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {

@@ -53,4 +53,29 @@ Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_m
   return Status{};
 }
 
+Status check_scatter_gather_args(ScatterGather op, const void* send, const void* recv, size_t count, DType dtype,
+                                 int nranks) {
+  const char* name = op == ScatterGather::kReduceScatter ? "reduce_scatter" : "all_gather";
+  auto bad = [&](const std::string& why) { return fail(std::string(name) + ": " + why); };
+  if (nranks < 1) return bad("communicator has no ranks");
+  if (count == 0) return Status{};  // nothing to do, nothing written
+  if (send == nullptr || recv == nullptr) return bad("send or recv is null");
+  if (dtype != DType::kFloat32 && dtype != DType::kFloat16 && dtype != DType::kBFloat16)
+    return bad("unsupported dtype (supported: float, half, bfloat16)");
+  if (reinterpret_cast<uintptr_t>(send) % 16 != 0 || reinterpret_cast<uintptr_t>(recv) % 16 != 0)
+    return bad("send and recv must be 16-byte aligned");
+  const size_t esize = dtype_size(dtype);
+  if (count > SIZE_MAX / esize / (size_t)nranks)
+    return bad("count " + std::to_string(count) + " x " + std::to_string(esize) + " bytes x " + std::to_string(nranks) +
+               " ranks overflows the address space");
+  const size_t part = count * esize, whole = part * (size_t)nranks;
+  const size_t send_bytes = op == ScatterGather::kReduceScatter ? whole : part;
+  const size_t recv_bytes = op == ScatterGather::kReduceScatter ? part : whole;
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (s < r + recv_bytes && r < s + send_bytes)
+    return bad("send [" + std::to_string(send_bytes) + " bytes] and recv [" + std::to_string(recv_bytes) +
+               " bytes] overlap; it does not run in place: give recv its own buffer");
+  return Status{};
+}
+
 }  // namespace tw

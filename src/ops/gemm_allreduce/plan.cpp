@@ -80,6 +80,11 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
   if (cfg.path != GemmAllReducePath::kAuto && cfg.path != GemmAllReducePath::kFused &&
       cfg.path != GemmAllReducePath::kSequential)
     return fail("unknown path (kAuto, kFused or kSequential)");
+  if (cfg.trace.on() && (cfg.trace.count == nullptr || cfg.trace.capacity == 0))
+    return fail("the trace ring has events but no counter or no capacity (make it with TraceBuffer::ring())");
+  if (!cfg.trace.on() && (cfg.trace.count != nullptr || cfg.trace.capacity != 0))
+    return fail("the trace ring has a counter or a capacity but no events (make it with TraceBuffer::ring(), or "
+                "leave it empty to trace nothing)");
   if (a.workspace == nullptr) return fail("workspace is null (allocate workspace_size() bytes in a window)");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return fail("workspace is not 256-byte aligned");
   const Layout l = layout_for(a, nranks, cfg);
@@ -98,8 +103,9 @@ bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int nranks) {
   // 2 ranks, relay algorithm (bench/results/2026-11-30-s3-h200x2/run09-relay-grid): the fused
   // kernel beats the best of GEMM + NCCL, GEMM + tw::allreduce and chunked overlap at every
   // M >= 2048 of the grid (K_local 4096 and 14336: 1.01-1.44x) and loses at M = 128 and 512
-  // (its 128 x 256 tile grid leaves SMs idle). Other rank counts (exchange/owner kernels) keep
-  // the session-2 rule: M >= 2048 and K_local <= 8192.
+  // (its 128 x 256 tile grid leaves SMs idle). Other rank counts (exchange/owner kernels): the
+  // rule read off the exchange kernel's grid (bench/results/2026-11-30-s2-h200x2/run07-fast-reduce),
+  // M >= 2048 and K_local <= 8192.
   if (nranks == 2) return M >= 2048;
   return M >= 2048 && K_local <= 8192;
 }
