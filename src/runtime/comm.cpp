@@ -315,8 +315,15 @@ void Comm::agree_on_protocol(const CommConfig& cfg) {
                   "builds).");
 }
 
+void Comm::abort_if_context_lost() noexcept {
+  if (aborted_ || stream_ == nullptr) return;
+  const cudaError_t e = cudaStreamQuery(stream_);
+  if (e != cudaSuccess && e != cudaErrorNotReady) abort();  // a sticky error: no collective can complete
+}
+
 Comm::~Comm() {
   if (device_ >= 0) cudaSetDevice(device_);
+  abort_if_context_lost();
   // No device synchronization: the caller has completed its work on our windows (comm.hpp). The
   // barrier makes sure no peer still uses them when they go.
   if (!aborted_ && (comm_ != nullptr || team_ != nullptr)) {
@@ -455,6 +462,7 @@ void Comm::release_window(Window& w) noexcept {
     windows_.erase(it);  // no longer found by find_window from here on
   }
   cudaSetDevice(device_);
+  abort_if_context_lost();
   if (team_) {
     // Collective: no rank lets go before every rank got here (its work on the window is done).
     if (!aborted_) {

@@ -13,6 +13,9 @@
 //                                              do: the wait for a peer's partial ends in the diagnostic
 // The children run on the test team's backend (common.cuh): 2 GPUs, or the virtual team's P ranks
 // on one GPU (TILEWIRE_TEST_VIRTUAL), where the ranks that never arrive are virtual.
+//   TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang  the bound from CommConfig::timeout_ms; after the
+//                                              timeout the communicator is aborted, and its
+//                                              destruction and the exit take seconds
 //   TimeoutDeathTest.OneLaneWaitReturns        lane 0 alone waits (Thread group) on a signal that is
 //                                              already satisfied while its warp's other lanes sit in
 //                                              __syncthreads: it must return, not deadlock
@@ -62,14 +65,14 @@ __global__ void lone_barrier(const __grid_constant__ tw::DevCtx ctx) {
 }
 
 // A child's team: `n` ranks, one per GPU 0..n-1, or the test team's virtual ranks on GPU 0.
-void run_child_team(int n, const std::function<void(tw::Comm&)>& fn) {
+void run_child_team(int n, const std::function<void(tw::Comm&)>& fn, const tw::CommConfig& cfg = {}) {
   if (virtual_ranks() > 0) {
-    tw::Comm::run_virtual(0, std::max(n, virtual_ranks()), fn);
+    tw::Comm::run_virtual(0, std::max(n, virtual_ranks()), fn, cfg);
     return;
   }
   std::vector<int> devs(n);
   std::iota(devs.begin(), devs.end(), 0);
-  tw::Comm::run_local(devs, fn);
+  tw::Comm::run_local(devs, fn, cfg);
 }
 
 // Child body: a communicator over `n` ranks with a 500 ms bound; rank 0 runs `launch` and syncs,
@@ -160,6 +163,46 @@ TEST(TimeoutDeathTest, FusedPeerNeverJoins) {
   EXPECT_EXIT(fused_lone_child(), ::testing::ExitedWithCode(kCaughtTimeout),
               "TIMEOUT.*rank 0 block [0-9]+ thread [0-9]+ " TW_WAITED_500 " in 'gemm_allreduce\\.[a-z_]+' for >= 1, saw 0");
   EXPECT_LT(seconds_since(t0), 15.0);
+}
+
+// ------------------------------------------------ after a timeout, teardown and exit never hang
+// The bound from CommConfig::timeout_ms (no environment); rank 0's wait times out, the
+// communicator is aborted by the fault, and destroying it (run_child_team returning) and exiting
+// take seconds. The other ranks return at once: their teardown must not wait for rank 0.
+enum { kDestroyedAfterTimeout = 7 };
+[[noreturn]] void destroy_after_timeout_child() {
+  alarm(40);
+  unsetenv("TILEWIRE_TIMEOUT_MS");
+  tw::CommConfig cfg;
+  cfg.timeout_ms = 500;
+  bool timed_out = false, aborted = false;
+  try {
+    run_child_team(1, [&](tw::Comm& comm) {
+      if (comm.rank() != 0) return;
+      Stream s;
+      try {
+        wait_unsignalled<<<1, 1, 0, s>>>(comm.dev_ctx(), 7);  // nothing queued behind it: no rendezvous
+        comm.sync(s);
+      } catch (const tw::Error& e) {
+        timed_out = e.code() == tw::Errc::kTimeout;
+        std::fprintf(stderr, "%s\n", e.what());
+      }
+      aborted = comm.aborted();
+    }, cfg);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "after the timeout: %s\n", e.what());
+  }
+  std::fprintf(stderr, "timed out %d, aborted %d, communicator destroyed\n", (int)timed_out, (int)aborted);
+  _exit(timed_out && aborted ? kDestroyedAfterTimeout : kOtherError);
+}
+
+TEST(TimeoutDeathTest, DestroyAfterTimeoutDoesNotHang) {
+  TW_SKIP_UNLESS_GPUS(1);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(destroy_after_timeout_child(), ::testing::ExitedWithCode(kDestroyedAfterTimeout),
+              TW_WAITED_500 " in 'test.never_signalled'.*timed out 1, aborted 1, communicator destroyed");
+  EXPECT_LT(seconds_since(t0), 15.0) << "a 500 ms bound, then an aborted communicator's teardown";
 }
 
 // ---------------------------------------------------------------- a lone lane must not deadlock

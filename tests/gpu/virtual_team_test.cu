@@ -15,6 +15,13 @@
 //                                         get kTimeout naming the collective within the bound
 //   VirtualTeam.FusedBeyondBudgetRefused  a fused GEMM + all-reduce that cannot fit the rank's
 //                                         SM budget is refused with the reason, nothing launched
+//   VirtualTeam.ProtocolDisagreementFails ranks created with different kernel-shaping settings all
+//                                         fail at creation, naming the setting and both values
+//   VirtualTeam.WindowOutlivingItsComm    a Window whose communicator is gone is invalid, with a
+//                                         null data(), and its destruction does nothing
+//   VirtualTeam.RejectedCallKeepsTheComm  a call refused with kInvalidArgument (nothing written),
+//                                         windows released while unwinding from it: the
+//                                         communicator is not aborted and the next call is exact
 #include <chrono>
 #include <thread>
 
@@ -154,6 +161,71 @@ TEST(VirtualTeam, FusedBeyondBudgetRefused) {
     comm.barrier();
   });
   for (int r = 0; r < P; ++r) EXPECT_NE(why[r], "") << "rank " << r << ": can_implement must refuse";
+}
+
+TEST(VirtualTeam, ProtocolDisagreementFails) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = std::max(2, virtual_ranks());
+  std::vector<tw::CommConfig> cfgs(P);
+  cfgs[P - 1].oneshot_max_bytes = 64 << 10;  // the others: 0 (the environment's)
+  std::vector<int> failed(P, 0);
+  std::vector<std::string> why(P);
+  // Creation fails on every rank, so fn never runs; run_virtual rethrows the first failure.
+  EXPECT_TRUE(throws_tw([&] { tw::Comm::run_virtual(0, cfgs, [&](tw::Comm&) { failed[0] = -1; }); },
+                        tw::Errc::kInvalidArgument,
+                        {"disagree on the protocol", "CommConfig.oneshot_max_bytes", "rank 0 has '0'",
+                         ("rank " + std::to_string(P - 1) + " has '65536'").c_str()}));
+  EXPECT_EQ(failed[0], 0) << "no rank may run with a protocol its peers do not share";
+}
+
+TEST(VirtualTeam, WindowOutlivingItsComm) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = std::max(2, virtual_ranks());
+  std::vector<tw::Window> kept(P);
+  std::vector<int> was_valid(P, 0);
+  tw::Comm::run_virtual(0, P, [&](tw::Comm& comm) {
+    kept[comm.rank()] = comm.alloc_window(1 << 20);
+    was_valid[comm.rank()] = kept[comm.rank()].valid() && kept[comm.rank()].data() != nullptr;
+    comm.barrier();
+  });  // every communicator is destroyed here, and with it the windows' memory
+  for (int r = 0; r < P; ++r) {
+    EXPECT_TRUE(was_valid[r]) << "rank " << r;
+    EXPECT_FALSE(kept[r].valid()) << "rank " << r << ": its communicator is gone";
+    EXPECT_EQ(kept[r].data(), nullptr) << "rank " << r;
+    kept[r].reset();  // nothing to release: must not touch the destroyed communicator
+  }
+}
+
+TEST(VirtualTeam, RejectedCallKeepsTheComm) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  const size_t count = 4099;
+  const uint64_t seed = 0xBADA55;
+  std::vector<std::string> wrong(P, "not run");
+  const Bytes want = exact_sum(tw::DType::kFloat32, count, seed, P);
+  run_team([&](tw::Comm& comm) {
+    const int r = comm.rank();
+    Stream s;
+    try {
+      tw::Window scratch = comm.alloc_window(1 << 16);  // released while unwinding (collective)
+      DeviceBuffer plain(64);
+      tw::allreduce(comm, tw::AllReduceArgs{plain.data(), scratch.data(), 16, tw::DType::kFloat32}, s);
+      ADD_FAILURE() << "a send outside every window must be refused";
+    } catch (const tw::Error& e) {
+      EXPECT_EQ(e.code(), tw::Errc::kInvalidArgument) << e.what();
+    }
+    EXPECT_FALSE(comm.aborted()) << "rank " << r << ": a refused call wrote nothing and must not abort";
+    tw::Window send = comm.alloc_window(count * 4), recv = comm.alloc_window(count * 4);
+    fill(send.data(), tw::DType::kFloat32, count, Fill::kSmallInt, seed, r, s);
+    poison(recv.data(), recv.bytes(), s);
+    comm.sync(s);
+    comm.barrier();
+    tw::allreduce(comm, tw::AllReduceArgs{send.data(), recv.data(), count, tw::DType::kFloat32}, s);
+    comm.sync(s);
+    wrong[r] = compare_exact(to_host(recv.data(), count * 4, s), want, tw::DType::kFloat32, count);
+    comm.barrier();
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
 }
 
 }  // namespace

@@ -188,6 +188,9 @@ class Comm {
   void agree_on_protocol(const CommConfig& cfg);            // every rank's knobs equal, or throw
   void release_window(Window& w) noexcept;
   void reserve_scratch(size_t bytes);
+  // A sticky CUDA error (a trapped kernel, a fault) leaves the context unusable: abort, so that
+  // release and teardown skip their collectives instead of waiting for peers in vain.
+  void abort_if_context_lost() noexcept;
   // One thread per rank: make(r) builds rank r's communicator, fn runs on it; the first failure
   // aborts every live communicator (and calls on_fail) and is rethrown after all have joined.
   static void run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& make,
