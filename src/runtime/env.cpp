@@ -53,9 +53,11 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_PULL", Type::kBool, "0",
      "Fused GEMM + all-reduce, relay algorithm: the first rank stores each partial locally and the owner "
      "bulk-loads it over NVLink (1), instead of the first rank storing it into the owner's staging (0)."},
+#ifdef TILEWIRE_BENCH_KERNELS  // a knob that makes C wrong on purpose: measurement builds only
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},
+#endif
     {"TILEWIRE_SEQUENTIAL_GEMM", Type::kString, "cublaslt",
      "GEMM of gemm_allreduce's sequential path (the shapes where the fused kernel does not pay): cublaslt "
      "(loaded at run time; tw::gemm when it cannot be) or tilewire (tw::gemm)."},

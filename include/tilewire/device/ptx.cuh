@@ -2,6 +2,18 @@
 //
 // Each wrapper names its memory semantics and scope in its name. Nothing here is a public
 // contract; use the primitives in peer/signal/barrier/put.cuh.
+//
+// The proxy rule (PTX memory model): TMA and bulk copies (cp.async.bulk, cp.async.bulk.tensor)
+// access memory through the async proxy, plain loads, stores and flag atomics through the
+// generic proxy, and ordering established in one proxy does not carry over to the other by
+// itself. So:
+//   * generic writes, then a bulk copy reads them:   fence.proxy.async (the writer, before the
+//     barrier or flag that hands the data over; for shared memory CUTLASS's tma_store_fence());
+//   * a bulk copy writes, then a flag publishes it:  wait for the copy's writes, then
+//     fence.proxy.async, then the release (bulk_wait_all_writes());
+//   * a flag acquired, then a bulk copy reads what it guards: fence.proxy.async after the
+//     acquire, by every thread that issues the copy (fence_proxy_async_global()).
+// Every such site in tilewire goes through these wrappers.
 #pragma once
 #include <cstdint>
 
@@ -108,9 +120,10 @@ __device__ __forceinline__ void fence_acq_rel_sys() { asm volatile("fence.acq_re
 // Bulk (TMA) copies shared -> global issued by this thread: wait until all of them have
 // completed their writes (not only their reads of shared memory), then order those async-proxy
 // writes before this thread's later generic-proxy accesses (a release flag that publishes them).
+__device__ __forceinline__ void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
 __device__ __forceinline__ void bulk_wait_all_writes() {
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
-  asm volatile("fence.proxy.async.global;" ::: "memory");
+  fence_proxy_async_global();
 }
 
 // Programmatic dependent launch (sm_90): wait until the preceding kernel in the stream has

@@ -129,9 +129,14 @@ struct GemmAllReduceConfig {
   // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
   trace::Ring trace{};
   // Measurement only: run the relay or exchange kernel built without any trace code (trace must
-  // be off), so `tilewire bench gemm-allreduce --trace` can show what tracing-off costs.
+  // be off), so `tilewire bench gemm-allreduce --trace` can show what tracing-off costs. Exists
+  // in the measurement build only (-DTILEWIRE_BENCH_KERNELS=ON; gemm_allreduce_has_untraced_kernels()),
+  // refused with kUnsupported otherwise.
   bool untraced_kernel = false;
 };
+
+// Whether this build carries the kernels without trace code (GemmAllReduceConfig::untraced_kernel).
+bool gemm_allreduce_has_untraced_kernels();
 
 // The kAuto path rule: 2 ranks (relay): fused iff M >= 2048; other rank counts: fused iff
 // M >= 2048 and K_local <= 8192 (measured on 2 x H200: below that M the 128 x 256 tile grid leaves

@@ -148,6 +148,14 @@ bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
 
 }  // namespace
 
+bool gemm_allreduce_has_untraced_kernels() {
+#ifdef TILEWIRE_BENCH_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
 Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
   if (comm.aborted()) return fail("communicator was aborted; create a new one");
   int dev = -1;
@@ -241,7 +249,12 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
   static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
-  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH"), pull = env::get_bool("TILEWIRE_RELAY_PULL");
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");  // measurement build only: C is wrong
+#else
+  constexpr bool no_push = false;
+#endif
+  static const bool pull = env::get_bool("TILEWIRE_RELAY_PULL");
   p.relay_consumer_rows = consumer_rows;
   p.relay_poll_ns = poll_ns;
   static const int comm_inflight = [] {
@@ -253,6 +266,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.relay_pace_pct = pace_pct;
   p.relay_no_push = no_push;
   p.relay_pull = pull;
+  TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
+             "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
   TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
              "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;

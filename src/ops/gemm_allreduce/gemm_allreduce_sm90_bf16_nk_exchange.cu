@@ -20,12 +20,18 @@ static void launch(const LaunchParams& p, cudaStream_t stream) {
                                                     /*workspace=*/nullptr, stream);
 }
 
-// The traced kernel normally; the one without trace code when asked (to measure tracing off).
+// The traced kernel; with TILEWIRE_BENCH_KERNELS (a measurement build) also the one without
+// trace code, when asked (to measure tracing off). The launcher refuses p.untraced otherwise.
 void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream) {
+#ifdef TILEWIRE_BENCH_KERNELS
   static_assert(sizeof(typename GemmX<true>::Kernel::SharedStorage) == sizeof(typename GemmX<false>::Kernel::SharedStorage),
                 "both kernels have the residency the launcher checked");
-  if (p.untraced) launch<false>(p, stream);
-  else launch<true>(p, stream);
+  if (p.untraced) {
+    launch<false>(p, stream);
+    return;
+  }
+#endif
+  launch<true>(p, stream);
 }
 
 }  // namespace tw::gemm_allreduce_impl

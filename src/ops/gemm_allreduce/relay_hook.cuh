@@ -372,6 +372,9 @@ struct RelayHookT {
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, uint32_t(rows * bytes));
     }
     __syncwarp();
+    // Lane 0 acquired the flag through the generic proxy; the bulk loads read through the async
+    // proxy: each issuing lane fences between the two (the proxy rule, ptx.cuh).
+    ptx::fence_proxy_async_global();
     // Pushed partials sit in this rank's staging; pulled ones are loaded from the peer's.
     const char* src = pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), 1 - me) : ws + lay.relay_slot(t);
 #pragma unroll 1

@@ -33,14 +33,20 @@ void launch_kernel(const LaunchParams& p, cudaStream_t stream) {
                                                stream);
 }
 
-// The traced kernel normally; the one without trace code when asked (to measure tracing off).
+// The traced kernel; with TILEWIRE_BENCH_KERNELS (a measurement build) also the one without
+// trace code, when asked (to measure tracing off). The launcher refuses p.untraced otherwise.
 template <BLayout kLayout>
 void launch(const LaunchParams& p, cudaStream_t stream) {
+#ifdef TILEWIRE_BENCH_KERNELS
   static_assert(sizeof(typename Gemm<kLayout, true>::Kernel::SharedStorage) ==
                     sizeof(typename Gemm<kLayout, false>::Kernel::SharedStorage),
                 "both kernels have the residency the launcher checked");
-  if (p.untraced) launch_kernel<kLayout, false>(p, stream);
-  else launch_kernel<kLayout, true>(p, stream);
+  if (p.untraced) {
+    launch_kernel<kLayout, false>(p, stream);
+    return;
+  }
+#endif
+  launch_kernel<kLayout, true>(p, stream);
 }
 
 }  // namespace tw::gemm_allreduce_impl::relay
