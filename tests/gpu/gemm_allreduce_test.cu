@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "gemm_allreduce_cases.hpp"
 #include "gemm_ref.cuh"
 #include "tilewire/ops/gemm_allreduce.hpp"
 
@@ -30,6 +31,8 @@ using tw_test::GemmReference;
 using tw_test::Stream;
 using Algo = tw::GemmAllReduceAlgo;
 using PP = tw::PartialPrecision;
+using tw_test::AlgoCase;
+using tw_test::fused_algos;
 
 constexpr DType kT = DType::kBFloat16;
 constexpr uint64_t kSeedA = 31, kSeedB = 47;
@@ -41,23 +44,6 @@ struct Shape {
     return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (b == BLayout::kKN ? " B[K,N]" : "");
   }
 };
-
-struct AlgoCase {
-  Algo algo;
-  PP partials;
-};
-
-// The fused kernels built for a team of P ranks and B layout `b` (plan.cpp check_args): relay for
-// exactly 2 ranks, exchange for B [N, K] only — both with bf16 partials — and owner with either
-// precision at every P. AlgorithmsPerTeamSize checks that the library accepts exactly these.
-std::vector<AlgoCase> fused_algos(int P, BLayout b) {
-  std::vector<AlgoCase> v;
-  if (P == 2) v.push_back({Algo::kRelay, PP::kBFloat16});
-  if (b == BLayout::kNK) v.push_back({Algo::kExchange, PP::kBFloat16});
-  v.push_back({Algo::kOwner, PP::kBFloat16});
-  v.push_back({Algo::kOwner, PP::kFloat32});
-  return v;
-}
 
 tw::GemmAllReduceConfig fused(AlgoCase c) {
   tw::GemmAllReduceConfig cfg;
