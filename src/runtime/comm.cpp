@@ -444,6 +444,8 @@ Window Comm::alloc_window(size_t bytes) {
   w.dev_ = reg.dev;
   reg.base = reinterpret_cast<uintptr_t>(w.ptr_);
   reg.bytes = size;
+  static std::atomic<uint64_t> next_serial{1};
+  reg.serial = next_serial.fetch_add(1);
   {
     std::lock_guard<std::mutex> lk(windows_mu_);
     windows_.push_back(std::move(reg));
@@ -490,7 +492,7 @@ WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const
                  std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(a - r.base) +
                      " run past the end of its window (" + std::to_string(r.bytes) +
                      " bytes); allocate a larger window or send fewer elements");
-      return WindowRef{r.dev, a - r.base};
+      return WindowRef{r.dev, a - r.base, r.serial};
     }
   }
   throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,

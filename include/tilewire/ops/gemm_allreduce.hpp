@@ -58,9 +58,14 @@
 //     or [K_local, N] (kKN), except that the exchange algorithm is built for kNK only;
 //   * every rank in the LSA team; the same call, shapes and config on every rank, in the same order;
 //   * C inside a window of `comm` (Comm::alloc_window), at the same offset on every rank;
-//   * workspace inside a window at the same offset on every rank, >= workspace_size() bytes,
-//     zero-filled once before its first use and not touched by anything else afterwards (it
-//     keeps the call counter); it must not overlap A, B or C;
+//   * workspace inside a window at the same offset on every rank, >= workspace_size() bytes
+//     for this call, not touched by anything but gemm_allreduce (it keeps the call counter and
+//     the flags); it must not overlap A, B or C. Any sequence of calls may share it — other
+//     shapes, paths, algorithms, partial precisions — with no zeroing by the caller: the
+//     library records what the workspace last held and, when a call's flags cannot trust it
+//     (first use, another layout, the sequential path's partial left in it, the first call of a
+//     CUDA-graph capture), re-initializes the flags on every rank between two LSA barriers
+//     first (src/ops/gemm_allreduce/reinit.cu);
 //   * residency: the persistent grid must be co-resident on the GPU (a CTA that never starts
 //     would leave its peers waiting): the launcher sizes the grid from
 //     cudaOccupancyMaxActiveClusters and refuses when the kernel does not fit at all. Do not run

@@ -99,6 +99,7 @@ class Window {
 struct WindowRef {
   DevWindow win{};
   size_t offset = 0;  // byte offset of the pointer within the window
+  uint64_t serial = 0;  // unique to this allocation in the process (never reused): keys per-window state
 };
 
 enum class HostReduce { kSum, kMin, kMax };
@@ -216,6 +217,7 @@ class Comm {
     size_t bytes;
     DevWindow dev;
     std::shared_ptr<void> slab;  // virtual backend: the team's allocation this window is a slice of
+    uint64_t serial = 0;         // WindowRef::serial
   };
   std::vector<Reg> windows_;  // guarded by windows_mu_: windows may be made, found and released
   mutable std::mutex windows_mu_;  // from several host threads

@@ -146,6 +146,58 @@ bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
   return true;
 }
 
+// What a workspace last held, per rank (the host's record: every rank makes the same calls, so
+// every rank's record says the same). A fused call whose layout differs from the record — or
+// after the sequential path wrote its partial into the workspace, or on the workspace's first
+// use, or first in a CUDA-graph capture (a replay starts from whatever the last replay left) —
+// re-initializes the flags first (reinit.cu). Keyed by the window's allocation serial, never
+// reused, and the workspace's offset in it.
+constexpr uint64_t kHeldSequential = 1;  // the sequential path's partial, not flags
+struct WorkspaceRecord {
+  uint64_t held = 0;               // layout signature of the last fused call, or kHeldSequential
+  unsigned long long capture = 0;  // the capture that recorded it (0: none)
+};
+std::mutex ws_mu;
+std::map<std::pair<uint64_t, size_t>, WorkspaceRecord> ws_records;
+
+uint64_t layout_signature(const Layout& l) {
+  const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P,
+                        (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes,
+                        l.arrive_off, l.done_off, l.staging_off, l.peer_done_off, l.total};
+  uint64_t h = 1469598103934665603ull;
+  for (uint64_t x : v)
+    for (int b = 0; b < 8; ++b) h = (h ^ ((x >> (8 * b)) & 0xFF)) * 1099511628211ull;
+  return h < 2 ? h + 2 : h;  // 0 and 1 mean "nothing" and "sequential"
+}
+
+// The capture `stream` is recording into, or 0.
+unsigned long long capture_id(cudaStream_t stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  TW_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &st, &id));
+  return st == cudaStreamCaptureStatusActive ? id : 0;
+}
+
+// Records that the workspace now holds `held`; returns whether the flags must be re-initialized
+// first (and whether this is its first use: the header too).
+bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool* first_use) {
+  const unsigned long long cap = capture_id(stream);
+  std::lock_guard<std::mutex> lk(ws_mu);
+  auto [it, fresh] = ws_records.try_emplace({w.serial, w.offset});
+  WorkspaceRecord& r = it->second;
+  *first_use = fresh;
+  const bool reinit = fresh || r.held != held || (cap != 0 && r.capture != cap);
+  r.held = held;
+  r.capture = cap;
+  return reinit;
+}
+
+// After a failed call: the next one re-initializes, whatever this one left.
+void forget(const WindowRef& w) {
+  std::lock_guard<std::mutex> lk(ws_mu);
+  ws_records.erase({w.serial, w.offset});
+}
+
 }  // namespace
 
 bool gemm_allreduce_has_untraced_kernels() {
@@ -195,8 +247,11 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     GemmArgs g = gemm_allreduce_impl::as_gemm_args(a);
     const gemm_allreduce_impl::Layout lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
     const size_t c_bytes = (size_t)a.M * a.N * dtype_size(a.dtype);
-    if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm)))
+    if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm))) {
       g.C = static_cast<char*>(a.workspace) + lay.staging_off;
+      bool first = false;  // the next fused call on this workspace re-initializes its flags
+      (void)must_reinit(comm.find_window(a.workspace, lay.total, "workspace"), kHeldSequential, stream, &first);
+    }
     // On a virtual team the GEMM must keep to the rank's SM budget: a stream-K GEMM's CTAs wait
     // for each other, and could not all start while peers' all-reduce CTAs spin on the other
     // SMs (measured: cuBLASLt + one-shot deadlocked at 3 to 8 virtual ranks). cuBLASLt sizes its
@@ -246,6 +301,17 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.c_win = wc.win, p.c_off = wc.offset;
   p.ws_win = ww.win, p.ws_off = ww.offset;
   p.ws = a.workspace;
+  bool first_use = false;
+  if (must_reinit(ww, layout_signature(p.lay), stream, &first_use)) {
+    try {
+      gemm_allreduce_impl::launch_reinit(p.ctx, static_cast<char*>(a.workspace), p.lay, first_use, stream);
+      comm.launched("gemm_allreduce reinit");
+    } catch (...) {
+      forget(ww);
+      comm.check_fault();
+      throw;
+    }
+  }
   // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
   static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
@@ -277,6 +343,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     launch(algo, a.b_layout, p, stream);
     comm.launched("gemm_allreduce launch");
   } catch (...) {
+    forget(ww);
     comm.check_fault();
     throw;
   }

@@ -52,6 +52,10 @@ void fill_common_hook_fields(Hook& h, const LaunchParams& p) {
   h.ring = p.ring;
 }
 
+// Zero the workspace's flag section (and the header on first use) between two LSA barriers,
+// before a call whose flags the workspace's last use cannot vouch for (reinit.cu).
+void launch_reinit(const DevCtx& ctx, char* ws, const Layout& lay, bool first_use, cudaStream_t stream);
+
 // Clusters of each fused kernel that can be resident at once on the current device
 // (cudaOccupancyMaxActiveClusters; 0: it does not fit), and its launch. Owner algorithm
 // (owner_launch.cuh; gemm_allreduce_sm90_bf16_{nk,kn}.cu):
