@@ -36,7 +36,7 @@ using namespace tw_test;
 namespace dev = tw::dev;
 
 // How a child ended.
-enum ChildExit { kCaughtTimeout = 3, kOtherError = 4, kWaitReturned = 5, kSetupFailed = 6, kHung = 9 };
+enum ChildExit { kCaughtTimeout = 3, kOtherError = 4, kWaitReturned = 5, kSetupFailed = 6, kDestroyedAfterTimeout = 7, kHung = 9 };
 
 __global__ void wait_unsignalled(const __grid_constant__ tw::DevCtx ctx, int sig) {
   dev::wait_signal(dev::Thread{}, ctx, sig, 1, cuda::memory_order_acquire, "test.never_signalled");
@@ -169,7 +169,6 @@ TEST(TimeoutDeathTest, FusedPeerNeverJoins) {
 // The bound from CommConfig::timeout_ms (no environment); rank 0's wait times out, the
 // communicator is aborted by the fault, and destroying it (run_child_team returning) and exiting
 // take seconds. The other ranks return at once: their teardown must not wait for rank 0.
-enum { kDestroyedAfterTimeout = 7 };
 [[noreturn]] void destroy_after_timeout_child() {
   alarm(40);
   unsetenv("TILEWIRE_TIMEOUT_MS");
