@@ -150,15 +150,18 @@ bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
 // every rank's record says the same). A fused call whose layout differs from the record — or
 // after the sequential path wrote its partial into the workspace, or on the workspace's first
 // use, or first in a CUDA-graph capture (a replay starts from whatever the last replay left) —
-// re-initializes the flags first (reinit.cu). Keyed by the window's allocation serial, never
-// reused, and the workspace's offset in it.
+// re-initializes the flags first (reinit.cu). Keyed by the window's allocation serial (never
+// reused); the workspace's offset in the window is part of what it held, so calls that move the
+// workspace within one window re-initialize too (another offset's data may cover these flags).
 constexpr uint64_t kHeldSequential = 1;  // the sequential path's partial, not flags
 struct WorkspaceRecord {
   uint64_t held = 0;               // layout signature of the last fused call, or kHeldSequential
+  size_t offset = 0;               // where in the window the workspace was
+  bool header_ok = false;          // its header at `offset` was initialized (by a re-initialization)
   unsigned long long capture = 0;  // the capture that recorded it (0: none)
 };
 std::mutex ws_mu;
-std::map<std::pair<uint64_t, size_t>, WorkspaceRecord> ws_records;
+std::map<uint64_t, WorkspaceRecord> ws_records;
 
 uint64_t layout_signature(const Layout& l) {
   const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P,
@@ -178,16 +181,21 @@ unsigned long long capture_id(cudaStream_t stream) {
   return st == cudaStreamCaptureStatusActive ? id : 0;
 }
 
-// Records that the workspace now holds `held`; returns whether the flags must be re-initialized
-// first (and whether this is its first use: the header too).
-bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool* first_use) {
+// Records that the workspace now holds `held`; returns whether its flags must be re-initialized
+// before a fused call, and in *first_use whether its header must be too (never initialized at
+// this offset). `reinits`: the caller runs the re-initialization when told to (the fused path);
+// the sequential path only records what it leaves.
+bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool reinits, bool* first_use) {
   const unsigned long long cap = capture_id(stream);
   std::lock_guard<std::mutex> lk(ws_mu);
-  auto [it, fresh] = ws_records.try_emplace({w.serial, w.offset});
+  auto [it, fresh] = ws_records.try_emplace(w.serial);
   WorkspaceRecord& r = it->second;
-  *first_use = fresh;
-  const bool reinit = fresh || r.held != held || (cap != 0 && r.capture != cap);
+  if (fresh || r.offset != w.offset) r.header_ok = false;
+  *first_use = !r.header_ok;
+  const bool reinit = !r.header_ok || r.held != held || (cap != 0 && r.capture != cap);
+  if (reinits && reinit) r.header_ok = true;
   r.held = held;
+  r.offset = w.offset;
   r.capture = cap;
   return reinit;
 }
@@ -195,7 +203,7 @@ bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool* f
 // After a failed call: the next one re-initializes, whatever this one left.
 void forget(const WindowRef& w) {
   std::lock_guard<std::mutex> lk(ws_mu);
-  ws_records.erase({w.serial, w.offset});
+  ws_records.erase(w.serial);
 }
 
 }  // namespace
@@ -250,7 +258,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm))) {
       g.C = static_cast<char*>(a.workspace) + lay.staging_off;
       bool first = false;  // the next fused call on this workspace re-initializes its flags
-      (void)must_reinit(comm.find_window(a.workspace, lay.total, "workspace"), kHeldSequential, stream, &first);
+      (void)must_reinit(comm.find_window(a.workspace, lay.total, "workspace"), kHeldSequential, stream, false, &first);
     }
     // On a virtual team the GEMM must keep to the rank's SM budget: a stream-K GEMM's CTAs wait
     // for each other, and could not all start while peers' all-reduce CTAs spin on the other
@@ -302,7 +310,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.ws_win = ww.win, p.ws_off = ww.offset;
   p.ws = a.workspace;
   bool first_use = false;
-  if (must_reinit(ww, layout_signature(p.lay), stream, &first_use)) {
+  if (must_reinit(ww, layout_signature(p.lay), stream, true, &first_use)) {
     try {
       gemm_allreduce_impl::launch_reinit(p.ctx, static_cast<char*>(a.workspace), p.lay, first_use, stream);
       comm.launched("gemm_allreduce reinit");
