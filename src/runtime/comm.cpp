@@ -67,16 +67,20 @@ ncclUniqueId Comm::unique_id() {
   return id;
 }
 
-std::unique_ptr<Comm> Comm::create(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg) {
-  TW_REQUIRE(nranks >= 1, kInvalidArgument, "nranks must be >= 1, got " + std::to_string(nranks));
-  TW_REQUIRE(rank >= 0 && rank < nranks, kInvalidArgument,
-             "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+void Comm::require_device(int device) {
   int ndev = 0;
   cudaError_t e = cudaGetDeviceCount(&ndev);
   TW_REQUIRE(e == cudaSuccess && ndev > 0, kUnsupported,
              std::string("no CUDA GPU: ") + (e == cudaSuccess ? "no device visible" : cudaGetErrorString(e)));
   TW_REQUIRE(device >= 0 && device < ndev, kInvalidArgument,
              "device " + std::to_string(device) + " is outside the " + std::to_string(ndev) + " visible GPUs");
+}
+
+std::unique_ptr<Comm> Comm::create(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg) {
+  TW_REQUIRE(nranks >= 1, kInvalidArgument, "nranks must be >= 1, got " + std::to_string(nranks));
+  TW_REQUIRE(rank >= 0 && rank < nranks, kInvalidArgument,
+             "rank " + std::to_string(rank) + " is outside [0, " + std::to_string(nranks) + ")");
+  require_device(device);
   std::unique_ptr<Comm> c(new Comm());
   try {
     c->init(id, rank, nranks, device, cfg);

@@ -112,12 +112,7 @@ void Comm::run_virtual(int device, int nranks, const std::function<void(Comm&)>&
 
 void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const std::function<void(Comm&)>& fn) {
   const int nranks = (int)per_rank.size();
-  int ndev = 0;
-  cudaError_t e = cudaGetDeviceCount(&ndev);
-  TW_REQUIRE(e == cudaSuccess && ndev > 0, kUnsupported,
-             std::string("no CUDA GPU: ") + (e == cudaSuccess ? "no device visible" : cudaGetErrorString(e)));
-  TW_REQUIRE(device >= 0 && device < ndev, kInvalidArgument,
-             "device " + std::to_string(device) + " is outside the " + std::to_string(ndev) + " visible GPUs");
+  require_device(device);
   TW_REQUIRE(nranks >= 1 && nranks <= 32, kInvalidArgument,
              "run_virtual: nranks must be in [1, 32], got " + std::to_string(nranks));
   // The ranks' streams must not share a hardware work queue: a queue runs its commands in order, so

@@ -189,6 +189,7 @@ class Comm {
   void agree_on_protocol(const CommConfig& cfg);            // every rank's knobs equal, or throw
   void release_window(Window& w) noexcept;
   void reserve_scratch(size_t bytes);
+  static void require_device(int device);  // a visible CUDA device, or kUnsupported / kInvalidArgument
   // A sticky CUDA error (a trapped kernel, a fault) leaves the context unusable: abort, so that
   // release and teardown skip their collectives instead of waiting for peers in vain.
   void abort_if_context_lost() noexcept;
