@@ -21,7 +21,8 @@ __device__ __forceinline__ T* lsa_ptr(const DevCtx& ctx, const DevWindow& w, siz
 // This rank's own copy: lsa_ptr(ctx, w, offset, ctx.lsa_rank).
 template <class T = void>
 __device__ __forceinline__ T* local_ptr(const DevCtx& ctx, const DevWindow& w, size_t offset);
-// Address of this rank's signal `index` on LSA peer `lsa_peer`.
+// Address of this rank's signal `index` on LSA peer `lsa_peer`. Debug builds trap when index is
+// outside [0, ctx.signal_count).
 __device__ __forceinline__ uint64_t* signal_ptr(const DevCtx& ctx, int index, int lsa_peer);
 
 }  // namespace tw::dev

@@ -30,6 +30,13 @@ __device__ __forceinline__ T* local_ptr(const DevCtx& ctx, const DevWindow& w, s
 }
 
 __device__ __forceinline__ uint64_t* signal_ptr(const DevCtx& ctx, int index, int lsa_peer) {
+#ifdef TILEWIRE_DEVICE_DEBUG
+  if (index < 0 || index >= ctx.signal_count) {
+    printf("tilewire: rank %d block %d: signal index %d is outside [0, %d) (CommConfig::signal_count)\n", ctx.rank,
+           (int)blockIdx.x, index, ctx.signal_count);
+    __trap();
+  }
+#endif
   return lsa_ptr<uint64_t>(ctx, ctx.control, ctx.signal_offset + sizeof(uint64_t) * (size_t)index, lsa_peer);
 }
 
