@@ -17,11 +17,15 @@
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
+#   hardening     (nvidia-h200) the hardening checks: the workspace-reuse test on the code before its
+#                 fix (DIST_BEFORE, built by scripts/pack_dist.sh in a worktree of that commit; it
+#                 must fail there, which is not counted as a failure), then the new tests at
+#                 P = 1, 2, 3, 4, 8 virtual ranks and memcheck on them at P = 4
 # Results are committed under bench/results/ with scripts/collect_results.py.
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck) ;;
+  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -64,6 +68,28 @@ if [ "$MODE" = virtual ]; then
     TILEWIRE_TEST_VIRTUAL=$p run "${VIRTUAL_LIMIT:-300}" "$TESTS" --gtest_filter="${VIRTUAL_FILTER:-*}" \
       --gtest_output=json:"$OUT/gpu_tests_virtual_p$p.json"
   done
+fi
+
+if [ "$MODE" = hardening ]; then
+  header
+  NEW_TESTS='GemmAllReduceReuse.*:VirtualTeam.*:TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang'
+  if [ -x "${DIST_BEFORE:-/nonexistent}/bin/tilewire_gpu_tests" ]; then
+    for p in 2 4; do
+      step "the workspace-reuse test on the code before the fix ($(cat "$DIST_BEFORE/COMMIT" 2>/dev/null)), $p virtual ranks: expected to FAIL"
+      LD_LIBRARY_PATH=$DIST_BEFORE/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 240 \
+        "$DIST_BEFORE/bin/tilewire_gpu_tests" --gtest_filter='GemmAllReduceReuse.*' >>"$LOG" 2>&1
+      echo "=== before the fix, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
+    done
+  else
+    step "no DIST_BEFORE: the before-the-fix run is skipped"
+  fi
+  for p in ${VIRTUAL_P:-1 2 3 4 8}; do
+    step "the new tests, $p virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=$p run 240 "$TESTS" --gtest_filter="$NEW_TESTS" --gtest_output=json:"$OUT/gpu_tests_hardening_p$p.json"
+  done
+  step "memcheck on the new tests, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter="GemmAllReduceReuse.*:VirtualTeam.*"
 fi
 
 if [ "$MODE" = virtualcheck ]; then
