@@ -17,10 +17,11 @@
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
-#   hardening     (nvidia-h200) the hardening checks: the workspace-reuse test on the code before its
-#                 fix (DIST_BEFORE, built by scripts/pack_dist.sh in a worktree of that commit; it
-#                 must fail there, which is not counted as a failure), then the new tests at
-#                 P = 1, 2, 3, 4, 8 virtual ranks and memcheck on them at P = 4
+#   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
+#                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
+#                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
+#                 is not counted as a failure), the new tests at P = 1, 2, 3, 4, 8 virtual ranks,
+#                 memcheck on them at P = 4, the small all-reduce without and with call ordering
 # Results are committed under bench/results/ with scripts/collect_results.py.
 set -uo pipefail
 MODE=${1:-full}
@@ -72,24 +73,37 @@ fi
 
 if [ "$MODE" = hardening ]; then
   header
-  NEW_TESTS='GemmAllReduceReuse.*:VirtualTeam.*:TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang'
-  if [ -x "${DIST_BEFORE:-/nonexistent}/bin/tilewire_gpu_tests" ]; then
+  NEW_TESTS='GemmAllReduceReuse.*:MultiStream.*:CallCheck.*:VirtualTeam.*:TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang:TimeoutDeathTest.FailedRankEndsPeersWaits'
+  # A regression test on the code before its fix (a dist built by scripts/pack_dist.sh in a
+  # worktree of that commit): it must fail there, which is not counted as a failure.
+  before() {  # before <dist> <gtest filter>
+    [ -x "$1/bin/tilewire_gpu_tests" ] || { step "no $1: the before-the-fix run of $2 is skipped"; return; }
     for p in 2 4; do
-      step "the workspace-reuse test on the code before the fix ($(cat "$DIST_BEFORE/COMMIT" 2>/dev/null)), $p virtual ranks: expected to FAIL"
-      LD_LIBRARY_PATH=$DIST_BEFORE/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 240 \
-        "$DIST_BEFORE/bin/tilewire_gpu_tests" --gtest_filter='GemmAllReduceReuse.*' >>"$LOG" 2>&1
+      step "$2 on the code before the fix ($(cat "$1/COMMIT" 2>/dev/null)), $p virtual ranks: expected to FAIL"
+      LD_LIBRARY_PATH=$1/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 120 \
+        "$1/bin/tilewire_gpu_tests" --gtest_filter="$2" >>"$LOG" 2>&1
       echo "=== before the fix, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
     done
-  else
-    step "no DIST_BEFORE: the before-the-fix run is skipped"
-  fi
+  }
+  before "${DIST_BEFORE:-/nonexistent}" 'GemmAllReduceReuse.*'
+  before "${DIST_BEFORE_STREAMS:-/nonexistent}" 'MultiStream.*'
   for p in ${VIRTUAL_P:-1 2 3 4 8}; do
     step "the new tests, $p virtual ranks"
     TILEWIRE_TEST_VIRTUAL=$p run 240 "$TESTS" --gtest_filter="$NEW_TESTS" --gtest_output=json:"$OUT/gpu_tests_hardening_p$p.json"
   done
   step "memcheck on the new tests, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter="GemmAllReduceReuse.*:VirtualTeam.*"
+    --error-exitcode 9 "$TESTS" --gtest_filter="GemmAllReduceReuse.*:MultiStream.*:CallCheck.*:VirtualTeam.*"
+  if [ -x "${DIST_BEFORE_STREAMS:-/nonexistent}/bin/tilewire" ]; then
+    # What ordering calls across streams costs per call (an event record, two stream queries):
+    # the small all-reduce on this GPU's one rank (PDL on), without and with it, alternating.
+    for i in 1 2; do
+      for d in "$DIST_BEFORE_STREAMS" "$DIST"; do
+        step "bench allreduce 8K..256K, 1 rank, $(cat "$d/COMMIT")"
+        LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 60 "$d/bin/tilewire" bench allreduce -b 8K -e 256K -f 4
+      done
+    done
+  fi
 fi
 
 if [ "$MODE" = virtualcheck ]; then

@@ -23,6 +23,25 @@
 
 namespace tw {
 
+template <class F>
+ncclResult_t Comm::nccl_call(F&& f) noexcept {
+  std::lock_guard<std::mutex> lk(nccl_mu_);
+  if (aborted_) return ncclInvalidUsage;
+  const ncclResult_t r = f();
+  if (abort_requested_) abort_locked();
+  return r;
+}
+
+namespace {
+// An NCCL call made through nccl_call: an aborted communicator is kState, not an NCCL error.
+void nccl_check(const Comm& c, ncclResult_t r, const char* expr, const char* file, int line) {
+  if (r == ncclSuccess) return;
+  if (c.aborted()) throw_error(Errc::kState, file, line, std::string(expr) + ": the communicator was aborted; create a new one");
+  throw_nccl((int)r, expr, file, line);
+}
+}  // namespace
+#define TW_NCCL_CALL(expr) nccl_check(*this, nccl_call([&] { return (expr); }), #expr, __FILE__, __LINE__)
+
 namespace {
 constexpr size_t kAlign = NCCL_WIN_REQUIRED_ALIGNMENT;
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
@@ -122,8 +141,8 @@ void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& m
     if (!first) first = e;
     failed = true;
     on_fail();
-    for (Comm* c : live)
-      if (c) c->abort();
+    for (Comm* c : live)  // other ranks' communicators, owned by other threads
+      if (c) c->request_abort();
   };
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r) {
@@ -185,6 +204,7 @@ void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device,
 
 void Comm::init_common(const CommConfig& cfg, int device_sms) {
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  TW_CUDA_CHECK(cudaEventCreateWithFlags(&last_call_, cudaEventDisableTiming));
   // Agree on the SM count (the grid of every kernel, and so the barrier indices, must match).
   {
     uint64_t v = (uint64_t)device_sms;
@@ -244,7 +264,7 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
     std::memset(&reqs, 0, sizeof(reqs));
     reqs.ginContextCount = 1;
     reqs.ginSignalCount = ctx_.signal_count;
-    TW_NCCL_CHECK(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
+    TW_NCCL_CALL(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
     devcomm_made_ = true;
     ctx_.gin_contexts = (int)ctx_.comm.ginContextCount;
   }
@@ -281,6 +301,46 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
                  ctx_.lsa_rank, ctx_.gin_contexts, sm_count_, max_blocks, control_.bytes());
 }
 
+void Comm::agree_on_call(const char* op, std::initializer_list<CallField> fields) {
+  if (!check_calls_) return;
+  agreement::Record r{{"op", op}};
+  for (const CallField& f : fields) r.push_back({f.name, f.value});
+  // Host collectives inside a stream capture: relaxed mode lets this thread synchronize the
+  // library's own (uncaptured) stream without invalidating the capture.
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  TW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  std::string why;
+  try {
+    why = first_difference(r);
+  } catch (...) {
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    throw;
+  }
+  TW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
+  if (!why.empty())
+    throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+                std::string(op) + ": ranks made different calls (TILEWIRE_CHECK_CALLS): " + why +
+                    ". Every rank must make the same calls in the same order, with buffers at the same offsets of the "
+                    "same windows; nothing was enqueued");
+}
+
+std::string Comm::first_difference(const std::vector<agreement::Knob>& r) {
+  uint64_t lo = agreement::hash(r), hi = lo;
+  allreduce_host(&lo, 1, HostReduce::kMin);
+  allreduce_host(&hi, 1, HostReduce::kMax);
+  if (lo == hi) return "";
+  // Some rank differs: gather every record (fixed-size slots) to say what, on every rank.
+  constexpr size_t kSlot = 16384;
+  std::string mine = agreement::encode(r);
+  mine.resize(kSlot, '\0');
+  std::vector<char> all(kSlot * ctx_.nranks);
+  allgather_host(mine.data(), all.data(), kSlot);
+  std::vector<agreement::Record> records;
+  for (int q = 0; q < ctx_.nranks; ++q) records.push_back(agreement::decode(std::string(all.data() + q * kSlot)));
+  std::string why = agreement::first_disagreement(records);
+  return why.empty() ? "the records differ (hashes " + std::to_string(lo) + " and " + std::to_string(hi) + ")" : why;
+}
+
 void Comm::agree_on_protocol(const CommConfig& cfg) {
   // What every rank's kernels must share (agreement.hpp). The staging size is resolved here the
   // way the control window is sized below.
@@ -299,20 +359,11 @@ void Comm::agree_on_protocol(const CommConfig& cfg) {
   add("CommConfig.max_blocks", std::to_string(cfg.max_blocks));
   add("CommConfig.want_gin", cfg.want_gin ? "1" : "0");
   add("PDL", tuning_.pdl ? "1" : "0");
-  uint64_t lo = agreement::hash(r), hi = lo;
-  allreduce_host(&lo, 1, HostReduce::kMin);
-  allreduce_host(&hi, 1, HostReduce::kMax);
-  if (lo == hi) return;
-  // Some rank differs: gather every record (fixed-size slots) to say which knob, on every rank.
-  constexpr size_t kSlot = 16384;
-  std::string mine = agreement::encode(r);
-  mine.resize(kSlot, '\0');
-  std::vector<char> all(kSlot * ctx_.nranks);
-  allgather_host(mine.data(), all.data(), kSlot);
-  std::vector<agreement::Record> records;
-  for (int q = 0; q < ctx_.nranks; ++q) records.push_back(agreement::decode(std::string(all.data() + q * kSlot)));
-  std::string why = agreement::first_disagreement(records);
-  if (why.empty()) why = "the protocol records differ (hashes " + std::to_string(lo) + " and " + std::to_string(hi) + ")";
+  const std::string why = first_difference(r);
+  if (why.empty()) {
+    check_calls_ = env::get_bool("TILEWIRE_CHECK_CALLS");  // agreed: it is in the record
+    return;
+  }
   throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
               "ranks disagree on the protocol, so their kernels cannot work together: " + why +
                   ". Give every rank the same TILEWIRE_* environment and CommConfig (and the same tilewire and NCCL "
@@ -327,6 +378,7 @@ void Comm::abort_if_context_lost() noexcept {
 
 Comm::~Comm() {
   if (device_ >= 0) cudaSetDevice(device_);
+  if (abort_requested_) abort();
   abort_if_context_lost();
   // No device synchronization: the caller has completed its work on our windows (comm.hpp). The
   // barrier makes sure no peer still uses them when they go.
@@ -343,7 +395,7 @@ Comm::~Comm() {
   for (auto& r : windows_) {
     if (r.base == control) continue;
     if (!team_) {
-      if (!aborted_) ncclCommWindowDeregister(comm_, r.dev.nccl);
+      (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, r.dev.nccl); });  // skipped once aborted
       ncclMemFree(reinterpret_cast<void*>(r.base));
     }
   }
@@ -354,7 +406,7 @@ Comm::~Comm() {
     auto it = std::find_if(windows_.begin(), windows_.end(), [&](const Reg& r) { return r.base == control; });
     if (it != windows_.end()) {
       if (!team_) {
-        if (!aborted_) ncclCommWindowDeregister(comm_, it->dev.nccl);
+        (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, it->dev.nccl); });
         ncclMemFree(reinterpret_cast<void*>(it->base));
       }
       windows_.erase(it);
@@ -362,27 +414,43 @@ Comm::~Comm() {
     control_.comm_ = nullptr;  // released above: the Window object is an empty shell now
     control_.reset();
   }
-  if (devcomm_made_ && !aborted_) ncclDevCommDestroy(comm_, &ctx_.comm);
+  if (devcomm_made_) (void)nccl_call([&] { return ncclDevCommDestroy(comm_, &ctx_.comm); });
   if (stream_) cudaStreamSynchronize(stream_);
   if (ctx_.epochs) cudaFree(ctx_.epochs);
   if (ctx_.barrier_epochs) cudaFree(ctx_.barrier_epochs);
   if (fault_host_) cudaFreeHost(fault_host_);
   if (scratch_) cudaFree(scratch_);
   if (stream_) cudaStreamDestroy(stream_);
-  if (comm_ != nullptr && !aborted_) {
-    ncclCommFinalize(comm_);
-    ncclCommDestroy(comm_);
-  }
+  if (last_call_) cudaEventDestroy(last_call_);
+  if (comm_ != nullptr)
+    (void)nccl_call([&] {
+      ncclCommFinalize(comm_);
+      return ncclCommDestroy(comm_);
+    });
 }
 
 void Comm::abort() noexcept {
-  if (comm_ != nullptr && !aborted_) ncclCommAbort(comm_);
+  std::lock_guard<std::mutex> lk(nccl_mu_);
+  abort_locked();
+}
+
+void Comm::abort_locked() noexcept {
+  if (fault_host_) static_cast<volatile DeviceFault*>(fault_host_)->abort = 1u;  // device waits end now
   if (team_) team_->abort();
-  aborted_ = true;
+  if (aborted_.exchange(true)) return;
+  if (comm_ != nullptr) ncclCommAbort(comm_);
+}
+
+void Comm::request_abort() noexcept {
+  abort_requested_ = true;
+  if (fault_host_) static_cast<volatile DeviceFault*>(fault_host_)->abort = 1u;
+  if (team_) team_->abort();  // rendezvous waiters fail now (the team's own lock)
+  std::unique_lock<std::mutex> lk(nccl_mu_, std::try_to_lock);
+  if (lk.owns_lock()) abort_locked();  // else the owner is inside NCCL: nccl_call aborts on its way out
 }
 
 void Comm::require_usable(const char* op) const {
-  TW_REQUIRE(!aborted_, kState, std::string(op) + ": the communicator was aborted; create a new one");
+  TW_REQUIRE(!aborted(), kState, std::string(op) + ": the communicator was aborted; create a new one");
   int dev = -1;
   TW_CUDA_CHECK(cudaGetDevice(&dev));
   TW_REQUIRE(dev == device_, kState,
@@ -423,11 +491,11 @@ Window Comm::alloc_window(size_t bytes) {
   } else {
     TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
     ncclWindow_t h = nullptr;
-    ncclResult_t r = ncclCommWindowRegister(comm_, w.ptr_, size, &h, NCCL_WIN_COLL_SYMMETRIC);
+    ncclResult_t r = nccl_call([&] { return ncclCommWindowRegister(comm_, w.ptr_, size, &h, NCCL_WIN_COLL_SYMMETRIC); });
     if (r != ncclSuccess || h == nullptr) {
       ncclMemFree(w.ptr_);
       w.ptr_ = nullptr;
-      TW_NCCL_CHECK(r);
+      nccl_check(*this, r, "ncclCommWindowRegister", __FILE__, __LINE__);
       throw_error(Errc::kUnsupported, __FILE__, __LINE__,
                   "ncclCommWindowRegister returned success but no symmetric window (NCCL fell back to a "
                   "non-symmetric registration: CUMEM disabled, or peers not P2P reachable). tilewire needs "
@@ -436,7 +504,7 @@ Window Comm::alloc_window(size_t bytes) {
     try {
       reg.dev = nccl_dev_window(h, ctx_.lsa_rank, ctx_.lsa_size, size, stream_);
     } catch (...) {
-      ncclCommWindowDeregister(comm_, h);
+      (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, h); });
       ncclMemFree(w.ptr_);
       w.ptr_ = nullptr;
       throw;
@@ -450,6 +518,7 @@ Window Comm::alloc_window(size_t bytes) {
   reg.bytes = size;
   static std::atomic<uint64_t> next_serial{1};
   reg.serial = next_serial.fetch_add(1);
+  reg.ordinal = windows_made_++;
   {
     std::lock_guard<std::mutex> lk(windows_mu_);
     windows_.push_back(std::move(reg));
@@ -471,7 +540,7 @@ void Comm::release_window(Window& w) noexcept {
   abort_if_context_lost();
   if (team_) {
     // Collective: no rank lets go before every rank got here (its work on the window is done).
-    if (!aborted_) {
+    if (!aborted()) {
       try {
         const uint64_t b = reg.bytes;
         team_->exchange(ctx_.rank, "release_window", &b, sizeof(b));
@@ -481,7 +550,7 @@ void Comm::release_window(Window& w) noexcept {
     }
     return;  // `reg` goes out of scope: the last rank to drop the slab frees it
   }
-  if (!aborted_) ncclCommWindowDeregister(comm_, reg.dev.nccl);
+  (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, reg.dev.nccl); });
   ncclMemFree(reinterpret_cast<void*>(reg.base));
 }
 
@@ -496,7 +565,7 @@ WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const
                  std::string(what) + ": " + std::to_string(bytes) + " bytes at offset " + std::to_string(a - r.base) +
                      " run past the end of its window (" + std::to_string(r.bytes) +
                      " bytes); allocate a larger window or send fewer elements");
-      return WindowRef{r.dev, a - r.base, r.serial};
+      return WindowRef{r.dev, a - r.base, r.serial, r.ordinal};
     }
   }
   throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
@@ -508,7 +577,13 @@ WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const
 void Comm::check_fault() const {
   if (fault_host_ == nullptr) return;
   volatile DeviceFault* f = fault_host_;
-  if (f->flag != 1) return;
+  if (f->flag != 1) {
+    if (f->abort != 0u)  // the waits trapped because the communicator was aborted
+      throw_error(Errc::kState, __FILE__, __LINE__,
+                  "the communicator was aborted (another rank failed, or a fault) while this rank's kernel waited; "
+                  "create a new one");
+    return;
+  }
   // A trapped kernel leaves the CUDA context unusable: the communicator is aborted here, so its
   // destruction and every later call skip collectives (and cannot wait for peers).
   const_cast<Comm*>(this)->abort();
@@ -546,14 +621,51 @@ void Comm::reserve_scratch(size_t bytes) {
 }
 
 void Comm::launched(const char* op) const {
-  if (!team_ || aborted_) return;
+  if (!team_ || aborted()) return;
   // While peers are still to enqueue theirs, this rank's kernel may already have timed out: its
   // diagnostic ends the wait (kTimeout), not the host bound.
   team_->exchange(ctx_.rank, op, nullptr, 0, {}, [this] { check_fault(); });
 }
 
+// An event per call rather than one only when the stream changes: the previous call's stream
+// may have been destroyed by then, and a stream handle can be reused by a new stream (the ids
+// compared below never are).
+Comm::CallOrder::CallOrder(Comm& comm, cudaStream_t stream)
+    : comm_(comm), stream_(stream), exceptions_(std::uncaught_exceptions()) {
+  if (comm_.call_depth_++ > 0) return;
+  outer_ = true;
+  try {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    TW_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &st, &capture_));
+    if (st != cudaStreamCaptureStatusActive) capture_ = 0;
+    unsigned long long id = 0;
+    TW_CUDA_CHECK(cudaStreamGetId(stream, &id));
+    // Across a capture boundary no edge can be made (cudaErrorStreamCaptureIsolation), nor is
+    // one needed: a graph runs when it is launched, ordered by the stream it is launched on.
+    if (comm_.any_call_ && id != comm_.last_stream_id_ && capture_ == comm_.last_capture_)
+      TW_CUDA_CHECK(cudaStreamWaitEvent(stream, comm_.last_call_, 0));
+    comm_.last_stream_id_ = id;
+  } catch (...) {
+    --comm_.call_depth_;
+    throw;
+  }
+}
+
+Comm::CallOrder::~CallOrder() {
+  --comm_.call_depth_;
+  if (!outer_ || std::uncaught_exceptions() > exceptions_) return;  // a failed call launched nothing usable
+  if (cudaEventRecord(comm_.last_call_, stream_) == cudaSuccess) {
+    comm_.last_capture_ = capture_;
+    comm_.any_call_ = true;
+  } else {
+    // The next call could not be ordered after this one: the communicator is unusable.
+    (void)cudaGetLastError();
+    comm_.abort();
+  }
+}
+
 void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
-  TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
+  TW_REQUIRE(!aborted(), kState, "host collective: the communicator was aborted; create a new one");
   if (team_) {
     const VirtualTeam::Round r =
         team_->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t), {}, [this] { check_fault(); });
@@ -573,13 +685,13 @@ void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   reserve_scratch(bytes);
   const ncclRedOp_t nop = op == HostReduce::kSum ? ncclSum : op == HostReduce::kMin ? ncclMin : ncclMax;
   TW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values, bytes, cudaMemcpyHostToDevice, stream_));
-  TW_NCCL_CHECK(ncclAllReduce(scratch_, scratch_, n, ncclUint64, nop, comm_, stream_));
+  TW_NCCL_CALL(ncclAllReduce(scratch_, scratch_, n, ncclUint64, nop, comm_, stream_));
   TW_CUDA_CHECK(cudaMemcpyAsync(values, scratch_, bytes, cudaMemcpyDeviceToHost, stream_));
   sync(stream_);
 }
 
 void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
-  TW_REQUIRE(!aborted_, kState, "host collective: the communicator was aborted; create a new one");
+  TW_REQUIRE(!aborted(), kState, "host collective: the communicator was aborted; create a new one");
   if (team_) {
     const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allgather_host", send, bytes, {}, [this] { check_fault(); });
     for (int q = 0; q < ctx_.nranks; ++q)
@@ -590,7 +702,7 @@ void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
   reserve_scratch(bytes * ((size_t)ctx_.nranks + 1));
   char* in = static_cast<char*>(scratch_) + bytes * ctx_.nranks;
   TW_CUDA_CHECK(cudaMemcpyAsync(in, send, bytes, cudaMemcpyHostToDevice, stream_));
-  TW_NCCL_CHECK(ncclAllGather(in, scratch_, bytes, ncclUint8, comm_, stream_));
+  TW_NCCL_CALL(ncclAllGather(in, scratch_, bytes, ncclUint8, comm_, stream_));
   TW_CUDA_CHECK(cudaMemcpyAsync(recv, scratch_, bytes * ctx_.nranks, cudaMemcpyDeviceToHost, stream_));
   sync(stream_);
 }

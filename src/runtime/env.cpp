@@ -69,6 +69,10 @@ static const Var kVars[] = {
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
     {"TILEWIRE_COMMIT", Type::kString, "", "Commit id recorded in bench JSON (set by scripts/gpu_run.sh)."},
+    {"TILEWIRE_CHECK_CALLS", Type::kBool, "0",
+     "Compare every call's record (op, sizes, dtypes, algorithm, buffers' windows and offsets) across ranks in a "
+     "host collective before it is enqueued: a call that differs fails on every rank naming the field, instead of "
+     "a wrong result or a timeout. For debugging: a host round trip per call. Every rank sets the same value."},
     {"TILEWIRE_DEBUG", Type::kBool, "0", "Print communicator setup (versions, LSA team, windows) to stderr."},
 };
 

@@ -114,6 +114,7 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
   const size_t n = table + P;
 
   StreamGuard stream;
+  const Comm::CallOrder order(comm, stream.s);  // after this communicator's calls on other streams
   DeviceBuffer stamps(n + 1);  // + 1: this rank's base
   uint64_t* base_d = stamps.p + n;
   TW_CUDA_CHECK(cudaMemsetAsync(stamps.p, 0, n * sizeof(uint64_t), stream.s));

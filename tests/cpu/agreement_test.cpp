@@ -58,4 +58,25 @@ TEST(Agreement, EnvironmentKnobsShapeKernelsOnly) {
   EXPECT_GT(r.size(), 10u);
 }
 
+// TILEWIRE_CHECK_CALLS adds a host collective to every call: a rank that checks while its peers
+// do not would wait for them in vain, so the setting itself is agreed at creation.
+TEST(Agreement, CallCheckIsAgreed) {
+  tw_test::ScopedEnv check("TILEWIRE_CHECK_CALLS", "1");
+  bool seen = false;
+  for (const ag::Knob& k : ag::environment_knobs())
+    if (k.name == "TILEWIRE_CHECK_CALLS") seen = k.value == "1";
+  EXPECT_TRUE(seen);
+}
+
+// The call record (Comm::agree_on_call): a buffer at another offset of the same window is named
+// with both places.
+TEST(Agreement, CallRecordNamesTheBufferPlace) {
+  auto call = [](const char* send) {
+    return ag::Record{{"op", "allreduce"}, {"count", "4099"}, {"dtype", "float32"}, {"send", send}, {"recv", "window 2 offset 0"}};
+  };
+  EXPECT_EQ(ag::first_disagreement({call("window 1 offset 0"), call("window 1 offset 0")}), "");
+  const std::string why = ag::first_disagreement({call("window 1 offset 0"), call("window 1 offset 16396")});
+  EXPECT_EQ(why, "send: rank 0 has 'window 1 offset 0', rank 1 has 'window 1 offset 16396'");
+}
+
 }  // namespace

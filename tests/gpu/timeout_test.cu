@@ -16,6 +16,9 @@
 //   TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang  the bound from CommConfig::timeout_ms; after the
 //                                              timeout the communicator is aborted, and its
 //                                              destruction and the exit take seconds
+//   TimeoutDeathTest.FailedRankEndsPeersWaits  2+ ranks: rank 0 throws on the host while its peers'
+//                                              kernels wait for it: the aborted peers' waits end
+//                                              at once, the team returns rank 0's error in seconds
 //   TimeoutDeathTest.OneLaneWaitReturns        lane 0 alone waits (Thread group) on a signal that is
 //                                              already satisfied while its warp's other lanes sit in
 //                                              __syncthreads: it must return, not deadlock
@@ -25,6 +28,7 @@
 #include <cstdio>
 #include <functional>
 #include <numeric>
+#include <string>
 #include <thread>
 
 #include "common.cuh"
@@ -36,7 +40,15 @@ using namespace tw_test;
 namespace dev = tw::dev;
 
 // How a child ended.
-enum ChildExit { kCaughtTimeout = 3, kOtherError = 4, kWaitReturned = 5, kSetupFailed = 6, kDestroyedAfterTimeout = 7, kHung = 9 };
+enum ChildExit {
+  kCaughtTimeout = 3,
+  kOtherError = 4,
+  kWaitReturned = 5,
+  kSetupFailed = 6,
+  kDestroyedAfterTimeout = 7,
+  kPeersEnded = 8,
+  kHung = 9
+};
 
 __global__ void wait_unsignalled(const __grid_constant__ tw::DevCtx ctx, int sig) {
   dev::wait_signal(dev::Thread{}, ctx, sig, 1, cuda::memory_order_acquire, "test.never_signalled");
@@ -202,6 +214,41 @@ TEST(TimeoutDeathTest, DestroyAfterTimeoutDoesNotHang) {
   EXPECT_EXIT(destroy_after_timeout_child(), ::testing::ExitedWithCode(kDestroyedAfterTimeout),
               TW_WAITED_500 " in 'test.never_signalled'.*timed out 1, aborted 1, communicator destroyed");
   EXPECT_LT(seconds_since(t0), 15.0) << "a 500 ms bound, then an aborted communicator's teardown";
+}
+
+// --------------------------------------------- a rank that fails on the host ends its peers' waits
+// A 60 s bound; rank 0 throws on the host after the team is made, while every other rank's
+// kernel waits for a signal from it. The team's failure path aborts the peers' communicators
+// (request_abort: from rank 0's thread), whose device waits then end at once: the team returns
+// rank 0's error within seconds, not after the 60 s bound.
+[[noreturn]] void failed_rank_child() {
+  alarm(40);  // before the abort reached the device, the peers waited out the 60 s bound: SIGALRM
+  setenv("TILEWIRE_TIMEOUT_MS", "60000", 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::string why;
+  try {
+    run_child_team(2, [&](tw::Comm& comm) {
+      comm.barrier();
+      if (comm.rank() == 0) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the peers' kernels are waiting
+        throw std::runtime_error("rank 0 failed on the host");
+      }
+      Stream s;
+      wait_unsignalled<<<1, 1, 0, s>>>(comm.dev_ctx(), 7);
+      comm.sync(s);
+    });
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  const double t = seconds_since(t0);
+  std::fprintf(stderr, "team ended after %.1f s: %s\n", t, why.c_str());
+  _exit(why == "rank 0 failed on the host" && t < 20.0 ? kPeersEnded : kOtherError);
+}
+
+TEST(TimeoutDeathTest, FailedRankEndsPeersWaits) {
+  TW_SKIP_UNLESS_RANKS(2);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(failed_rank_child(), ::testing::ExitedWithCode(kPeersEnded), "team ended after .* s: rank 0 failed on the host");
 }
 
 // ---------------------------------------------------------------- a lone lane must not deadlock

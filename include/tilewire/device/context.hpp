@@ -22,6 +22,7 @@ struct DeviceFault {
   uint64_t expected, seen;
   uint64_t waited_ns;
   char what[48];          // which wait ("allreduce.ll", "barrier", "signal", ...)
+  uint32_t abort;         // set by the host when the communicator is aborted: waits end (trap) now
 };
 
 // A symmetric window as kernels see it: LSA peer p's copy of byte `off` is at

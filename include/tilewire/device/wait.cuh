@@ -2,7 +2,8 @@
 //
 // A wait that can outlive its peer ends after ctx.timeout_ns (TILEWIRE_TIMEOUT_MS): it prints
 // rank, block, thread, what it waited for, the value expected and the value seen, records the
-// same in ctx.fault (host-mapped, read by tw::Comm::check_fault) and traps. No hangs.
+// same in ctx.fault (host-mapped, read by tw::Comm::check_fault) and traps. A wait whose
+// communicator the host aborted (ctx.fault->abort) traps within about a millisecond. No hangs.
 #pragma once
 #include <cstdint>
 

@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstddef>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -40,6 +41,9 @@
 namespace tw {
 
 class VirtualTeam;  // src/runtime/virtual_team.hpp
+namespace agreement {
+struct Knob;  // src/runtime/agreement.hpp
+}
 
 struct CommConfig {
   // Bytes of one-shot all-reduce staging per (peer, parity). 0: TILEWIRE_ONESHOT_MAX_BYTES.
@@ -100,6 +104,7 @@ struct WindowRef {
   DevWindow win{};
   size_t offset = 0;  // byte offset of the pointer within the window
   uint64_t serial = 0;  // unique to this allocation in the process (never reused): keys per-window state
+  uint64_t ordinal = 0;  // the window's place in its communicator's allocations: equal on every rank
 };
 
 enum class HostReduce { kSum, kMin, kMax };
@@ -170,14 +175,55 @@ class Comm {
   // and a rank's later work queued ahead of a peer's kernel in a shared queue would block it
   // behind a kernel that waits for that peer. Collective (ranks make the same calls anyway).
   void launched(const char* op) const;
+  // One field of a call's record (agree_on_call).
+  struct CallField {
+    const char* name;
+    std::string value;
+  };
+  // TILEWIRE_CHECK_CALLS=1 (agreed by every rank at creation): compare this call's record (the
+  // op and the fields that must match: sizes, dtypes, algorithms, buffers' windows and offsets)
+  // across ranks in a host collective; a call that differs throws kInvalidArgument on every rank,
+  // naming the first field that differs and both values, before anything is enqueued. Ops call it
+  // after their local checks. Off (the default): nothing, as the round trip costs a host
+  // collective per call. Collective when on.
+  void agree_on_call(const char* op, std::initializer_list<CallField> fields);
+  bool checks_calls() const { return check_calls_; }
+  // Calls on one communicator run in the order the host makes them, whatever stream each is
+  // made on: the device protocol's state (epochs, staging, workspaces) belongs to the
+  // communicator, so two of its calls must never run at once. Every op opens a CallOrder before
+  // its first launch: when the previous call was on another stream (and in the same capture, or
+  // neither captured), this call's stream waits for it. On success the scope records the
+  // communicator's event on the stream. One host thread makes a communicator's calls at a time
+  // (as with NCCL); a CUDA graph's replays are ordered by the stream they are launched on.
+  class CallOrder {
+   public:
+    CallOrder(Comm& comm, cudaStream_t stream);
+    ~CallOrder();
+    CallOrder(const CallOrder&) = delete;
+    CallOrder& operator=(const CallOrder&) = delete;
+
+   private:
+    Comm& comm_;
+    cudaStream_t stream_;
+    unsigned long long capture_ = 0;
+    int exceptions_ = 0;
+    bool outer_ = false;
+  };
   // Host collectives on host memory, synchronous (NCCL on a private stream, or the virtual
   // team's rendezvous). Every rank passes the same n / bytes. Collective.
   void allreduce_host(uint64_t* values, size_t n, HostReduce op);
   void allgather_host(const void* send, void* recv, size_t bytes);  // recv: nranks x bytes, rank order
 
-  // Abort NCCL (ncclCommAbort) and mark the comm unusable; used on fatal errors.
+  // Abort NCCL (ncclCommAbort), end this rank's device waits (they trap within about a
+  // millisecond) and mark the comm unusable; used on fatal errors. Call it on the thread that
+  // makes the communicator's calls; from any other thread use request_abort().
   void abort() noexcept;
-  bool aborted() const { return aborted_.load(); }
+  // From another thread (run_local's failure path): the device waits end and the virtual team's
+  // rendezvous fail at once; NCCL is aborted now unless the owner is inside an NCCL call on this
+  // communicator, in which case the owner aborts it when that call returns (ncclCommAbort
+  // racing a call on the same communicator is undefined). The owner's next call fails (kState).
+  void request_abort() noexcept;
+  bool aborted() const { return aborted_.load() || abort_requested_.load(); }
   // Throws kState if the comm was aborted or the calling thread's device is not this comm's.
   void require_usable(const char* op) const;
 
@@ -187,12 +233,19 @@ class Comm {
   void init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg);
   void init_common(const CommConfig& cfg, int device_sms);  // everything after the team exists
   void agree_on_protocol(const CommConfig& cfg);            // every rank's knobs equal, or throw
+  // "" when every rank's record equals this one's, else what differs (the same on every rank).
+  std::string first_difference(const std::vector<agreement::Knob>& record);
   void release_window(Window& w) noexcept;
   void reserve_scratch(size_t bytes);
   static void require_device(int device);  // a visible CUDA device, or kUnsupported / kInvalidArgument
   // A sticky CUDA error (a trapped kernel, a fault) leaves the context unusable: abort, so that
   // release and teardown skip their collectives instead of waiting for peers in vain.
   void abort_if_context_lost() noexcept;
+  void abort_locked() noexcept;  // abort() with nccl_mu_ held
+  // Runs f (an NCCL call on comm_) with nccl_mu_ held; if the communicator was aborted it is
+  // not called and ncclInvalidUsage is returned. A request_abort that came meanwhile is acted on.
+  template <class F>
+  ncclResult_t nccl_call(F&& f) noexcept;
   // One thread per rank: make(r) builds rank r's communicator, fn runs on it; the first failure
   // aborts every live communicator (and calls on_fail) and is rethrown after all have joined.
   static void run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& make,
@@ -203,6 +256,10 @@ class Comm {
   int device_ = -1;
   int sm_count_ = 0;
   std::atomic<bool> aborted_{false};
+  std::atomic<bool> abort_requested_{false};  // request_abort: the owner aborts at its next NCCL exit
+  // Held around every NCCL call on comm_ (NcclCall) and by abort, so that request_abort from
+  // another thread never runs ncclCommAbort while the owner is inside NCCL.
+  std::mutex nccl_mu_;
   ncclComm_t comm_ = nullptr;
   bool devcomm_made_ = false;
   DevCtx ctx_{};
@@ -213,12 +270,21 @@ class Comm {
   size_t scratch_bytes_ = 0;
   cudaStream_t stream_ = nullptr;   // the library's own work (host collectives, window probes)
   std::shared_ptr<VirtualTeam> team_;  // virtual backend only
+  // CallOrder's state: the event recorded after the last call, its stream's id and capture.
+  cudaEvent_t last_call_ = nullptr;
+  unsigned long long last_stream_id_ = 0;
+  unsigned long long last_capture_ = 0;
+  bool any_call_ = false;
+  bool check_calls_ = false;  // TILEWIRE_CHECK_CALLS, agreed at creation
+  uint64_t windows_made_ = 0;  // WindowRef::ordinal of the next window
+  int call_depth_ = 0;  // nested scopes (the sequential path's all-reduce) order once
   struct Reg {
     uintptr_t base;
     size_t bytes;
     DevWindow dev;
     std::shared_ptr<void> slab;  // virtual backend: the team's allocation this window is a slice of
     uint64_t serial = 0;         // WindowRef::serial
+    uint64_t ordinal = 0;        // WindowRef::ordinal
   };
   std::vector<Reg> windows_;  // guarded by windows_mu_: windows may be made, found and released
   mutable std::mutex windows_mu_;  // from several host threads

@@ -87,6 +87,25 @@ void check_launch(const Comm& comm, const char* op) {
   }
 }
 
+// The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): what must
+// match for the kernels to pair up, the windowed buffers' windows and offsets among it (bytes 0:
+// the buffer is local, or there is none).
+void agree(Comm& comm, const char* op, const void* send, size_t send_bytes, const void* recv, size_t recv_bytes,
+           size_t count, DType dtype, const char* algo) {
+  if (!comm.checks_calls()) return;
+  const auto at = [&](const void* p, size_t bytes, const char* what) {
+    if (bytes == 0) return std::string("-");
+    const WindowRef w = comm.find_window(p, bytes, what);
+    return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
+  };
+  comm.agree_on_call(op, {{"count", std::to_string(count)},
+                          {"dtype", dtype_name(dtype)},
+                          {"algorithm", algo},
+                          {"in place", send == recv ? "yes" : "no"},
+                          {"send", at(send, send_bytes, "send")},
+                          {"recv", at(recv, recv_bytes, "recv")}});
+}
+
 }  // namespace
 
 size_t oneshot_max_bytes(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
@@ -111,9 +130,11 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
   comm.require_usable("allreduce");  // kState: aborted, or the wrong device
   Status st = can_implement(comm, a);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  if (a.count == 0) return;
   const size_t bytes = a.count * dtype_size(a.dtype);
   const AllReduceAlgo algo = resolve_allreduce_algo(comm, a);
+  agree(comm, "allreduce", a.send, bytes, a.recv, bytes, a.count, a.dtype, algo_name(algo));
+  if (a.count == 0) return;
+  const Comm::CallOrder order(comm, stream);
   const DevCtx& ctx = comm.dev_ctx();
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -152,8 +173,10 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks());
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  if (recv_count == 0) return;
   const size_t bytes = recv_count * dtype_size(dtype);
+  agree(comm, "reduce_scatter", send, bytes * comm.nranks(), recv, 0, recv_count, dtype, "twoshot");  // recv: local
+  if (recv_count == 0) return;
+  const Comm::CallOrder order(comm, stream);
   WindowRef ws = comm.find_window(send, bytes * comm.nranks(), "send");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -172,8 +195,10 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks());
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  if (send_count == 0) return;
   const size_t bytes = send_count * dtype_size(dtype);
+  agree(comm, "all_gather", send, 0, recv, bytes * comm.nranks(), send_count, dtype, "twoshot");  // send: local
+  if (send_count == 0) return;
+  const Comm::CallOrder order(comm, stream);
   WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

@@ -206,6 +206,32 @@ void forget(const WindowRef& w) {
   ws_records.erase(w.serial);
 }
 
+// The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): everything
+// that shapes the kernel's protocol, the windows and offsets of C and the workspace among it.
+void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, bool fused) {
+  if (!comm.checks_calls()) return;
+  const auto at = [&](const void* p, size_t bytes, const char* what) {
+    const WindowRef w = comm.find_window(p, bytes, what);
+    return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
+  };
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
+  const auto num = [](long long v) { return std::to_string(v); };
+  comm.agree_on_call("gemm_allreduce",
+                     {{"M", num(a.M)},
+                      {"N", num(a.N)},
+                      {"K_local", num(a.K_local)},
+                      {"dtype", dtype_name(a.dtype)},
+                      {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
+                      {"path", fused ? "fused" : "sequential"},
+                      {"algorithm", num((int)algo)},
+                      {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "bf16"},
+                      {"raster", num((int)cfg.raster)},
+                      {"swizzle", num(cfg.swizzle)},
+                      {"reserved_sms", num(cfg.reserved_sms)},
+                      {"C", at(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C")},
+                      {"workspace", at(a.workspace, workspace_size(a, comm.lsa_size(), cfg), "workspace")}});
+}
+
 }  // namespace
 
 bool gemm_allreduce_has_untraced_kernels() {
@@ -244,9 +270,15 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   comm.require_usable("gemm_allreduce");
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
+             "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
+  TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
+             "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   const bool fused = cfg.path == GemmAllReducePath::kFused ||
                      (cfg.path == GemmAllReducePath::kAuto &&
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
+  agree_on_call(comm, a, cfg, fused);
+  const Comm::CallOrder order(comm, stream);  // before the sequential GEMM writes the workspace
   if (!fused) {
     // Sequential: the partial (cuBLASLt, else tw::gemm), then tw::allreduce into C: out of place
     // from the workspace's staging area (the two-shot push kernel needs it) when
@@ -340,10 +372,6 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.relay_pace_pct = pace_pct;
   p.relay_no_push = no_push;
   p.relay_pull = pull;
-  TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
-             "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
-  TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
-             "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   p.untraced = cfg.untraced_kernel;
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();

@@ -37,6 +37,13 @@ __device__ __forceinline__ void record_fault(const DevCtx& ctx, const char* what
   __builtin_unreachable();
 }
 
+// The host aborted the communicator (Comm::abort, e.g. another rank of run_local failed): the
+// wait will never complete, so end it now rather than after the timeout. Checked at the timeout
+// check's cadence (every 1024 polls): one read of host-mapped memory per ~millisecond of waiting.
+__device__ __forceinline__ bool comm_aborted(const DevCtx& ctx) {
+  return ctx.fault != nullptr && *static_cast<volatile const uint32_t*>(&ctx.fault->abort) != 0u;
+}
+
 // The one spin loop. kPrint = false keeps printf out of the kernel (a printf call site in a
 // wgmma kernel makes ptxas serialize wgmma, C7510); the record in ctx.fault is written either way.
 template <bool kPrint, class Load, class Done>
@@ -51,6 +58,7 @@ __device__ __forceinline__ uint64_t bounded_spin_impl(const DevCtx& ctx, const c
     v = load();
     if (done(v)) return v;
     if ((++iter & 1023u) == 0) {
+      if (comm_aborted(ctx)) __trap();  // Comm::check_fault reports it (kState)
       const uint64_t waited = ptx::globaltimer() - t0;
       if (waited > ctx.timeout_ns) {
         if constexpr (kPrint) {
