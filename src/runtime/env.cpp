@@ -27,9 +27,11 @@ static const Var kVars[] = {
     {"TILEWIRE_TWOSHOT_VARIANT", Type::kString, "auto",
      "Two-shot all-reduce data path: load (owner loads peers' shards), push (2 ranks, out-of-place: stores "
      "only), auto (push from 8 MiB where it applies)."},
+#ifdef TILEWIRE_BENCH_KERNELS  // "none" leaves C unwritten: measurement builds only
     {"TILEWIRE_GEMM_EPILOGUE", Type::kString, "staged",
      "GEMM epilogue of the bf16 [N,K] kernel, for measurement: staged (shared memory + bulk copies), "
      "staged_half (two 128-column passes), direct (register stores), none (mainloop only; C not written)."},
+#endif
     {"TILEWIRE_GEMM_KERNEL", Type::kString, "auto",
      "Kernel of the plain GEMM: auto (stream-K for bf16 [N,K] shapes whose 128x256 tile grid leaves SMs idle: "
      "fewer than 15 waves with a last wave under 90% full; the hook kernel otherwise), hook (tilewire's "

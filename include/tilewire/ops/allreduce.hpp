@@ -80,10 +80,12 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream);
 
 // Checks of reduce_scatter / all_gather that need no communicator: nulls, alignment, dtype, the
 // size count x element size x nranks without overflow, and send and recv disjoint (neither runs
-// in place). `count` is recv_count (reduce-scatter) or send_count (all-gather).
+// in place). `count` is recv_count (reduce-scatter) or send_count (all-gather). The launchers
+// check the windowed buffer's extent between the two (check_overlap false, then true): an
+// extent past the end of its window is what to report first.
 enum class ScatterGather { kReduceScatter, kAllGather };
 Status check_scatter_gather_args(ScatterGather op, const void* send, const void* recv, size_t count, DType dtype,
-                                 int nranks);
+                                 int nranks, bool check_overlap = true);
 
 // send: count*nranks elements in a window; recv: count elements (any device memory).
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype,

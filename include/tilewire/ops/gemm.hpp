@@ -46,8 +46,9 @@
 // the hook kernel.
 //
 // What is built (compile time on a 2-core machine matters; each instantiation is ~1 min of nvcc):
-//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu (+ _variants.cu: epilogues
-//                                     measured against it, TILEWIRE_GEMM_EPILOGUE)
+//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu (+ _variants.cu in the
+//                                     measurement build: epilogues measured against it,
+//                                     TILEWIRE_GEMM_EPILOGUE)
 //   bf16 x bf16 -> bf16, B kKN        src/ops/gemm/gemm_sm90_bf16_kn.cu
 //   bf16, B kNK, stream-K             src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu (128x256 tiles in 2x1
 //                                     clusters; 128x128 and 128x64 tiles in 1x1 clusters)

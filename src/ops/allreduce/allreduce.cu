@@ -171,13 +171,15 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
   comm.require_usable("reduce_scatter");
   Status st = common_checks(comm, "reduce_scatter");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks());
+  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks(), false);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const size_t bytes = recv_count * dtype_size(dtype);
+  const WindowRef ws = recv_count ? comm.find_window(send, bytes * comm.nranks(), "send") : WindowRef{};
+  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks());
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   agree(comm, "reduce_scatter", send, bytes * comm.nranks(), recv, 0, recv_count, dtype, "twoshot");  // recv: local
   if (recv_count == 0) return;
   const Comm::CallOrder order(comm, stream);
-  WindowRef ws = comm.find_window(send, bytes * comm.nranks(), "send");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
@@ -193,13 +195,15 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   comm.require_usable("all_gather");
   Status st = common_checks(comm, "all_gather");
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks());
+  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks(), false);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const size_t bytes = send_count * dtype_size(dtype);
+  const WindowRef wr = send_count ? comm.find_window(recv, bytes * comm.nranks(), "recv") : WindowRef{};
+  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks());
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   agree(comm, "all_gather", send, 0, recv, bytes * comm.nranks(), send_count, dtype, "twoshot");  // send: local
   if (send_count == 0) return;
   const Comm::CallOrder order(comm, stream);
-  WindowRef wr = comm.find_window(recv, bytes * comm.nranks(), "recv");
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     launch(comm, ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1),

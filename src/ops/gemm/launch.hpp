@@ -12,7 +12,8 @@
 namespace tw::gemm_impl {
 
 // Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured
-// against it (TILEWIRE_GEMM_EPILOGUE = staged | staged_half | direct | none, read once).
+// against it (TILEWIRE_GEMM_EPILOGUE = staged | staged_half | direct | none, read once), in the
+// measurement build only (-DTILEWIRE_BENCH_KERNELS=ON); elsewhere epilogue_variant() is kStaged.
 enum class Epilogue { kStaged, kStagedHalf, kDirect, kNone };
 Epilogue epilogue_variant();
 void launch_bf16_nk_variant(Epilogue e, const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster,
