@@ -73,7 +73,7 @@ fi
 
 if [ "$MODE" = hardening ]; then
   header
-  NEW_TESTS='GemmAllReduceReuse.*:MultiStream.*:CallCheck.*:VirtualTeam.*:TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang:TimeoutDeathTest.FailedRankEndsPeersWaits'
+  NEW_TESTS='GemmAllReduceReuse.*:MultiStream.*:CallCheck.*:DeviceDebugDeathTest.*:VirtualTeam.*:TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang:TimeoutDeathTest.FailedRankEndsPeersWaits'
   # A regression test on the code before its fix (a dist built by scripts/pack_dist.sh in a
   # worktree of that commit): it must fail there, which is not counted as a failure.
   before() {  # before <dist> <gtest filter>

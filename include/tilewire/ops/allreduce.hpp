@@ -26,8 +26,8 @@
 //
 // Buffers: send and recv must lie inside windows from Comm::alloc_window (all ranks passing
 // the same offsets), 16-byte aligned. In-place (send == recv) is allowed for all-reduce.
-// Calls on one communicator must be issued in the same order on every rank and be ordered on
-// the device (one stream, or explicit dependencies). CUDA-graph capturable.
+// Calls on one communicator must be issued in the same order on every rank; on the device they
+// run in that order whatever stream each is made on (Comm::CallOrder). CUDA-graph capturable.
 #pragma once
 #include <cuda_runtime.h>
 
