@@ -33,6 +33,10 @@ __global__ void peer_past_the_team(const __grid_constant__ tw::DevCtx ctx, tw::D
 template <class Launch>
 [[noreturn]] void child(Launch launch) {
   alarm(40);
+  // Device printf reaches the process's stdout at the next synchronization; the death test reads
+  // the child's stderr.
+  std::fflush(stdout);
+  dup2(STDERR_FILENO, STDOUT_FILENO);
   try {
     tw::Comm::run_virtual(0, 1, [&](tw::Comm& comm) {
       Stream s;

@@ -1,0 +1,139 @@
+// tilewire/ops/ep.hpp — MoE expert parallelism: dispatch tokens to the ranks of their top-k
+// experts and combine the experts' outputs back, from inside kernels (LSA stores into peers'
+// windows; docs/ep.md).
+//
+// One EpBuffer per communicator and MoE layer shape. It owns one symmetric window, sized once
+// from the config for the worst case (every rank sending all its tokens to one rank), and the
+// routing of the last dispatch (the "handle"). Experts are split evenly: rank d holds experts
+// [d x L, (d + 1) x L), L = num_experts / nranks.
+//
+//   layout(topk_idx)  on the device: tokens per rank, tokens per expert, token-in-rank mask,
+//                     and each token's row in every destination's receive stream (a prefix sum:
+//                     no atomics, so the order is deterministic).
+//   dispatch          every rank sends each token once per destination rank (deduplicated),
+//                     with its top-k ids (as the destination's local ids, -1 elsewhere) and
+//                     weights. Received rows are in (source rank, source token) order.
+//   combine           each received row y[r] (the sum over that rank's experts, weighted by the
+//                     caller, as with DeepEP) goes back to its source; the source sums its
+//                     rows in ascending rank order in fp32 (optionally times a per-row weight)
+//                     and rounds once: bitwise deterministic.
+//
+// Synchronization: none on the host. Outputs live in the buffer (device pointers, valid until
+// the next dispatch); counts are on the device. num_recv() and check() are the eager calls that
+// synchronize the stream (to size a host-side allocation, or to surface bad routing). Every
+// call is collective (all ranks, same order) and CUDA-graph capturable; waits are bounded
+// (TILEWIRE_TIMEOUT_MS) and name the phase ("ep.dispatch.counts" ...; the waiting thread's index
+// is the peer waited for, the block the channel).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/comm.hpp"
+
+namespace tw {
+
+// What a token row carries: bf16, or fp8 e4m3 with an fp32 scale per 128 columns.
+enum class EpPayload { kBFloat16, kFp8E4M3 };
+enum class EpIndex { kInt64, kInt32 };  // topk_idx element type; -1 = no expert
+
+constexpr int kEpMaxTopk = 16;
+constexpr int kEpMaxExperts = 512;
+constexpr int kEpMaxTokens = 32768;
+constexpr int kEpDefaultSms = 24;
+
+struct EpConfig {
+  int max_tokens_per_rank = 0;  // the most tokens any rank dispatches in one call (1..32768)
+  int hidden = 0;               // H; a payload row is a multiple of 16 bytes (fp8: H % 128 == 0)
+  int topk = 0;                 // 1..16
+  int num_experts = 0;          // a multiple of nranks, at most 512
+  EpPayload payload = EpPayload::kBFloat16;
+  int num_sms = 0;              // CTAs of each kernel (0: min(24, comm.sm_count()))
+  int expert_alignment = 1;     // recv_tokens_per_expert rounded up to a multiple of this
+};
+
+// Host checks that need no GPU (tests/cpu/ep_plan_test.cpp).
+Status check_ep_config(const EpConfig& c, int nranks, int sm_budget);
+size_t ep_row_bytes(const EpConfig& c);    // payload bytes per token row
+size_t ep_scale_bytes(const EpConfig& c);  // fp8: H / 128 x 4; bf16: 0
+
+// The routing of the last layout() on this rank (device memory owned by the buffer).
+struct EpLayoutView {
+  int num_tokens = 0;                  // N of the layout
+  const int* tokens_per_rank = nullptr;    // [nranks]: tokens with at least one expert on rank d
+  const int* tokens_per_expert = nullptr;  // [num_experts]: tokens that selected expert e
+  const uint8_t* token_in_rank = nullptr;  // [N, nranks]: 1 when token t goes to rank d
+};
+
+struct EpDispatchArgs {
+  const void* x = nullptr;             // [N, H] payload (16-byte aligned), any device memory
+  const float* x_scales = nullptr;     // fp8: [N, H / 128]
+  EpPayload payload = EpPayload::kBFloat16;  // must be the buffer's
+  int num_tokens = 0;                  // N (0..max_tokens_per_rank); ranks may differ
+  const void* topk_idx = nullptr;      // [N, topk]
+  EpIndex index_type = EpIndex::kInt64;
+  const float* topk_weights = nullptr;  // [N, topk]
+  // Dispatch again with the routing of the last layout (computed from this same topk_idx): the
+  // backward pass, or a second payload; the layout kernels are skipped.
+  bool reuse_layout = false;
+};
+
+// Where dispatch put this rank's rows (device pointers into the buffer's window, valid until the
+// next dispatch). Rows [0, *num_recv) are filled, ordered by source rank, then source token.
+struct EpRecv {
+  void* x = nullptr;                  // [capacity, H] payload
+  float* x_scales = nullptr;          // fp8: [capacity, H / 128]
+  int32_t* topk_idx = nullptr;        // [capacity, topk] local expert id, or -1
+  float* topk_weights = nullptr;      // [capacity, topk] (0 where the id is -1)
+  int32_t* src_rank = nullptr;        // [capacity]
+  int32_t* src_token = nullptr;       // [capacity]
+  int* num_recv = nullptr;            // device: rows received
+  int* tokens_per_expert = nullptr;   // device [num_experts / nranks], padded to expert_alignment
+  int capacity = 0;                   // nranks x max_tokens_per_rank
+};
+
+class EpBuffer {
+ public:
+  // Collective: allocates the window and device state. Throws kInvalidArgument on a bad config
+  // (check_ep_config's reason), kUnsupported when a peer is outside the LSA team (no GIN path).
+  EpBuffer(Comm& comm, const EpConfig& cfg);
+  ~EpBuffer();
+  EpBuffer(const EpBuffer&) = delete;
+  EpBuffer& operator=(const EpBuffer&) = delete;
+
+  const EpConfig& config() const { return cfg_; }
+  size_t bytes() const;  // window + device state of this rank
+  int num_sms() const { return sms_; }
+
+  // Routing of topk_idx [num_tokens, topk] on the device; the next dispatch uses it. Ids outside
+  // [-1, num_experts) are recorded (check() reports them) and make the next dispatch write nothing
+  // on any rank. Not collective.
+  void layout(const void* topk_idx, EpIndex type, int num_tokens, cudaStream_t stream);
+  EpLayoutView layout_view() const;
+
+  // Collective. Runs layout() first unless a.reuse_layout.
+  EpRecv dispatch(const EpDispatchArgs& a, cudaStream_t stream);
+  // Collective. y: [*num_recv, H] bf16 rows in the last dispatch's receive order (any device
+  // memory); weights: optional [*num_recv] fp32, multiplied in before the sum; out: [N, H] bf16
+  // for the last layout's N tokens (tokens that went nowhere get zeros).
+  void combine(const void* y, const float* weights, void* out, cudaStream_t stream);
+
+  // Eager: synchronize `stream`, then the rows the last dispatch received / throw kInvalidArgument
+  // (on every rank) if its routing had an expert id out of range on any rank.
+  int num_recv(cudaStream_t stream);
+  void check(cudaStream_t stream);
+
+  struct State;  // src/ops/ep/ep.cu
+
+ private:
+  Comm& comm_;
+  EpConfig cfg_;
+  int sms_ = 0;
+  std::unique_ptr<State> st_;
+};
+
+}  // namespace tw

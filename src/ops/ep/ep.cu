@@ -1,0 +1,294 @@
+// EpBuffer (tilewire/ops/ep.hpp): the window, the device state, and the launches.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+
+#include "kernels.cuh"
+#include "tilewire/ops/ep.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+namespace {
+constexpr size_t kAlign = 256;
+size_t up(size_t v, size_t a = kAlign) { return (v + a - 1) / a * a; }
+
+ops::ep::Geometry geometry(const EpConfig& c, int P, int me, int G) {
+  ops::ep::Geometry g{};
+  g.P = P;
+  g.me = me;
+  g.L = c.num_experts / P;
+  g.topk = c.topk;
+  g.max_tokens = c.max_tokens_per_rank;
+  g.capacity = P * c.max_tokens_per_rank;
+  g.G = G;
+  g.hidden = c.hidden;
+  g.row_bytes = ep_row_bytes(c);
+  g.scale_bytes = ep_scale_bytes(c);
+  g.slot_bytes = up(16 + 4 * (size_t)(P + g.L), 16);
+  size_t o = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = o;
+    o = up(o + bytes);
+    return at;
+  };
+  const size_t flags = (size_t)P * G * 8;
+  g.off_slots = take((size_t)P * g.slot_bytes);
+  g.off_done = take(flags);
+  g.off_cstart = take(flags);
+  g.off_cdone = take(flags);
+  const size_t cap = (size_t)g.capacity;
+  g.off_rsrc = take(cap * 4);
+  g.off_rtok = take(cap * 4);
+  g.off_ridx = take(cap * c.topk * 4);
+  g.off_rw = take(cap * c.topk * 4);
+  g.off_rscale = take(cap * g.scale_bytes);
+  g.off_rx = take(cap * g.row_bytes);
+  g.off_cw = take(cap * 4);
+  g.off_cy = take(cap * (size_t)c.hidden * 2);
+  g.total = o;
+  return g;
+}
+
+// Zeroed device memory, on `s` (never the legacy default stream: it would wait for the other
+// ranks of a virtual team, whose kernels may wait for this one).
+template <class T>
+T* dalloc(size_t n, cudaStream_t s) {
+  void* p = nullptr;
+  TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  TW_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), s));
+  return static_cast<T*>(p);
+}
+
+struct StreamGuard {
+  cudaStream_t s = nullptr;
+  StreamGuard() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
+  ~StreamGuard() { cudaStreamDestroy(s); }
+};
+}  // namespace
+
+struct EpBuffer::State {
+  ops::ep::Geometry g{};
+  Window win;
+  ops::ep::Routing r{};
+  uint32_t* depochs = nullptr;
+  uint32_t* cepochs = nullptr;
+  int* num_recv = nullptr;
+  int* recv_per_expert = nullptr;
+  int* recv_base = nullptr;
+  ops::ep::Status* status = nullptr;  // host-mapped
+  ops::ep::Status* status_dev = nullptr;
+  size_t local_bytes = 0;
+  bool dispatched = false;        // a dispatch ran since the buffer was made
+  bool layout_changed = false;    // layout() ran after the last dispatch
+  bool have_layout = false;
+};
+
+EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
+  comm.require_usable("EpBuffer");
+  const Status s = check_ep_config(cfg, comm.nranks(), comm.sm_count());
+  TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
+  TW_REQUIRE(comm.all_lsa(), kUnsupported,
+             "EpBuffer: every rank must be load/store reachable (LSA team " + std::to_string(comm.lsa_size()) + " of " +
+                 std::to_string(comm.nranks()) + "); the GIN path across nodes is not built yet");
+  TW_REQUIRE(comm.nranks() <= ops::ep::kMaxRanks, kUnsupported,
+             "EpBuffer: " + std::to_string(comm.nranks()) + " ranks; the kernels are built for at most " +
+                 std::to_string(ops::ep::kMaxRanks));
+  sms_ = cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count());
+  st_ = std::make_unique<State>();
+  State& st = *st_;
+  const int P = comm.nranks(), N = cfg.max_tokens_per_rank;
+  st.g = geometry(cfg, P, comm.rank(), sms_);
+  st.win = comm.alloc_window(st.g.total);
+  StreamGuard init;
+  const cudaStream_t s0 = init.s;
+  st.r.in_rank = dalloc<uint8_t>((size_t)N * P, s0);
+  st.r.send_slot = dalloc<int>((size_t)N * P, s0);
+  st.r.tokens_per_rank = dalloc<int>(P, s0);
+  st.r.tokens_per_expert = dalloc<int>(cfg.num_experts, s0);
+  st.depochs = dalloc<uint32_t>(sms_, s0);
+  st.cepochs = dalloc<uint32_t>(sms_, s0);
+  st.num_recv = dalloc<int>(1, s0);
+  st.recv_per_expert = dalloc<int>(st.g.L, s0);
+  st.recv_base = dalloc<int>(P, s0);
+  st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 8 * (size_t)sms_;
+  TW_CUDA_CHECK(cudaHostAlloc(&st.status, sizeof(ops::ep::Status), cudaHostAllocMapped | cudaHostAllocPortable));
+  *st.status = ops::ep::Status{};
+  TW_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.status_dev), st.status, 0));
+  // The flags and counts start at 0 on every rank before any peer writes into them.
+  TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
+  comm.sync(s0);
+  comm.barrier();
+}
+
+EpBuffer::~EpBuffer() {
+  if (!st_) return;
+  State& st = *st_;
+  for (void* p : {(void*)st.r.in_rank, (void*)st.r.send_slot, (void*)st.r.tokens_per_rank, (void*)st.r.tokens_per_expert,
+                  (void*)st.depochs, (void*)st.cepochs, (void*)st.num_recv, (void*)st.recv_per_expert, (void*)st.recv_base})
+    cudaFree(p);
+  if (st.status) cudaFreeHost(st.status);
+}
+
+size_t EpBuffer::bytes() const { return st_->g.total + st_->local_bytes; }
+
+EpLayoutView EpBuffer::layout_view() const {
+  return EpLayoutView{st_->r.num_tokens, st_->r.tokens_per_rank, st_->r.tokens_per_expert, st_->r.in_rank};
+}
+
+void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::layout");
+  TW_REQUIRE(num_tokens >= 0 && num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
+             "EpBuffer::layout: " + std::to_string(num_tokens) + " tokens; the buffer holds at most " +
+                 std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
+  TW_REQUIRE(num_tokens == 0 || topk_idx != nullptr, kInvalidArgument, "EpBuffer::layout: topk_idx is null");
+  TW_REQUIRE(reinterpret_cast<uintptr_t>(topk_idx) % (type == EpIndex::kInt64 ? 8 : 4) == 0, kInvalidArgument,
+             "EpBuffer::layout: topk_idx is not aligned to its element size");
+  State& st = *st_;
+  const int P = comm_.nranks();
+  const Comm::CallOrder order(comm_, stream);  // the routing may still be read by the last call
+  st.r.num_tokens = num_tokens;
+  TW_CUDA_CHECK(cudaMemsetAsync(st.r.tokens_per_expert, 0, sizeof(int) * cfg_.num_experts, stream));
+  // A new routing starts with a clean verdict (check() reports this layout's, not an old one's).
+  TW_CUDA_CHECK(cudaMemsetAsync(st.status_dev, 0, sizeof(ops::ep::Status), stream));
+  if (num_tokens > 0) {
+    const int grid = std::min((num_tokens + 255) / 256, 1024);
+    ops::ep::layout_count<<<grid, 256, 0, stream>>>(topk_idx, type == EpIndex::kInt64, num_tokens, cfg_.topk,
+                                                    cfg_.num_experts, st.g.L, P, st.r, comm_.rank(), st.status_dev);
+    TW_CUDA_CHECK(cudaGetLastError());
+  }
+  ops::ep::layout_scan<<<P, 1024, 0, stream>>>(st.r, P);
+  TW_CUDA_CHECK(cudaGetLastError());
+  st.have_layout = true;
+  st.layout_changed = true;
+}
+
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::dispatch");
+  State& st = *st_;
+  const char* op = "EpBuffer::dispatch";
+  TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
+             std::string(op) + ": the payload is " + (a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8") +
+                 " but the buffer was made for " + (cfg_.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"));
+  TW_REQUIRE(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
+             std::string(op) + ": " + std::to_string(a.num_tokens) + " tokens; the buffer holds at most " +
+                 std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
+  if (a.num_tokens > 0) {
+    TW_REQUIRE(a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0, kInvalidArgument,
+               std::string(op) + ": x is null or not 16-byte aligned");
+    TW_REQUIRE(a.topk_weights != nullptr, kInvalidArgument, std::string(op) + ": topk_weights is null");
+    TW_REQUIRE(cfg_.payload != EpPayload::kFp8E4M3 || a.x_scales != nullptr, kInvalidArgument,
+               std::string(op) + ": fp8 rows need x_scales [N, hidden / 128]");
+  }
+  TW_REQUIRE(a.num_tokens == 0 || a.topk_idx != nullptr, kInvalidArgument, std::string(op) + ": topk_idx is null");
+  TW_REQUIRE(!a.reuse_layout || (st.have_layout && st.r.num_tokens == a.num_tokens), kInvalidArgument,
+             std::string(op) + ": reuse_layout, but the last layout was not of " + std::to_string(a.num_tokens) + " tokens");
+  const bool idx64 = a.index_type == EpIndex::kInt64;
+  comm_.agree_on_call(op, {{"payload", a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"}});
+  const Comm::CallOrder order(comm_, stream);  // before layout() rewrites the routing a previous call reads
+  if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
+  ops::ep::DispatchParams p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = st.win.dev();
+  p.g = st.g;
+  p.r = st.r;
+  p.x = static_cast<const char*>(a.x);
+  p.x_scales = a.x_scales;
+  p.topk_idx = a.topk_idx;
+  p.idx64 = idx64;
+  p.topk_weights = a.topk_weights;
+  p.epochs = st.depochs;
+  p.num_recv = st.num_recv;
+  p.recv_per_expert = st.recv_per_expert;
+  p.recv_base = st.recv_base;
+  p.alignment = cfg_.expert_alignment;
+  p.status = st.status_dev;
+  ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    comm_.check_fault();
+    throw_cuda(e, "ep dispatch launch", __FILE__, __LINE__);
+  }
+  comm_.launched("ep dispatch");
+  st.dispatched = true;
+  st.layout_changed = false;
+  const ops::ep::Geometry& g = st.g;
+  char* base = static_cast<char*>(st.win.data());
+  EpRecv r;
+  r.x = base + g.off_rx;
+  r.x_scales = g.scale_bytes ? reinterpret_cast<float*>(base + g.off_rscale) : nullptr;
+  r.topk_idx = reinterpret_cast<int32_t*>(base + g.off_ridx);
+  r.topk_weights = reinterpret_cast<float*>(base + g.off_rw);
+  r.src_rank = reinterpret_cast<int32_t*>(base + g.off_rsrc);
+  r.src_token = reinterpret_cast<int32_t*>(base + g.off_rtok);
+  r.num_recv = st.num_recv;
+  r.tokens_per_expert = st.recv_per_expert;
+  r.capacity = g.capacity;
+  return r;
+}
+
+void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::combine");
+  State& st = *st_;
+  const char* op = "EpBuffer::combine";
+  TW_REQUIRE(st.dispatched, kInvalidArgument, std::string(op) + ": no dispatch yet (combine returns a dispatch's rows)");
+  TW_REQUIRE(!st.layout_changed, kInvalidArgument,
+             std::string(op) + ": layout() ran after the last dispatch; combine needs that dispatch's routing");
+  TW_REQUIRE(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument,
+             std::string(op) + ": y is null or not 16-byte aligned");
+  TW_REQUIRE(st.r.num_tokens == 0 || (out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0), kInvalidArgument,
+             std::string(op) + ": out is null or not 16-byte aligned");
+  comm_.agree_on_call(op, {{"weights", weights ? "yes" : "no"}});
+  const Comm::CallOrder order(comm_, stream);
+  ops::ep::CombineParams p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = st.win.dev();
+  p.g = st.g;
+  p.y = static_cast<const char*>(y);
+  p.weights = weights;
+  p.epochs = st.cepochs;
+  p.num_recv = st.num_recv;
+  p.recv_base = st.recv_base;
+  ops::ep::combine_push<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    comm_.check_fault();
+    throw_cuda(e, "ep combine launch", __FILE__, __LINE__);
+  }
+  comm_.launched("ep combine");
+  if (st.r.num_tokens > 0) {
+    ops::ep::ReduceParams rp{};
+    rp.win = st.win.dev();
+    rp.g = st.g;
+    rp.r = st.r;
+    rp.weighted = weights != nullptr;
+    rp.out = static_cast<__nv_bfloat16*>(out);
+    const size_t threads = (size_t)st.r.num_tokens * (cfg_.hidden / 8);
+    const int grid = (int)std::min<size_t>((threads + 255) / 256, 4096);
+    ops::ep::combine_reduce<<<grid, 256, 0, stream>>>(rp);
+    TW_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+int EpBuffer::num_recv(cudaStream_t stream) {
+  int n = 0;
+  TW_CUDA_CHECK(cudaMemcpyAsync(&n, st_->num_recv, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  comm_.sync(stream);
+  return n;
+}
+
+void EpBuffer::check(cudaStream_t stream) {
+  comm_.sync(stream);
+  const volatile ops::ep::Status* s = st_->status;
+  if (s->code == 1)
+    throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+                "EpBuffer: topk_idx[" + std::to_string(s->token) + "][" + std::to_string(s->slot) + "] = " +
+                    std::to_string(s->value) + " on rank " + std::to_string(s->rank) + " is outside [-1, " +
+                    std::to_string(cfg_.num_experts) + "); the dispatch wrote nothing on any rank");
+  if (s->code == 2)
+    throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+                "EpBuffer: rank " + std::to_string(s->rank) +
+                    "'s topk_idx had an expert id out of range; the dispatch wrote nothing on any rank");
+}
+
+}  // namespace tw

@@ -1,0 +1,105 @@
+// The EP kernels (tilewire/ops/ep.hpp): layout, dispatch, combine. docs/ep.md draws who writes
+// what where.
+//
+// Window (one per rank, the same offsets everywhere; Geometry):
+//   slots[P]        count slot written by source s: tag, status, s's tokens for every rank,
+//                   s's tokens for each of this rank's experts
+//   done/cstart/cdone[P][G]  per (source, channel) flags, tagged with the call's epoch
+//   recv rows       [capacity] payload rows, scales, local top-k ids and weights, source
+//                   (rank, token): rows of source s start at sum_{q < s} count(q -> me)
+//   combine rows    [P][max_tokens] bf16 rows (and weights) sent back by each destination, at
+//                   the token's row in that destination's receive stream
+//
+// Channels: a kernel runs G CTAs on every rank; CTA b handles tokens (rows) b, b + G, ... in
+// warps and exchanges its flags with the CTAs b of the peers, so every rank's G CTAs must be
+// resident at once (G <= comm.sm_count(), the SM budget).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "tilewire/device/context.hpp"
+#include "tilewire/device/peer.cuh"
+#include "tilewire/device/ptx.cuh"
+#include "tilewire/device/signal.cuh"
+
+namespace tw::ops::ep {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kMaxRanks = 8;
+
+// What layout found wrong, host-mapped (read by EpBuffer::check after a synchronization).
+struct Status {
+  int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer)
+  int rank, token, slot;
+  long long value;
+};
+
+struct Geometry {
+  int P, me, L, topk, max_tokens, capacity, G, hidden;
+  size_t row_bytes, scale_bytes;  // per row
+  size_t slot_bytes;              // one count slot
+  size_t off_slots, off_done, off_cstart, off_cdone;
+  size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
+  size_t off_cy, off_cw;
+  size_t total;
+
+  // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L].
+  __host__ __device__ size_t slot(int src) const { return off_slots + (size_t)src * slot_bytes; }
+  __host__ __device__ size_t flag(size_t base, int src, int ch) const { return base + ((size_t)src * G + ch) * 8; }
+};
+
+struct Routing {  // this rank's layout (local device memory)
+  uint8_t* in_rank;        // [max_tokens, P]
+  int* send_slot;          // [max_tokens, P]: the token's index among those going to rank d
+  int* tokens_per_rank;    // [P]
+  int* tokens_per_expert;  // [E]
+  int num_tokens;
+};
+
+struct DispatchParams {
+  DevCtx ctx;
+  DevWindow win;
+  Geometry g;
+  Routing r;
+  const char* x;
+  const float* x_scales;
+  const void* topk_idx;
+  bool idx64;
+  const float* topk_weights;
+  uint32_t* epochs;      // [G]
+  int* num_recv;         // out
+  int* recv_per_expert;  // out [L]
+  int* recv_base;        // out [P]: first row of each source
+  int alignment;
+  Status* status;
+};
+
+struct CombineParams {
+  DevCtx ctx;
+  DevWindow win;
+  Geometry g;
+  const char* y;
+  const float* weights;
+  uint32_t* epochs;        // [G]
+  const int* num_recv;
+  const int* recv_base;
+};
+
+struct ReduceParams {
+  DevWindow win;
+  Geometry g;
+  Routing r;
+  bool weighted;
+  __nv_bfloat16* out;
+};
+
+__global__ void layout_count(const void* topk_idx, bool idx64, int N, int topk, int E, int L, int P, Routing r, int me,
+                             Status* status);
+__global__ void layout_scan(Routing r, int P);
+__global__ void dispatch(const __grid_constant__ DispatchParams p);
+__global__ void combine_push(const __grid_constant__ CombineParams p);
+__global__ void combine_reduce(const __grid_constant__ ReduceParams p);
+
+}  // namespace tw::ops::ep

@@ -1,0 +1,41 @@
+// Host checks and sizes of the EP buffer (tilewire/ops/ep.hpp). No GPU needed; unit-tested in
+// tests/cpu/ep_plan_test.cpp.
+#include <string>
+
+#include "tilewire/ops/ep.hpp"
+
+namespace tw {
+namespace {
+Status fail(const std::string& why) { return Status{false, "EpBuffer: " + why}; }
+}  // namespace
+
+size_t ep_row_bytes(const EpConfig& c) { return (size_t)c.hidden * (c.payload == EpPayload::kBFloat16 ? 2 : 1); }
+size_t ep_scale_bytes(const EpConfig& c) { return c.payload == EpPayload::kFp8E4M3 ? (size_t)c.hidden / 128 * 4 : 0; }
+
+Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
+  if (nranks < 1) return fail("the communicator has no ranks");
+  if (c.max_tokens_per_rank < 1 || c.max_tokens_per_rank > kEpMaxTokens)
+    return fail("max_tokens_per_rank " + std::to_string(c.max_tokens_per_rank) + " is outside [1, " +
+                std::to_string(kEpMaxTokens) + "]");
+  if (c.hidden < 1) return fail("hidden " + std::to_string(c.hidden) + " must be positive");
+  if (c.payload == EpPayload::kFp8E4M3 && c.hidden % 128 != 0)
+    return fail("hidden " + std::to_string(c.hidden) + " is not a multiple of 128 (fp8 rows carry a scale per 128 columns)");
+  if (ep_row_bytes(c) % 16 != 0)
+    return fail("a row of hidden " + std::to_string(c.hidden) + " is " + std::to_string(ep_row_bytes(c)) +
+                " bytes, not a multiple of 16 (the kernels move 16-byte vectors; bf16 needs hidden % 8 == 0)");
+  if (c.topk < 1 || c.topk > kEpMaxTopk)
+    return fail("topk " + std::to_string(c.topk) + " is outside [1, " + std::to_string(kEpMaxTopk) + "]");
+  if (c.num_experts < 1 || c.num_experts > kEpMaxExperts)
+    return fail("num_experts " + std::to_string(c.num_experts) + " is outside [1, " + std::to_string(kEpMaxExperts) + "]");
+  if (c.num_experts % nranks != 0)
+    return fail("num_experts " + std::to_string(c.num_experts) + " is not a multiple of the " + std::to_string(nranks) +
+                " ranks (each rank holds num_experts / nranks experts)");
+  if (c.expert_alignment < 1 || c.expert_alignment > 1024)
+    return fail("expert_alignment " + std::to_string(c.expert_alignment) + " is outside [1, 1024]");
+  if (c.num_sms < 0 || c.num_sms > sm_budget)
+    return fail("num_sms " + std::to_string(c.num_sms) + " is outside [0, " + std::to_string(sm_budget) +
+                "] (0: the default; at most the communicator's SM budget, comm.sm_count())");
+  return Status{};
+}
+
+}  // namespace tw

@@ -1,0 +1,401 @@
+// tests/gpu/ep_test.cu — MoE dispatch and combine (tilewire/ops/ep.hpp) against a host reference
+// built from the same inputs. Every rank generates every rank's inputs from seeds (so each can
+// build the whole reference itself), on the test team (real ranks or TILEWIRE_TEST_VIRTUAL).
+//
+//   Ep.DispatchCombineMatchTheReference   per routing (uniform, skewed, all to rank 0) and payload
+//       (bf16 at hidden 2048 and 7168, fp8 at 7168): ranks with 0, 97, 256 and 300 tokens,
+//       some top-k entries -1 and some tokens with all -1. Layout counts exact; received rows,
+//       scales, local ids, weights and sources bitwise in (source rank, source token) order;
+//       per-expert counts with alignment padding exact; combine (weighted and not) bitwise
+//       against a fixed-order fp32 host sum; a second dispatch + combine bit-identical.
+//   Ep.BadInputWritesNothing    bad configs refused at creation; a wrong payload and too many
+//       tokens refused before launch; an expert id out of range on one rank makes check() throw
+//       on every rank and leaves every rank's received rows untouched.
+//   EpDeathTest.PeerNeverJoins  rank 0 dispatches alone: its wait ends in the diagnostic.
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/ep.hpp"
+
+namespace {
+using namespace tw_test;
+using tw::EpPayload;
+
+constexpr int kMaxTokens = 320, kTopk = 8, kExpertsPerRank = 32;
+
+enum class Routing { kUniform, kSkewed, kAllToRank0 };
+const char* name(Routing r) { return r == Routing::kUniform ? "uniform" : r == Routing::kSkewed ? "skewed" : "all-to-rank-0"; }
+
+struct Case {
+  int hidden;
+  EpPayload payload;
+  Routing routing;
+  uint64_t seed;
+};
+
+int tokens_of(int rank) { return std::array<int, 4>{256, 0, 97, 300}[rank % 4]; }
+
+// One rank's inputs, generated the same on every host thread.
+struct Input {
+  int N = 0;
+  std::vector<uint8_t> x;        // [N, row_bytes]
+  std::vector<float> scales;     // fp8: [N, H / 128]
+  std::vector<int64_t> idx;      // [N, topk]
+  std::vector<float> w;          // [N, topk]
+};
+
+Input make_input(const Case& c, int rank, int P) {
+  Input in;
+  in.N = tokens_of(rank);
+  const int E = kExpertsPerRank * P;
+  const size_t rb = c.payload == EpPayload::kBFloat16 ? (size_t)c.hidden * 2 : (size_t)c.hidden;
+  in.x.resize((size_t)in.N * rb);
+  for (size_t i = 0; i < in.x.size(); i += 8) {
+    const uint64_t v = mix(c.seed, rank, i / 8);
+    std::memcpy(in.x.data() + i, &v, std::min<size_t>(8, in.x.size() - i));
+  }
+  for (int t = 0; t < in.N; ++t) {  // rank- and token-coded first bytes of each row
+    uint8_t* row = in.x.data() + (size_t)t * rb;
+    row[0] = (uint8_t)rank, row[1] = (uint8_t)(t & 0xFF), row[2] = (uint8_t)(t >> 8);
+  }
+  if (c.payload == EpPayload::kFp8E4M3) {
+    in.scales.resize((size_t)in.N * c.hidden / 128);
+    for (size_t i = 0; i < in.scales.size(); ++i) in.scales[i] = random_exact(c.seed + 7, rank, i, tw::DType::kFloat32);
+  }
+  in.idx.assign((size_t)in.N * kTopk, -1);
+  in.w.resize((size_t)in.N * kTopk);
+  for (int t = 0; t < in.N; ++t) {
+    const uint64_t h = mix(c.seed + 11, rank, (uint64_t)t);
+    if (h % 17 == 0) continue;  // a token with no expert at all
+    std::vector<int64_t> picked;
+    for (int j = 0, tries = 0; j < kTopk && tries < 64; ++tries) {
+      const uint64_t u = mix(c.seed + 13, rank, (uint64_t)t * 64 + tries);
+      int64_t e;
+      if (c.routing == Routing::kUniform) e = (int64_t)(u % E);
+      else if (c.routing == Routing::kSkewed) {
+        const double f = (double)(u % 1000003) / 1000003.0;
+        e = std::min<int64_t>(E - 1, (int64_t)(E * f * f * f));
+      } else e = (int64_t)(u % kExpertsPerRank);  // every expert on rank 0
+      if (std::find(picked.begin(), picked.end(), e) != picked.end()) continue;
+      picked.push_back(e);
+      in.idx[(size_t)t * kTopk + j] = (u >> 40) % 9 == 0 ? -1 : e;  // some entries -1
+      ++j;
+    }
+  }
+  for (size_t i = 0; i < in.w.size(); ++i) in.w[i] = random_exact(c.seed + 17, rank, i, tw::DType::kFloat32);
+  return in;
+}
+
+// What rank d must receive: rows in (source rank, source token) order.
+struct Expected {
+  std::vector<int> src_rank, src_token;
+  std::vector<uint8_t> x;
+  std::vector<float> scales, w;
+  std::vector<int32_t> idx;
+  std::vector<int> per_expert;  // padded
+};
+
+bool goes_to(const Input& in, int t, int d) {
+  for (int j = 0; j < kTopk; ++j) {
+    const int64_t e = in.idx[(size_t)t * kTopk + j];
+    if (e >= 0 && e / kExpertsPerRank == d) return true;
+  }
+  return false;
+}
+
+Expected expect_at(const std::vector<Input>& all, const Case& c, int d, int alignment) {
+  Expected x;
+  const size_t nsc = c.payload == EpPayload::kFp8E4M3 ? c.hidden / 128 : 0;
+  const size_t row_bytes = c.payload == EpPayload::kBFloat16 ? (size_t)c.hidden * 2 : (size_t)c.hidden;
+  x.per_expert.assign(kExpertsPerRank, 0);
+  for (size_t s = 0; s < all.size(); ++s)
+    for (int t = 0; t < all[s].N; ++t) {
+      for (int j = 0; j < kTopk; ++j) {
+        const int64_t e = all[s].idx[(size_t)t * kTopk + j];
+        if (e >= 0 && e / kExpertsPerRank == d) ++x.per_expert[e % kExpertsPerRank];
+      }
+      if (!goes_to(all[s], t, d)) continue;
+      x.src_rank.push_back((int)s);
+      x.src_token.push_back(t);
+      x.x.insert(x.x.end(), all[s].x.begin() + (size_t)t * row_bytes, all[s].x.begin() + (size_t)(t + 1) * row_bytes);
+      for (size_t k = 0; k < nsc; ++k) x.scales.push_back(all[s].scales[(size_t)t * nsc + k]);
+      for (int j = 0; j < kTopk; ++j) {
+        const int64_t e = all[s].idx[(size_t)t * kTopk + j];
+        const bool here = e >= 0 && e / kExpertsPerRank == d;
+        x.idx.push_back(here ? (int32_t)(e % kExpertsPerRank) : -1);
+        x.w.push_back(here ? all[s].w[(size_t)t * kTopk + j] : 0.0f);
+      }
+    }
+  for (int& n : x.per_expert) n = (n + alignment - 1) / alignment * alignment;
+  return x;
+}
+
+// Rank d's combine input: row r of y (bf16 bits) and its weight.
+uint16_t y_bits(uint64_t seed, int d, size_t r, int col, int H) {
+  return f32_to_bf16(random_exact(seed + 23, d, r * H + col, tw::DType::kBFloat16));
+}
+float y_weight(uint64_t seed, int d, size_t r) { return random_exact(seed + 29, d, r, tw::DType::kFloat32); }
+
+template <class T>
+std::vector<T> download(const void* p, size_t n, cudaStream_t s) {
+  std::vector<T> v(n);
+  if (n) TW_CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  return v;
+}
+template <class T>
+void upload(void* dst, const std::vector<T>& v, cudaStream_t s) {
+  if (!v.empty()) TW_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+}
+
+// "" or the first difference of two arrays, by name.
+template <class T>
+std::string diff(const char* what, const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size())
+    return std::string(what) + ": " + std::to_string(got.size()) + " elements, expected " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (std::memcmp(&got[i], &want[i], sizeof(T)) != 0) return std::string(what) + ": first difference at " + std::to_string(i);
+  return "";
+}
+
+TEST(Ep, DispatchCombineMatchTheReference) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<Case> cases;
+  uint64_t seed = 1000;
+  for (Routing r : {Routing::kUniform, Routing::kSkewed, Routing::kAllToRank0}) {
+    cases.push_back({2048, EpPayload::kBFloat16, r, seed++});
+    cases.push_back({7168, EpPayload::kBFloat16, r, seed++});
+    cases.push_back({7168, EpPayload::kFp8E4M3, r, seed++});
+  }
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    std::vector<std::string>& bad = wrong[me];
+    Stream s;
+    for (const Case& c : cases) {
+      const std::string label = std::string(name(c.routing)) + " hidden " + std::to_string(c.hidden) +
+                                (c.payload == EpPayload::kBFloat16 ? " bf16" : " fp8") + ": ";
+      tw::EpConfig cfg;
+      cfg.max_tokens_per_rank = kMaxTokens;
+      cfg.hidden = c.hidden;
+      cfg.topk = kTopk;
+      cfg.num_experts = kExpertsPerRank * P;
+      cfg.payload = c.payload;
+      cfg.expert_alignment = c.routing == Routing::kSkewed ? 4 : 1;
+      tw::EpBuffer buf(comm, cfg);
+      std::vector<Input> all;
+      for (int q = 0; q < P; ++q) all.push_back(make_input(c, q, P));
+      const Input& in = all[me];
+      const size_t rb = tw::ep_row_bytes(cfg), nsc = tw::ep_scale_bytes(cfg) / 4;
+      DeviceBuffer x(std::max<size_t>(in.x.size(), 16)), sc(std::max<size_t>(in.scales.size() * 4, 16)),
+          idx(std::max<size_t>(in.idx.size() * 8, 16)), w(std::max<size_t>(in.w.size() * 4, 16));
+      upload(x.data(), in.x, s), upload(sc.data(), in.scales, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s);
+      tw::EpDispatchArgs a;
+      a.x = x.data();
+      a.x_scales = nsc ? static_cast<const float*>(sc.data()) : nullptr;
+      a.payload = c.payload;
+      a.num_tokens = in.N;
+      a.topk_idx = idx.data();
+      a.topk_weights = static_cast<const float*>(w.data());
+      const Expected want = expect_at(all, c, me, cfg.expert_alignment);
+      const int n_want = (int)want.src_rank.size();
+      for (int round = 0; round < 2; ++round) {
+        const tw::EpRecv r = buf.dispatch(a, s);
+        buf.check(s);
+        const int n = buf.num_recv(s);
+        if (n != n_want) {
+          bad.push_back(label + "received " + std::to_string(n) + " rows, expected " + std::to_string(n_want));
+          break;
+        }
+        // Layout of this rank's own tokens.
+        const tw::EpLayoutView lv = buf.layout_view();
+        std::vector<int> tpr(P, 0), tpe(cfg.num_experts, 0);
+        std::vector<uint8_t> inr((size_t)in.N * P, 0);
+        for (int t = 0; t < in.N; ++t) {
+          for (int d = 0; d < P; ++d) {
+            inr[(size_t)t * P + d] = goes_to(in, t, d);
+            tpr[d] += inr[(size_t)t * P + d];
+          }
+          for (int j = 0; j < kTopk; ++j)
+            if (in.idx[(size_t)t * kTopk + j] >= 0) ++tpe[in.idx[(size_t)t * kTopk + j]];
+        }
+        for (const std::string& e : {diff("tokens_per_rank", download<int>(lv.tokens_per_rank, P, s), tpr),
+                                     diff("tokens_per_expert", download<int>(lv.tokens_per_expert, cfg.num_experts, s), tpe),
+                                     diff("token_in_rank", download<uint8_t>(lv.token_in_rank, inr.size(), s), inr),
+                                     diff("recv x", download<uint8_t>(r.x, (size_t)n * rb, s), want.x),
+                                     diff("recv scales", download<float>(r.x_scales, (size_t)n * nsc, s), want.scales),
+                                     diff("recv topk_idx", download<int32_t>(r.topk_idx, (size_t)n * kTopk, s), want.idx),
+                                     diff("recv topk_weights", download<float>(r.topk_weights, (size_t)n * kTopk, s), want.w),
+                                     diff("recv src_rank", download<int32_t>(r.src_rank, n, s), want.src_rank),
+                                     diff("recv src_token", download<int32_t>(r.src_token, n, s), want.src_token),
+                                     diff("recv tokens_per_expert", download<int>(r.tokens_per_expert, kExpertsPerRank, s),
+                                          want.per_expert)})
+          if (!e.empty()) bad.push_back(label + "round " + std::to_string(round) + ": " + e);
+        // Combine: this rank's y rows and weights; the reference sums every rank's rows of each
+        // of this rank's tokens in rank order.
+        const bool weighted = round == 1;
+        std::vector<uint16_t> y((size_t)n * c.hidden);
+        std::vector<float> yw(n);
+        for (int row = 0; row < n; ++row) {
+          for (int col = 0; col < c.hidden; ++col) y[(size_t)row * c.hidden + col] = y_bits(c.seed, me, row, col, c.hidden);
+          yw[row] = y_weight(c.seed, me, row);
+        }
+        DeviceBuffer yd(std::max<size_t>(y.size() * 2, 16)), ywd(std::max<size_t>(yw.size() * 4, 16)),
+            out(std::max<size_t>((size_t)in.N * c.hidden * 2, 16));
+        upload(yd.data(), y, s), upload(ywd.data(), yw, s);
+        poison(out.data(), out.bytes, s);
+        buf.combine(yd.data(), weighted ? static_cast<const float*>(ywd.data()) : nullptr, out.data(), s);
+        std::vector<uint16_t> ref((size_t)in.N * c.hidden);
+        std::vector<std::vector<int>> row_at(P);  // row of (me, t) at rank d: after every earlier source's rows
+        for (int d = 0; d < P; ++d) {
+          row_at[d].assign(in.N, -1);
+          int k = 0;
+          for (int q = 0; q < P; ++q)
+            for (int t = 0; t < all[q].N; ++t)
+              if (goes_to(all[q], t, d)) {
+                if (q == me) row_at[d][t] = k;
+                ++k;
+              }
+        }
+        for (int t = 0; t < in.N; ++t)
+          for (int col = 0; col < c.hidden; ++col) {
+            float acc = 0.0f;
+            for (int d = 0; d < P; ++d) {
+              const int k = row_at[d][t];
+              if (k < 0) continue;
+              const float v = bf16_to_f32(y_bits(c.seed, d, k, col, c.hidden));
+              acc = weighted ? std::fma(y_weight(c.seed, d, k), v, acc) : acc + v;
+            }
+            ref[(size_t)t * c.hidden + col] = f32_to_bf16(acc);
+          }
+        const std::vector<uint16_t> got = download<uint16_t>(out.data(), (size_t)in.N * c.hidden, s);
+        if (std::string e = diff(weighted ? "combine (weighted)" : "combine", got, ref); !e.empty())
+          bad.push_back(label + e);
+        comm.barrier();  // every rank has read its rows before the next dispatch overwrites them
+      }
+    }
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Ep, BadInputWritesNothing) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    std::vector<std::string>& bad = wrong[me];
+    Stream s;
+    tw::EpConfig cfg;
+    cfg.max_tokens_per_rank = 64;
+    cfg.hidden = 1024;
+    cfg.topk = 4;
+    cfg.num_experts = 8 * P;
+    auto expect = [&](const char* what, const std::function<void()>& f, tw::Errc code, std::vector<const char*> needles) {
+      if (const ::testing::AssertionResult r = throws_tw(f, code, needles); !r) bad.push_back(std::string(what) + ": " + r.message());
+    };
+    {
+      tw::EpConfig c = cfg;
+      c.hidden = 1020;  // 2040-byte rows
+      expect("hidden", [&] { tw::EpBuffer b(comm, c); }, tw::Errc::kInvalidArgument, {"not a multiple of 16"});
+      c = cfg, c.topk = 17;
+      expect("topk", [&] { tw::EpBuffer b(comm, c); }, tw::Errc::kInvalidArgument, {"topk 17"});
+    }
+    tw::EpBuffer buf(comm, cfg);
+    const int N = 48;
+    DeviceBuffer x((size_t)N * cfg.hidden * 2), idx((size_t)N * cfg.topk * 8), w((size_t)N * cfg.topk * 4);
+    fill(x.data(), tw::DType::kBFloat16, (size_t)N * cfg.hidden, Fill::kRandom, 3, me, s);
+    std::vector<int64_t> ids((size_t)N * cfg.topk);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (int64_t)(mix(5, me, i) % cfg.num_experts);
+    upload(idx.data(), ids, s);
+    fill(w.data(), tw::DType::kFloat32, (size_t)N * cfg.topk, Fill::kRandom, 4, me, s);
+    tw::EpDispatchArgs a;
+    a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    const tw::EpRecv r = buf.dispatch(a, s);  // a good one: where the rows land
+    buf.check(s);
+    const size_t rx_bytes = (size_t)r.capacity * cfg.hidden * 2;
+    poison(r.x, rx_bytes, s);
+    tw::EpDispatchArgs wrong_payload = a;
+    wrong_payload.payload = EpPayload::kFp8E4M3;
+    expect("payload", [&] { buf.dispatch(wrong_payload, s); }, tw::Errc::kInvalidArgument, {"payload", "fp8", "bf16"});
+    tw::EpDispatchArgs too_many = a;
+    too_many.num_tokens = 65;
+    expect("tokens", [&] { buf.dispatch(too_many, s); }, tw::Errc::kInvalidArgument, {"65 tokens", "at most 64"});
+    // An expert id out of range on the last rank: every rank's check() throws, nothing lands.
+    if (me == P - 1) {
+      ids[7 * cfg.topk + 2] = cfg.num_experts + 3;
+      upload(idx.data(), ids, s);
+    }
+    comm.sync(s);
+    comm.barrier();
+    buf.dispatch(a, s);
+    const std::string val = std::to_string(cfg.num_experts + 3);
+    if (me == P - 1)
+      expect("bad id", [&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"topk_idx[7][2]", val.c_str(), "wrote nothing"});
+    else
+      expect("bad id (peer)", [&] { buf.check(s); }, tw::Errc::kInvalidArgument,
+             {(std::string("rank ") + std::to_string(P - 1)).c_str(), "wrote nothing"});
+    const std::vector<uint8_t> rows = download<uint8_t>(r.x, rx_bytes, s);
+    if (std::any_of(rows.begin(), rows.end(), [](uint8_t b) { return b != kPoison; }))
+      bad.push_back("the rejected dispatch wrote received rows");
+    if (buf.num_recv(s) != 0) bad.push_back("the rejected dispatch reported rows received");
+    comm.barrier();
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+// Rank 0 dispatches; the others never do. Its wait for their counts ends in the diagnostic.
+[[noreturn]] void lone_dispatch_child() {
+  alarm(40);
+  setenv("TILEWIRE_TIMEOUT_MS", "500", 1);
+  try {
+    auto body = [](tw::Comm& comm) {
+      tw::EpConfig cfg;
+      cfg.max_tokens_per_rank = 16, cfg.hidden = 256, cfg.topk = 2, cfg.num_experts = 2 * comm.nranks();
+      tw::EpBuffer buf(comm, cfg);
+      if (comm.rank() != 0) {
+        std::this_thread::sleep_for(std::chrono::seconds(30));
+        return;
+      }
+      Stream s;
+      DeviceBuffer x(16 * 256 * 2), idx(16 * 2 * 8), w(16 * 2 * 4);
+      TW_CUDA_CHECK(cudaMemsetAsync(idx.data(), 0, idx.bytes, s));
+      tw::EpDispatchArgs a;
+      a.x = x.data(), a.num_tokens = 16, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+      try {
+        buf.dispatch(a, s);
+        comm.sync(s);
+      } catch (const tw::Error& e) {
+        std::fprintf(stderr, "%s: %s\n", tw::errc_name(e.code()), e.what());
+        std::fflush(stderr);
+        _exit(e.code() == tw::Errc::kTimeout ? 3 : 4);
+      }
+      _exit(5);
+    };
+    if (virtual_ranks() > 0) tw::Comm::run_virtual(0, std::max(2, virtual_ranks()), body);
+    else tw::Comm::run_local({}, body);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "setup failed: %s\n", e.what());
+  }
+  _exit(6);
+}
+
+TEST(EpDeathTest, PeerNeverJoins) {
+  TW_SKIP_UNLESS_RANKS(2);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(lone_dispatch_child(), ::testing::ExitedWithCode(3), "waited [0-9]+ ms in 'ep.dispatch.counts'");
+}
+
+}  // namespace
