@@ -40,10 +40,15 @@ namespace tw {
 // What a token row carries: bf16, or fp8 e4m3 with an fp32 scale per 128 columns.
 enum class EpPayload { kBFloat16, kFp8E4M3 };
 enum class EpIndex { kInt64, kInt32 };  // topk_idx element type; -1 = no expert
+// High throughput (prefill, training): rows deduplicated per rank, rank-major. Low latency
+// (decode, 1 to 256 tokens per rank): a row per (token, expert), expert-major, send and receive
+// split, double-buffered so that a call never waits for its peers before sending.
+enum class EpMode { kHighThroughput, kLowLatency };
 
 constexpr int kEpMaxTopk = 16;
 constexpr int kEpMaxExperts = 512;
 constexpr int kEpMaxTokens = 32768;
+constexpr int kEpMaxLowLatencyTokens = 1024;
 constexpr int kEpDefaultSms = 24;
 
 struct EpConfig {
@@ -51,7 +56,8 @@ struct EpConfig {
   int hidden = 0;               // H; a payload row is a multiple of 16 bytes (fp8: H % 128 == 0)
   int topk = 0;                 // 1..16
   int num_experts = 0;          // a multiple of nranks, at most 512
-  EpPayload payload = EpPayload::kBFloat16;
+  EpPayload payload = EpPayload::kBFloat16;  // low latency: fp8 rows are quantized by the send
+  EpMode mode = EpMode::kHighThroughput;
   int num_sms = 0;              // CTAs of each kernel (0: min(24, comm.sm_count()))
   int expert_alignment = 1;     // recv_tokens_per_expert rounded up to a multiple of this
 };
@@ -96,6 +102,24 @@ struct EpRecv {
   int capacity = 0;                   // nranks x max_tokens_per_rank
 };
 
+struct EpLowLatencyArgs {
+  const void* x = nullptr;             // [N, H] bf16 (quantized to fp8 by the send when the payload is fp8)
+  int num_tokens = 0;                  // N (0..max_tokens_per_rank)
+  const void* topk_idx = nullptr;      // [N, topk]; no expert may appear twice in a token's row
+  EpIndex index_type = EpIndex::kInt64;
+};
+
+// Low-latency receive, expert-major (local memory of the buffer, valid until the next receive):
+// expert l's rows are [l, 0 .. count[l]), in (source rank, source token) order.
+struct EpLowLatencyRecv {
+  void* x = nullptr;                  // [L, capacity, H] payload
+  float* x_scales = nullptr;          // fp8: [L, capacity, H / 128], scale = amax / 448 per 128 columns
+  int* count = nullptr;               // device [L]
+  int32_t* src_rank = nullptr;        // [L, capacity]
+  int32_t* src_token = nullptr;       // [L, capacity]
+  int capacity = 0;                   // rows per expert: nranks x max_tokens_per_rank
+};
+
 class EpBuffer {
  public:
   // Collective: allocates the window and device state. Throws kInvalidArgument on a bad config
@@ -122,18 +146,33 @@ class EpBuffer {
   // for the last layout's N tokens (tokens that went nowhere get zeros).
   void combine(const void* y, const float* weights, void* out, cudaStream_t stream);
 
+  // Low latency (EpMode::kLowLatency), in this order per step: dispatch_send, dispatch_recv, then
+  // optionally combine_send, combine_recv. The sends return without waiting for peers; the
+  // receives wait for every peer's send of the same step (call the receive later to overlap the
+  // transfer with compute). Out-of-order calls are refused (kInvalidArgument).
+  void dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream);
+  EpLowLatencyRecv dispatch_recv(cudaStream_t stream);
+  // y: [L, capacity, H] bf16, expert l's rows in dispatch_recv's order.
+  void combine_send(const void* y, cudaStream_t stream);
+  // out: [N, H] bf16 = sum over j = 0..topk-1 with topk_idx[t][j] >= 0 of topk_weights[t][j] x
+  // y(t, j), in fp32 in that order, rounded once.
+  void combine_recv(const float* topk_weights, void* out, cudaStream_t stream);
+
   // Eager: synchronize `stream`, then the rows the last dispatch received / throw kInvalidArgument
   // (on every rank) if its routing had an expert id out of range on any rank.
   int num_recv(cudaStream_t stream);
   void check(cudaStream_t stream);
 
   struct State;  // src/ops/ep/ep.cu
+  struct LowLatency;  // src/ops/ep/ll.cu
 
  private:
   Comm& comm_;
   EpConfig cfg_;
   int sms_ = 0;
   std::unique_ptr<State> st_;
+  std::unique_ptr<LowLatency> ll_;
+  void init_low_latency();
 };
 
 }  // namespace tw

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "kernels.cuh"
+#include "state.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -67,22 +67,6 @@ struct StreamGuard {
 };
 }  // namespace
 
-struct EpBuffer::State {
-  ops::ep::Geometry g{};
-  Window win;
-  ops::ep::Routing r{};
-  uint32_t* depochs = nullptr;
-  uint32_t* cepochs = nullptr;
-  int* num_recv = nullptr;
-  int* recv_per_expert = nullptr;
-  int* recv_base = nullptr;
-  ops::ep::Status* status = nullptr;  // host-mapped
-  ops::ep::Status* status_dev = nullptr;
-  size_t local_bytes = 0;
-  bool dispatched = false;        // a dispatch ran since the buffer was made
-  bool layout_changed = false;    // layout() ran after the last dispatch
-  bool have_layout = false;
-};
 
 EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   comm.require_usable("EpBuffer");
@@ -97,6 +81,14 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   sms_ = cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count());
   st_ = std::make_unique<State>();
   State& st = *st_;
+  TW_CUDA_CHECK(cudaHostAlloc(&st.status, sizeof(ops::ep::Status), cudaHostAllocMapped | cudaHostAllocPortable));
+  *st.status = ops::ep::Status{};
+  TW_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.status_dev), st.status, 0));
+  if (cfg.mode == EpMode::kLowLatency) {
+    init_low_latency();  // ll.cu
+    comm.barrier();      // every rank's flags are zero before any peer writes into them
+    return;
+  }
   const int P = comm.nranks(), N = cfg.max_tokens_per_rank;
   st.g = geometry(cfg, P, comm.rank(), sms_);
   st.win = comm.alloc_window(st.g.total);
@@ -112,9 +104,6 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.recv_per_expert = dalloc<int>(st.g.L, s0);
   st.recv_base = dalloc<int>(P, s0);
   st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 8 * (size_t)sms_;
-  TW_CUDA_CHECK(cudaHostAlloc(&st.status, sizeof(ops::ep::Status), cudaHostAllocMapped | cudaHostAllocPortable));
-  *st.status = ops::ep::Status{};
-  TW_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.status_dev), st.status, 0));
   // The flags and counts start at 0 on every rank before any peer writes into them.
   TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
   comm.sync(s0);
@@ -128,9 +117,15 @@ EpBuffer::~EpBuffer() {
                   (void*)st.depochs, (void*)st.cepochs, (void*)st.num_recv, (void*)st.recv_per_expert, (void*)st.recv_base})
     cudaFree(p);
   if (st.status) cudaFreeHost(st.status);
+  if (ll_) {
+    const ops::ep::ll::Local& l = ll_->s;
+    for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.rx, (void*)l.rscales, (void*)l.rcount,
+                    (void*)l.rsrc, (void*)l.rtok, (void*)l.rslot})
+      cudaFree(p);
+  }
 }
 
-size_t EpBuffer::bytes() const { return st_->g.total + st_->local_bytes; }
+size_t EpBuffer::bytes() const { return ll_ ? ll_->g.total + ll_->local_bytes : st_->g.total + st_->local_bytes; }
 
 EpLayoutView EpBuffer::layout_view() const {
   return EpLayoutView{st_->r.num_tokens, st_->r.tokens_per_rank, st_->r.tokens_per_expert, st_->r.in_rank};
@@ -138,6 +133,8 @@ EpLayoutView EpBuffer::layout_view() const {
 
 void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaStream_t stream) {
   comm_.require_usable("EpBuffer::layout");
+  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+             std::string("EpBuffer::layout") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
   TW_REQUIRE(num_tokens >= 0 && num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
              "EpBuffer::layout: " + std::to_string(num_tokens) + " tokens; the buffer holds at most " +
                  std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
@@ -165,6 +162,8 @@ void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaSt
 
 EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   comm_.require_usable("EpBuffer::dispatch");
+  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+             std::string("EpBuffer::dispatch") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
   State& st = *st_;
   const char* op = "EpBuffer::dispatch";
   TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
@@ -229,6 +228,8 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
 
 void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStream_t stream) {
   comm_.require_usable("EpBuffer::combine");
+  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+             std::string("EpBuffer::combine") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
   State& st = *st_;
   const char* op = "EpBuffer::combine";
   TW_REQUIRE(st.dispatched, kInvalidArgument, std::string(op) + ": no dispatch yet (combine returns a dispatch's rows)");

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "tilewire/ops/ep.hpp"
+
 #include "tilewire/device/context.hpp"
 #include "tilewire/device/peer.cuh"
 #include "tilewire/device/ptx.cuh"
@@ -101,5 +103,61 @@ __global__ void layout_scan(Routing r, int P);
 __global__ void dispatch(const __grid_constant__ DispatchParams p);
 __global__ void combine_push(const __grid_constant__ CombineParams p);
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p);
+
+// ------------------------------------------------------------------ low latency (ll.cu)
+namespace ll {
+
+struct Geo {
+  int P, me, L, E, topk, max_tokens, cap, G, hidden;
+  size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
+  size_t slot_bytes;      // count slot: [0] tag, [8] status, [16] counts[L]
+  size_t off_slots, off_done, off_cdone, off_rows, off_scales, off_meta, off_cy;
+  size_t total;
+  __host__ __device__ size_t slot(int buf, int src) const { return off_slots + ((size_t)buf * P + src) * slot_bytes; }
+  __host__ __device__ size_t done(size_t base, int buf, int src, int ch) const {
+    return base + (((size_t)buf * P + src) * G + ch) * 8;
+  }
+  // Staging row of (buffer, local expert, source, pos).
+  __host__ __device__ size_t srow(int buf, int l, int src, int pos) const {
+    return (((size_t)buf * L + l) * P + src) * max_tokens + pos;
+  }
+  __host__ __device__ size_t cyrow(int buf, int t, int j) const { return ((size_t)buf * max_tokens + t) * topk + j; }
+};
+
+struct Local {  // this rank's device state
+  int* pos;       // [max_tokens, topk]: the token's row in its expert's block, -1 for no expert
+  int* cnt;       // [E]
+  uint32_t* epochs;  // [4][G]: send, recv, combine send, combine recv
+  char* rx;          // [L, cap, row_bytes]
+  float* rscales;    // [L, cap, nsc]
+  int* rcount;       // [L]
+  int32_t* rsrc;     // [L, cap] source rank
+  int32_t* rtok;     // [L, cap] source token
+  int32_t* rslot;    // [L, cap] top-k slot at the source
+  Status* status;
+  int num_tokens;
+};
+
+struct Params {
+  DevCtx ctx;
+  DevWindow win;
+  Geo g;
+  Local s;
+  const char* x;          // send: bf16 rows
+  const void* topk_idx;   // layout
+  bool idx64;
+  bool fp8;
+  const char* y;          // combine send: [L, cap, H] bf16
+  const float* weights;   // combine recv: [N, topk]
+  __nv_bfloat16* out;     // combine recv
+};
+
+__global__ void layout(const __grid_constant__ Params p);
+__global__ void send(const __grid_constant__ Params p);
+__global__ void recv(const __grid_constant__ Params p);
+__global__ void combine_send(const __grid_constant__ Params p);
+__global__ void combine_recv(const __grid_constant__ Params p);
+
+}  // namespace ll
 
 }  // namespace tw::ops::ep

@@ -32,6 +32,9 @@ Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
                 " ranks (each rank holds num_experts / nranks experts)");
   if (c.expert_alignment < 1 || c.expert_alignment > 1024)
     return fail("expert_alignment " + std::to_string(c.expert_alignment) + " is outside [1, 1024]");
+  if (c.mode == EpMode::kLowLatency && c.max_tokens_per_rank > kEpMaxLowLatencyTokens)
+    return fail("max_tokens_per_rank " + std::to_string(c.max_tokens_per_rank) + " is beyond the low-latency mode's " +
+                std::to_string(kEpMaxLowLatencyTokens) + " (decode batches; use the high-throughput mode)");
   if (c.num_sms < 0 || c.num_sms > sm_budget)
     return fail("num_sms " + std::to_string(c.num_sms) + " is outside [0, " + std::to_string(sm_budget) +
                 "] (0: the default; at most the communicator's SM budget, comm.sm_count())");

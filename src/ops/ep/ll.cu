@@ -1,0 +1,432 @@
+// The low-latency EP mode (tilewire/ops/ep.hpp, EpMode::kLowLatency): kernels and launches.
+//
+// A row per (token, expert). The send puts token t's row for expert e = d x L + l into rank d's
+// staging block [buffer][l][source me][pos], pos = the number of earlier tokens of this rank that
+// chose e (a per-expert scan: no atomics, so the order is deterministic), then releases one flag
+// per (source, CTA) at every rank; its counts (per expert of d) go into d's count slot. The
+// receive waits for every source's counts and flags, then packs each expert's rows in source
+// order into the expert-major output. Combine mirrors it: the expert rank pushes y(l, r) back
+// into the source's [buffer][t][j] slot, the source sums slots j = 0..topk-1 in fp32.
+//
+// Why no wait before sending: staging and combine areas are double-buffered by call parity. A
+// sender at call e writes buffer e % 2 at rank d, which d last read in its receive of call e - 2;
+// the sender's own receive of call e - 1 waited for d's send of call e - 1, which d made after
+// that receive. The same holds for combine (see docs/ep.md).
+#include <cuda_bf16.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <string>
+
+#include "state.cuh"
+#include "tilewire/device/wait.cuh"
+#include "tilewire/ops/ep.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+namespace ops::ep::ll {
+
+template <class T>
+__device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t off, int peer) {
+  return dev::lsa_ptr<T>(ctx, w, off, dev::lsa_of_world(ctx, peer));
+}
+
+__device__ uint64_t next_epoch(uint32_t* epochs) {
+  __shared__ uint64_t e;
+  if (threadIdx.x == 0) {
+    e = epochs[blockIdx.x] + 1u;
+    epochs[blockIdx.x] = (uint32_t)e;
+  }
+  __syncthreads();
+  return e;
+}
+
+// Every thread i < P x G waits for flag (buf, source i / G, channel i % G) in this rank's window.
+__device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what) {
+  const Geo& g = p.g;
+  for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x)
+    dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.done(base, buf, i / g.G, i % g.G), g.me), e,
+                   cuda::memory_order_acquire, what);
+  __syncthreads();
+}
+
+__device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e) {
+  const Geo& g = p.g;
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
+}
+
+// One CTA, a thread per expert: pos[t][j] over this rank's tokens in order (the ids staged in
+// shared memory as int16), the count per expert. Bad ids are recorded and left out.
+__global__ void layout(const __grid_constant__ Params p) {
+  extern __shared__ int16_t sid[];
+  const Geo& g = p.g;
+  const int n = p.s.num_tokens * g.topk;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const long long e = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
+    if (e < -1 || e >= g.E) {
+      if (atomicCAS(&p.s.status->code, 0, 1) == 0) {
+        p.s.status->rank = g.me, p.s.status->token = i / g.topk, p.s.status->slot = i % g.topk, p.s.status->value = e;
+        __threadfence_system();
+      }
+      sid[i] = -1;
+    } else {
+      sid[i] = (int16_t)e;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
+    int c = 0;
+    for (int i = 0; i < n; ++i)
+      if (sid[i] == e) p.s.pos[i] = c++;
+    p.s.cnt[e] = c;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x)
+    if (sid[i] < 0) p.s.pos[i] = -1;
+}
+
+__global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const uint64_t e = next_epoch(p.s.epochs);
+  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (blockIdx.x == 0)  // the counts for each rank's experts, and this rank's verdict
+    for (int d = warp; d < g.P; d += kWarps) {
+      char* s = at<char>(ctx, p.win, g.slot(buf, g.me), d);
+      if (lane == 0) *reinterpret_cast<int*>(s + 8) = *reinterpret_cast<volatile int*>(&p.s.status->code) == 1 ? 1 : 0;
+      for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[l] = p.s.cnt[d * g.L + l];
+      __threadfence_system();
+      __syncwarp();
+      if (lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
+    }
+  // A warp per token: the bf16 row read once (fp8: quantized per 128 columns, a half-warp per
+  // group of 16 chunks), stored once per expert it chose.
+  const int chunks = g.hidden / 8;  // 16-byte bf16 chunks
+  for (int t = blockIdx.x * kWarps + warp; t < p.s.num_tokens; t += gridDim.x * kWarps) {
+    int dst[kEpMaxTopk], row_l[kEpMaxTopk], row_p[kEpMaxTopk], j_of[kEpMaxTopk], nd = 0;
+    for (int j = 0; j < g.topk; ++j) {
+      const int pos = p.s.pos[t * g.topk + j];
+      if (pos < 0) continue;
+      const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[t * g.topk + j]
+                                   : static_cast<const int*>(p.topk_idx)[t * g.topk + j];
+      dst[nd] = (int)(id / g.L), row_l[nd] = (int)(id % g.L), row_p[nd] = pos, j_of[nd] = j;
+      ++nd;
+    }
+    if (nd == 0) continue;
+    const char* src = p.x + (size_t)t * g.hidden * 2;
+    for (int c0 = 0; c0 < chunks; c0 += 32) {
+      const int c = c0 + lane;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (c < chunks) v = ptx::ld_nc_v4(src + (size_t)c * 16);
+      if (!p.fp8) {
+        if (c < chunks)
+          for (int i = 0; i < nd; ++i)
+            ptx::st_v4(at<char>(ctx, p.win, g.off_rows + g.srow(buf, row_l[i], g.me, row_p[i]) * g.row_bytes + (size_t)c * 16,
+                                dst[i]),
+                       v);
+        continue;
+      }
+      // fp8: 16 chunks of 8 columns are one 128-column group; the half-warp reduces its amax.
+      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
+      float f[8], amax = 0.0f;
+      for (int k = 0; k < 8; ++k) {
+        f[k] = __bfloat162float(h[k]);
+        amax = fmaxf(amax, fabsf(f[k]));
+      }
+      for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+      uint2 q;
+      uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
+      for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
+      if (c < chunks)
+        for (int i = 0; i < nd; ++i) {
+          const size_t r = g.srow(buf, row_l[i], g.me, row_p[i]);
+          *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst[i]) = q;
+          if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst[i]) = scale;
+        }
+    }
+    if (lane < nd) {
+      const size_t r = g.srow(buf, row_l[lane], g.me, row_p[lane]);
+      *at<int2>(ctx, p.win, g.off_meta + r * 8, dst[lane]) = make_int2(t, j_of[lane]);
+    }
+  }
+  release_to_all(p, g.off_done, buf, e);
+}
+
+__global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params p) {
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const uint64_t e = next_epoch(p.s.epochs + g.G);
+  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  if (threadIdx.x < g.P)
+    dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, threadIdx.x), g.me), e,
+                   cuda::memory_order_acquire, "ep.ll.recv.counts");
+  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows");
+  if (threadIdx.x < g.P && *at<int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
+  __syncthreads();
+  const auto count_of = [&](int src, int l) { return at<const int>(ctx, p.win, g.slot(buf, src) + 16, g.me)[l]; };
+  if (bad) {
+    if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(&p.s.status->code, 0, 2) == 0) {
+      p.s.status->rank = bad - 1;
+      __threadfence_system();
+    }
+    for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < g.L; l += gridDim.x * blockDim.x) p.s.rcount[l] = 0;
+    return;
+  }
+  // Expert l's rows: source 0's, then source 1's, ... A warp per (expert, source) block row.
+  for (int l = blockIdx.x; l < g.L; l += gridDim.x) {
+    int base = 0;
+    for (int s = 0; s < g.P; ++s) {
+      const int n = count_of(s, l);
+      for (int i = warp; i < n; i += kWarps) {
+        const size_t from = g.srow(buf, l, s, i), to = (size_t)l * g.cap + base + i;
+        const char* src = at<const char>(ctx, p.win, g.off_rows + from * g.row_bytes, g.me);
+        char* dst = p.s.rx + to * g.row_bytes;
+        for (size_t c = lane; c < g.row_bytes / 16; c += 32) ptx::st_v4(dst + c * 16, ptx::ld_volatile_v4(src + c * 16));
+        for (size_t c = lane; c < g.nsc; c += 32)
+          p.s.rscales[to * g.nsc + c] = at<const float>(ctx, p.win, g.off_scales + (from * g.nsc + c) * 4, g.me)[0];
+        if (lane == 0) {
+          const int2 m = *at<const int2>(ctx, p.win, g.off_meta + from * 8, g.me);
+          p.s.rsrc[to] = s, p.s.rtok[to] = m.x, p.s.rslot[to] = m.y;
+        }
+      }
+      base += n;
+    }
+    if (threadIdx.x == 0) p.s.rcount[l] = base;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__ Params p) {
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const uint64_t e = next_epoch(p.s.epochs + 2 * g.G);
+  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int chunks = g.hidden / 8;
+  for (int l = 0; l < g.L; ++l) {
+    const int n = p.s.rcount[l];
+    for (int r = blockIdx.x * kWarps + warp; r < n; r += gridDim.x * kWarps) {
+      const size_t row = (size_t)l * g.cap + r;
+      const int s = p.s.rsrc[row];
+      char* dst = at<char>(ctx, p.win, g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2, s);
+      const char* src = p.y + row * g.hidden * 2;
+      for (int c = lane; c < chunks; c += 32) ptx::st_v4(dst + (size_t)c * 16, ptx::ld_nc_v4(src + (size_t)c * 16));
+    }
+  }
+  release_to_all(p, g.off_cdone, buf, e);
+}
+
+// out[t] = sum_j w[t][j] y(t, j) over the slots with an expert, j ascending, fp32, rounded once.
+__global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__ Params p) {
+  const Geo& g = p.g;
+  const uint64_t e = next_epoch(p.s.epochs + 3 * g.G);
+  const int buf = (int)(e & 1u);
+  wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows");
+  const int vecs = g.hidden / 8;
+  const char* local = at<const char>(p.ctx, p.win, 0, g.me);
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
+    const int t = i / vecs, v = i % vecs;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < g.topk; ++j) {
+      if (p.s.pos[t * g.topk + j] < 0) continue;
+      const float w = p.weights[t * g.topk + j];
+      const uint4 raw = ptx::ld_volatile_v4(local + g.off_cy + g.cyrow(buf, t, j) * g.hidden * 2 + (size_t)v * 16);
+      const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw);
+      for (int k = 0; k < 8; ++k) acc[k] = __fmaf_rn(w, __bfloat162float(y[k]), acc[k]);
+    }
+    uint4 o;
+    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+    for (int k = 0; k < 8; ++k) ob[k] = __float2bfloat16_rn(acc[k]);
+    *reinterpret_cast<uint4*>(p.out + (size_t)t * g.hidden + (size_t)v * 8) = o;
+  }
+}
+
+}  // namespace ops::ep::ll
+
+// ------------------------------------------------------------------------------ host
+namespace {
+constexpr size_t kAlign = 256;
+size_t up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+ops::ep::ll::Geo ll_geometry(const EpConfig& c, int P, int me, int G) {
+  ops::ep::ll::Geo g{};
+  g.P = P, g.me = me, g.L = c.num_experts / P, g.E = c.num_experts, g.topk = c.topk;
+  g.max_tokens = c.max_tokens_per_rank, g.cap = P * c.max_tokens_per_rank, g.G = G, g.hidden = c.hidden;
+  g.row_bytes = ep_row_bytes(c);
+  g.nsc = ep_scale_bytes(c) / 4;
+  g.slot_bytes = (16 + 4 * (size_t)g.L + 15) / 16 * 16;
+  size_t o = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = o;
+    o = up(o + bytes);
+    return at;
+  };
+  const size_t rows = 2 * (size_t)g.L * P * g.max_tokens;  // two buffers of [L][P][max_tokens]
+  g.off_slots = take(2 * (size_t)P * g.slot_bytes);
+  g.off_done = take(2 * (size_t)P * G * 8);
+  g.off_cdone = take(2 * (size_t)P * G * 8);
+  g.off_meta = take(rows * 8);
+  g.off_scales = take(rows * g.nsc * 4);
+  g.off_rows = take(rows * g.row_bytes);
+  g.off_cy = take(2 * (size_t)g.max_tokens * g.topk * g.hidden * 2);
+  g.total = o;
+  return g;
+}
+
+template <class T>
+T* zalloc(size_t n, cudaStream_t s) {
+  void* p = nullptr;
+  TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  TW_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), s));
+  return static_cast<T*>(p);
+}
+}  // namespace
+
+
+void EpBuffer::init_low_latency() {
+  ll_ = std::make_unique<LowLatency>();
+  LowLatency& ll = *ll_;
+  const int P = comm_.nranks();
+  ll.g = ll_geometry(cfg_, P, comm_.rank(), sms_);
+  ll.win = comm_.alloc_window(ll.g.total);
+  cudaStream_t s0 = nullptr;
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  ops::ep::ll::Local& s = ll.s;
+  const ops::ep::ll::Geo& g = ll.g;
+  s.pos = zalloc<int>((size_t)g.max_tokens * g.topk, s0);
+  s.cnt = zalloc<int>(g.E, s0);
+  s.epochs = zalloc<uint32_t>(4 * (size_t)g.G, s0);
+  s.rx = zalloc<char>((size_t)g.L * g.cap * g.row_bytes, s0);
+  s.rscales = zalloc<float>((size_t)g.L * g.cap * g.nsc, s0);
+  s.rcount = zalloc<int>(g.L, s0);
+  s.rsrc = zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  s.rtok = zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  s.rslot = zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  ll.local_bytes = (size_t)g.max_tokens * g.topk * 4 + (size_t)g.E * 4 + 16 * (size_t)g.G +
+                   (size_t)g.L * g.cap * (g.row_bytes + 4 * g.nsc + 12) + 4 * (size_t)g.L;
+  TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
+  const cudaError_t e = cudaStreamSynchronize(s0);
+  cudaStreamDestroy(s0);
+  TW_CUDA_CHECK(e);
+}
+
+namespace {
+void ll_refuse(bool ok, const char* op, const std::string& why) {
+  TW_REQUIRE(ok, kInvalidArgument, std::string("EpBuffer::") + op + ": " + why);
+}
+}  // namespace
+
+void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::dispatch_send");
+  ll_refuse(ll_ != nullptr, "dispatch_send", "the buffer was made for the high-throughput mode (EpConfig::mode)");
+  LowLatency& ll = *ll_;
+  ll_refuse(ll.step != LowLatency::Step::kSent, "dispatch_send", "the last dispatch_send was not received yet (dispatch_recv)");
+  ll_refuse(ll.step != LowLatency::Step::kCombineSent, "dispatch_send", "the last combine_send was not received yet (combine_recv)");
+  ll_refuse(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, "dispatch_send",
+            std::to_string(a.num_tokens) + " tokens; the buffer holds at most " + std::to_string(cfg_.max_tokens_per_rank) +
+                " per rank (EpConfig::max_tokens_per_rank)");
+  ll_refuse(a.num_tokens == 0 || (a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0), "dispatch_send",
+            "x is null or not 16-byte aligned");
+  ll_refuse(a.num_tokens == 0 || a.topk_idx != nullptr, "dispatch_send", "topk_idx is null");
+  comm_.agree_on_call("EpBuffer::dispatch_send", {{"mode", "low latency"}});
+  const Comm::CallOrder order(comm_, stream);
+  ops::ep::ll::Params p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = ll.win.dev();
+  p.g = ll.g;
+  ll.s.num_tokens = a.num_tokens;
+  ll.s.status = st_->status_dev;
+  p.s = ll.s;
+  p.x = static_cast<const char*>(a.x);
+  p.topk_idx = a.topk_idx;
+  p.idx64 = a.index_type == EpIndex::kInt64;
+  p.fp8 = cfg_.payload == EpPayload::kFp8E4M3;
+  TW_CUDA_CHECK(cudaMemsetAsync(st_->status_dev, 0, sizeof(ops::ep::Status), stream));
+  ops::ep::ll::layout<<<1, 512, (size_t)a.num_tokens * cfg_.topk * sizeof(int16_t), stream>>>(p);
+  TW_CUDA_CHECK(cudaGetLastError());
+  ops::ep::ll::send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  TW_CUDA_CHECK(cudaGetLastError());
+  ll.step = LowLatency::Step::kSent;
+  ll.topk_idx = a.topk_idx;
+}
+
+EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::dispatch_recv");
+  ll_refuse(ll_ != nullptr, "dispatch_recv", "the buffer was made for the high-throughput mode (EpConfig::mode)");
+  LowLatency& ll = *ll_;
+  ll_refuse(ll.step == LowLatency::Step::kSent, "dispatch_recv", "no dispatch_send to receive");
+  comm_.agree_on_call("EpBuffer::dispatch_recv", {});
+  const Comm::CallOrder order(comm_, stream);
+  ops::ep::ll::Params p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = ll.win.dev();
+  p.g = ll.g;
+  p.s = ll.s;
+  ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    comm_.check_fault();
+    throw_cuda(e, "ep low-latency receive launch", __FILE__, __LINE__);
+  }
+  comm_.launched("ep low-latency receive");
+  ll.step = LowLatency::Step::kReceived;
+  EpLowLatencyRecv r;
+  r.x = ll.s.rx;
+  r.x_scales = ll.g.nsc ? ll.s.rscales : nullptr;
+  r.count = ll.s.rcount;
+  r.src_rank = ll.s.rsrc;
+  r.src_token = ll.s.rtok;
+  r.capacity = ll.g.cap;
+  return r;
+}
+
+void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::combine_send");
+  ll_refuse(ll_ != nullptr, "combine_send", "the buffer was made for the high-throughput mode (EpConfig::mode)");
+  LowLatency& ll = *ll_;
+  ll_refuse(ll.step == LowLatency::Step::kReceived, "combine_send", "combine_send follows a dispatch_recv");
+  ll_refuse(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, "combine_send", "y is null or not 16-byte aligned");
+  comm_.agree_on_call("EpBuffer::combine_send", {});
+  const Comm::CallOrder order(comm_, stream);
+  ops::ep::ll::Params p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = ll.win.dev();
+  p.g = ll.g;
+  p.s = ll.s;
+  p.y = static_cast<const char*>(y);
+  ops::ep::ll::combine_send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  TW_CUDA_CHECK(cudaGetLastError());
+  ll.step = LowLatency::Step::kCombineSent;
+}
+
+void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::combine_recv");
+  ll_refuse(ll_ != nullptr, "combine_recv", "the buffer was made for the high-throughput mode (EpConfig::mode)");
+  LowLatency& ll = *ll_;
+  ll_refuse(ll.step == LowLatency::Step::kCombineSent, "combine_recv", "no combine_send to receive");
+  ll_refuse(ll.s.num_tokens == 0 || (topk_weights != nullptr && out != nullptr &&
+                                     reinterpret_cast<uintptr_t>(out) % 16 == 0),
+            "combine_recv", "topk_weights or out is null, or out is not 16-byte aligned");
+  comm_.agree_on_call("EpBuffer::combine_recv", {});
+  const Comm::CallOrder order(comm_, stream);
+  ops::ep::ll::Params p{};
+  p.ctx = comm_.dev_ctx();
+  p.win = ll.win.dev();
+  p.g = ll.g;
+  p.s = ll.s;
+  p.weights = topk_weights;
+  p.out = static_cast<__nv_bfloat16*>(out);
+  ops::ep::ll::combine_recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    comm_.check_fault();
+    throw_cuda(e, "ep low-latency combine launch", __FILE__, __LINE__);
+  }
+  comm_.launched("ep low-latency combine");
+  ll.step = LowLatency::Step::kIdle;
+}
+
+}  // namespace tw

@@ -1,0 +1,228 @@
+// tests/gpu/ep_ll_test.cu — the low-latency EP mode against a host reference (every rank builds
+// every rank's inputs from seeds).
+//
+//   Ep.LowLatencyMatchesTheReference   bf16 and fp8 (quantized by the send; the reference
+//       quantizes on the host with its own e4m3 rounding), hidden 2048 and 7168, uniform and
+//       skewed routing, ranks with 64, 0, 37 and 1 tokens, some top-k entries -1: per-expert
+//       counts exact, each expert's rows, scales and sources bitwise in (source rank, source
+//       token) order; combine_recv bitwise against the fixed-order fp32 sum over the top-k slots;
+//       three steps in a row, the last two bit-identical to the first.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/ep.hpp"
+
+namespace {
+using namespace tw_test;
+using tw::EpPayload;
+
+constexpr int kMaxTokens = 64, kTopk = 8, kL = 32;  // experts per rank
+
+int tokens_of(int rank) { return std::array<int, 4>{64, 0, 37, 1}[rank % 4]; }
+
+struct Input {
+  int N = 0;
+  std::vector<uint16_t> x;    // [N, H] bf16 bits
+  std::vector<int64_t> idx;   // [N, topk], distinct experts per token
+  std::vector<float> w;       // [N, topk]
+};
+
+Input make_input(uint64_t seed, bool skewed, int H, int rank, int P) {
+  Input in;
+  in.N = tokens_of(rank);
+  const int E = kL * P;
+  in.x.resize((size_t)in.N * H);
+  for (size_t i = 0; i < in.x.size(); ++i) in.x[i] = f32_to_bf16(random_exact(seed, rank, i, tw::DType::kBFloat16));
+  in.idx.assign((size_t)in.N * kTopk, -1);
+  for (int t = 0; t < in.N; ++t) {
+    std::vector<int64_t> picked;
+    for (int j = 0, tries = 0; j < kTopk && tries < 64; ++tries) {
+      const uint64_t u = mix(seed + 3, rank, (uint64_t)t * 64 + tries);
+      const double f = (double)(u % 1000003) / 1000003.0;
+      const int64_t e = skewed ? std::min<int64_t>(E - 1, (int64_t)(E * f * f * f)) : (int64_t)(u % E);
+      if (std::find(picked.begin(), picked.end(), e) != picked.end()) continue;
+      picked.push_back(e);
+      in.idx[(size_t)t * kTopk + j] = (u >> 40) % 7 == 0 ? -1 : e;
+      ++j;
+    }
+  }
+  in.w.resize((size_t)in.N * kTopk);
+  for (size_t i = 0; i < in.w.size(); ++i) in.w[i] = random_exact(seed + 5, rank, i, tw::DType::kFloat32);
+  return in;
+}
+
+// e4m3 (bias 7, 3 mantissa bits, max 448, subnormals k x 2^-9), round to nearest even, saturating
+// to +-448: written from the format's definition, independent of CUDA's conversion.
+uint8_t e4m3(float f) {
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const double a = std::fabs((double)f);
+  if (a >= 448.0) return sign | 0x7E;
+  if (a < std::ldexp(1.0, -6)) return sign | (uint8_t)std::nearbyint(a * 512.0);  // 8 becomes the min normal
+  int e = 0;
+  const double m = std::frexp(a, &e) * 2.0 - 1.0;  // a = (1 + m) 2^(e - 1)
+  --e;
+  int q = (int)std::nearbyint(m * 8.0);
+  if (q == 8) q = 0, ++e;
+  if (e > 8 || (e == 8 && q > 6)) return sign | 0x7E;
+  return sign | (uint8_t)(((e + 7) << 3) | q);
+}
+
+template <class T>
+std::vector<T> download(const void* p, size_t n, cudaStream_t s) {
+  std::vector<T> v(n);
+  if (n) TW_CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  return v;
+}
+template <class T>
+void upload(void* dst, const std::vector<T>& v, cudaStream_t s) {
+  if (!v.empty()) TW_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+}
+
+uint16_t y_bits(uint64_t seed, int d, size_t row, int col, int H) {
+  return f32_to_bf16(random_exact(seed + 9, d, row * H + col, tw::DType::kBFloat16));
+}
+
+TEST(Ep, LowLatencyMatchesTheReference) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  struct Case {
+    int H;
+    EpPayload payload;
+    bool skewed;
+    uint64_t seed;
+  };
+  const Case cases[] = {{2048, EpPayload::kBFloat16, false, 71}, {7168, EpPayload::kBFloat16, true, 72},
+                        {7168, EpPayload::kFp8E4M3, false, 73}, {2048, EpPayload::kFp8E4M3, true, 74}};
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    std::vector<std::string>& bad = wrong[me];
+    Stream s;
+    for (const Case& c : cases) {
+      const std::string label = std::string(c.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16") + " hidden " +
+                                std::to_string(c.H) + (c.skewed ? " skewed: " : " uniform: ");
+      tw::EpConfig cfg;
+      cfg.mode = tw::EpMode::kLowLatency;
+      cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = c.H, cfg.topk = kTopk, cfg.num_experts = kL * P;
+      cfg.payload = c.payload;
+      tw::EpBuffer buf(comm, cfg);
+      std::vector<Input> all;
+      for (int q = 0; q < P; ++q) all.push_back(make_input(c.seed, c.skewed, c.H, q, P));
+      const Input& in = all[me];
+      const bool fp8 = c.payload == EpPayload::kFp8E4M3;
+      const size_t rb = fp8 ? (size_t)c.H : (size_t)c.H * 2, nsc = fp8 ? c.H / 128 : 0, cap = (size_t)P * kMaxTokens;
+      // Reference receive at this rank: expert l's rows, sources in order, tokens in order.
+      std::vector<std::vector<uint8_t>> want_x(kL);
+      std::vector<std::vector<float>> want_sc(kL);
+      std::vector<std::vector<int32_t>> want_src(kL), want_tok(kL);
+      for (int q = 0; q < P; ++q)
+        for (int t = 0; t < all[q].N; ++t)
+          for (int j = 0; j < kTopk; ++j) {
+            const int64_t e = all[q].idx[(size_t)t * kTopk + j];
+            if (e < 0 || e / kL != me) continue;
+            const int l = (int)(e % kL);
+            want_src[l].push_back(q), want_tok[l].push_back(t);
+            const uint16_t* row = all[q].x.data() + (size_t)t * c.H;
+            for (int g = 0; g < (fp8 ? c.H / 128 : 1); ++g) {
+              if (!fp8) {
+                const uint8_t* b = reinterpret_cast<const uint8_t*>(row);
+                want_x[l].insert(want_x[l].end(), b, b + rb);
+                break;
+              }
+              float amax = 0.0f;
+              for (int k = 0; k < 128; ++k) amax = std::max(amax, std::fabs(bf16_to_f32(row[g * 128 + k])));
+              const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+              want_sc[l].push_back(scale);
+              for (int k = 0; k < 128; ++k) want_x[l].push_back(e4m3(bf16_to_f32(row[g * 128 + k]) / scale));
+            }
+          }
+      // This rank's combine input: expert l's row r, from seeds (zeros past each count).
+      std::vector<uint16_t> y((size_t)kL * cap * c.H, 0);
+      for (int l = 0; l < kL; ++l)
+        for (size_t r = 0; r < want_src[l].size(); ++r)
+          for (int col = 0; col < c.H; ++col) y[((size_t)l * cap + r) * c.H + col] = y_bits(c.seed, me, (size_t)l * cap + r, col, c.H);
+      // Reference combine for this rank's tokens: slot j's row at its expert's rank.
+      std::vector<uint16_t> want_out((size_t)in.N * c.H);
+      for (int t = 0; t < in.N; ++t) {
+        std::vector<float> acc(c.H, 0.0f);
+        for (int j = 0; j < kTopk; ++j) {
+          const int64_t e = in.idx[(size_t)t * kTopk + j];
+          if (e < 0) continue;
+          const int d = (int)(e / kL), l = (int)(e % kL);
+          size_t r = 0;  // rows of e from earlier sources and earlier tokens of this one
+          for (int q = 0; q <= me; ++q)
+            for (int u = 0; u < (q < me ? all[q].N : t); ++u)
+              for (int k = 0; k < kTopk; ++k) r += all[q].idx[(size_t)u * kTopk + k] == e;
+          for (int col = 0; col < c.H; ++col)
+            acc[col] = std::fma(in.w[(size_t)t * kTopk + j], bf16_to_f32(y_bits(c.seed, d, (size_t)l * cap + r, col, c.H)), acc[col]);
+        }
+        for (int col = 0; col < c.H; ++col) want_out[(size_t)t * c.H + col] = f32_to_bf16(acc[col]);
+      }
+      DeviceBuffer x(std::max<size_t>(in.x.size() * 2, 16)), idx(std::max<size_t>(in.idx.size() * 8, 16)),
+          w(std::max<size_t>(in.w.size() * 4, 16)), yd(y.size() * 2), out(std::max<size_t>(want_out.size() * 2, 16));
+      upload(x.data(), in.x, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s), upload(yd.data(), y, s);
+      for (int step = 0; step < 3; ++step) {
+        const std::string at = label + "step " + std::to_string(step) + ": ";
+        tw::EpLowLatencyArgs a;
+        a.x = x.data(), a.num_tokens = in.N, a.topk_idx = idx.data();
+        buf.dispatch_send(a, s);
+        const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+        buf.check(s);
+        const std::vector<int> count = download<int>(r.count, kL, s);
+        for (int l = 0; l < kL; ++l) {
+          if (count[l] != (int)want_src[l].size()) {
+            bad.push_back(at + "expert " + std::to_string(l) + " got " + std::to_string(count[l]) + " rows, expected " +
+                          std::to_string(want_src[l].size()));
+            continue;
+          }
+          const size_t n = want_src[l].size();
+          if (download<uint8_t>(static_cast<char*>(r.x) + (size_t)l * cap * rb, n * rb, s) != want_x[l])
+            bad.push_back(at + "expert " + std::to_string(l) + ": rows differ");
+          if (fp8 && download<float>(r.x_scales + (size_t)l * cap * nsc, n * nsc, s) != want_sc[l])
+            bad.push_back(at + "expert " + std::to_string(l) + ": scales differ");
+          if (download<int32_t>(r.src_rank + (size_t)l * cap, n, s) != want_src[l] ||
+              download<int32_t>(r.src_token + (size_t)l * cap, n, s) != want_tok[l])
+            bad.push_back(at + "expert " + std::to_string(l) + ": sources differ");
+        }
+        poison(out.data(), out.bytes, s);
+        buf.combine_send(yd.data(), s);
+        buf.combine_recv(static_cast<const float*>(w.data()), out.data(), s);
+        if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) bad.push_back(at + "combine differs");
+        comm.barrier();
+      }
+    }
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Ep, LowLatencyStepsInOrder) {
+  TW_SKIP_UNLESS_GPUS(1);
+  std::vector<std::string> wrong(team_size());
+  run_team([&](tw::Comm& comm) {
+    Stream s;
+    tw::EpConfig cfg;
+    cfg.mode = tw::EpMode::kLowLatency;
+    cfg.max_tokens_per_rank = 8, cfg.hidden = 256, cfg.topk = 2, cfg.num_experts = 2 * comm.nranks();
+    tw::EpBuffer buf(comm, cfg);
+    std::string& w = wrong[comm.rank()];
+    auto refused = [&](const char* what, const std::function<void()>& f, const char* needle) {
+      if (const ::testing::AssertionResult r = throws_tw(f, tw::Errc::kInvalidArgument, {needle}); !r) w += std::string(what) + ": " + r.message() + "; ";
+    };
+    refused("recv first", [&] { buf.dispatch_recv(s); }, "no dispatch_send");
+    refused("combine first", [&] { buf.combine_send(buf.bytes() ? reinterpret_cast<void*>(256) : nullptr, s); }, "follows a dispatch_recv");
+    refused("high-throughput call", [&] { buf.combine(reinterpret_cast<void*>(256), nullptr, nullptr, s); }, "low-latency mode");
+    tw::EpConfig big = cfg;
+    big.max_tokens_per_rank = tw::kEpMaxLowLatencyTokens + 1;
+    refused("too many tokens", [&] { tw::EpBuffer b(comm, big); }, "low-latency mode's");
+  });
+  for (size_t q = 0; q < wrong.size(); ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+}  // namespace
