@@ -26,6 +26,11 @@ int bench_gemm(const std::vector<std::string>& argv);
 // ranks; 1: some were not. Throws tw::Error(kUnsupported) without a GPU or without libcublasLt.
 int bench_gemm_allreduce(const std::vector<std::string>& argv);
 
+// `tilewire bench ep`: MoE dispatch and combine (ops/ep.hpp), both modes, against NCCL's
+// all-to-all-v pipeline on all local GPUs, or --virtual P for correctness (bench_ep.cu). Own
+// options (--help). 0: every row and count checked correct; 1: some were not.
+int bench_ep(const std::vector<std::string>& argv);
+
 // `tilewire trace summarize FILE.json [--json] [--plot OUT.png]` (trace_cmd.cpp): the metrics of a
 // trace file (tw::trace::save_trace_file); --plot runs scripts/plot_trace.py. 0, or throws.
 int trace_command(const std::vector<std::string>& args);

@@ -4,6 +4,7 @@
 //   tilewire bench allreduce [opts]    tilewire vs NCCL, nccl-tests style (see --help)
 //   tilewire bench gemm [opts]         tilewire's GEMM vs cuBLASLt (see --help)
 //   tilewire bench gemm-allreduce [..] fused GEMM + all-reduce vs cuBLASLt + NCCL/tw (see --help)
+//   tilewire bench ep [opts]           MoE dispatch / combine vs NCCL all-to-all-v (see --help)
 //   tilewire trace summarize FILE      overlap metrics of a trace file (see --help)
 //
 // Every tw::Error / std::exception ends here as ONE line on stderr, "tilewire: <message>", and
@@ -39,6 +40,9 @@ constexpr const char* kUsage =
     "                              all-reduce, chunked overlap, on all local GPUs, checked against\n"
     "                              the sum of the cuBLASLt partials (tilewire bench gemm-allreduce\n"
     "                              --help); --virtual P: P ranks on GPU 0 without NCCL.\n"
+    "  bench ep [options]          time MoE dispatch and combine (high-throughput or low-latency mode)\n"
+    "                              against NCCL's all-to-all-v pipeline, every row checked (tilewire\n"
+    "                              bench ep --help); --virtual P: P ranks on GPU 0, correctness only.\n"
     "  trace summarize FILE.json   metrics of a trace file: overlap %, time to first byte, exposed\n"
     "                              communication, tile latency; --plot OUT.png draws the timeline.\n"
     "  --help, -h                  this text\n"
@@ -101,7 +105,7 @@ int cmd_info(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: tilewire bench allreduce|gemm|gemm-allreduce [options]   (tilewire bench <op> --help)\n",
+    std::fputs("usage: tilewire bench allreduce|gemm|gemm-allreduce|ep [options]   (tilewire bench <op> --help)\n",
                stdout);
     return args.empty() ? 2 : 0;
   }
@@ -109,7 +113,8 @@ int cmd_bench(const std::vector<std::string>& args) {
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (op == "gemm") return tw::cli::bench_gemm(rest);
   if (op == "gemm-allreduce") return tw::cli::bench_gemm_allreduce(rest);
-  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm, gemm-allreduce)");
+  if (op == "ep") return tw::cli::bench_ep(rest);
+  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm, gemm-allreduce, ep)");
   tw::cli::BenchArgs b = tw::cli::parse_bench_args(rest);
   if (b.help) {
     std::fputs(tw::cli::bench_usage(op).c_str(), stdout);

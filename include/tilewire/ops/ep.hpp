@@ -73,6 +73,7 @@ struct EpLayoutView {
   const int* tokens_per_rank = nullptr;    // [nranks]: tokens with at least one expert on rank d
   const int* tokens_per_expert = nullptr;  // [num_experts]: tokens that selected expert e
   const uint8_t* token_in_rank = nullptr;  // [N, nranks]: 1 when token t goes to rank d
+  const int* send_slot = nullptr;          // [N, nranks]: t's place among this rank's tokens for rank d
 };
 
 struct EpDispatchArgs {

@@ -128,7 +128,8 @@ EpBuffer::~EpBuffer() {
 size_t EpBuffer::bytes() const { return ll_ ? ll_->g.total + ll_->local_bytes : st_->g.total + st_->local_bytes; }
 
 EpLayoutView EpBuffer::layout_view() const {
-  return EpLayoutView{st_->r.num_tokens, st_->r.tokens_per_rank, st_->r.tokens_per_expert, st_->r.in_rank};
+  return EpLayoutView{st_->r.num_tokens, st_->r.tokens_per_rank, st_->r.tokens_per_expert, st_->r.in_rank,
+                      st_->r.send_slot};
 }
 
 void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaStream_t stream) {

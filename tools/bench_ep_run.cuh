@@ -1,0 +1,329 @@
+// tools/bench_ep_run.cuh — the per-rank run of `tilewire bench ep` (bench_ep.cu has the design).
+#pragma once
+
+namespace tw::cli {
+namespace {
+
+// NCCL's all-to-all-v of the same rows: pack per destination (the layout's send_slot), send.
+__global__ void permute(const char* x, size_t row, const uint8_t* in_rank, const int* slot, const int* off, int N, int P,
+                        char* out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * P * (row / 16); i += (size_t)gridDim.x * blockDim.x) {
+    const size_t v = i % (row / 16), td = i / (row / 16);
+    const int t = (int)(td / P), d = (int)(td % P);
+    if (!in_rank[td]) continue;
+    reinterpret_cast<uint4*>(out + ((size_t)off[d] + slot[td]) * row)[v] = reinterpret_cast<const uint4*>(x + (size_t)t * row)[v];
+  }
+}
+// out[t] = sum over d in rank order of back[off[d] + slot[t][d]] (fp32, rounded once).
+__global__ void unpermute(const __nv_bfloat16* back, const uint8_t* in_rank, const int* slot, const int* off, int N, int P,
+                          int H, __nv_bfloat16* out) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (size_t)N * H; i += (size_t)gridDim.x * blockDim.x) {
+    const int t = (int)(i / H), c = (int)(i % H);
+    float acc = 0.0f;
+    for (int d = 0; d < P; ++d)
+      if (in_rank[(size_t)t * P + d]) acc += __bfloat162float(back[((size_t)off[d] + slot[(size_t)t * P + d]) * H + c]);
+    out[i] = __float2bfloat16_rn(acc);
+  }
+}
+__global__ void count_diff(const uint8_t* a, const uint8_t* b, size_t n, unsigned long long* wrong) {
+  unsigned long long bad = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) bad += a[i] != b[i];
+  if (bad) atomicAdd(wrong, bad);
+}
+
+struct Dev {  // a device allocation
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
+  ~Dev() { cudaFree(p); }
+  template <class T>
+  T* as() const { return static_cast<T*>(p); }
+};
+
+class EpBench {
+ public:
+  EpBench(const EpOptions& o, int P) : o_(o), P_(P), barrier_(P) { sh_.times.resize(P); }
+  void run(Comm& comm);
+  Shared& shared() { return sh_; }
+
+ private:
+  // Times `op` (R repeats of `iters` calls) on every rank; rank 0 fills row.med/p99/max. An op
+  // that synchronizes on the host (the NCCL pipeline's counts) cannot sit behind the start gate:
+  // those repeats start at a host barrier instead (`gated` false).
+  template <class Op>
+  void time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated = true);
+  const EpOptions& o_;
+  const int P_;
+  HostBarrier barrier_;
+  StartGate gate_;
+  uint32_t gen_ = 0;
+  Shared sh_;
+};
+
+template <class Op>
+void EpBench::time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated) {
+  const int me = comm.rank();
+  op();  // untimed
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  cudaEvent_t e0, e1;
+  TW_CUDA_CHECK(cudaEventCreate(&e0));
+  TW_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < o_.repeats; ++r) {
+    const uint32_t g = ++gen_;
+    if (gated) gate_.hold(s, g);
+    else barrier_.arrive_and_wait("bench ep repeat start");
+    TW_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < o_.iters; ++i) op();
+    TW_CUDA_CHECK(cudaEventRecord(e1, s));
+    barrier_.arrive_and_wait("bench ep repeat");
+    if (me == 0 && gated) gate_.open(g);
+    comm.sync(s);
+    float ms = 0;
+    TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 1e3 / o_.iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  {
+    std::lock_guard<std::mutex> lk(sh_.mu);
+    sh_.times[me] = t;
+  }
+  barrier_.arrive_and_wait("bench ep times");
+  if (me == 0) {
+    row.ran = true;
+    row.med_us = row.p99_us = row.max_us = 0;
+    for (int q = 0; q < P_; ++q) {
+      row.med_us = std::max(row.med_us, pct(sh_.times[q], 0.5));
+      row.p99_us = std::max(row.p99_us, pct(sh_.times[q], 0.99));
+      row.max_us = std::max(row.max_us, *std::max_element(sh_.times[q].begin(), sh_.times[q].end()));
+    }
+  }
+  barrier_.arrive_and_wait("bench ep rows");
+}
+
+void EpBench::run(Comm& comm) {
+  const int me = comm.rank(), P = comm.nranks(), N = o_.tokens, H = o_.hidden, L = o_.experts / P;
+  const bool ll = o_.mode == EpMode::kLowLatency, fp8 = o_.payload == EpPayload::kFp8E4M3;
+  cudaStream_t s = nullptr;
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  EpConfig cfg;
+  cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = o_.topk, cfg.num_experts = o_.experts;
+  cfg.payload = o_.payload, cfg.mode = o_.mode, cfg.num_sms = o_.sms;
+  EpBuffer buf(comm, cfg);
+  const size_t row = ep_row_bytes(cfg), nsc = ep_scale_bytes(cfg) / 4;
+  Dev x((size_t)N * H * 2), x8((size_t)N * H), sc((size_t)N * (H / 128) * 4 + 16), idx((size_t)N * o_.topk * 8),
+      w((size_t)N * o_.topk * 4), out((size_t)N * H * 2), wrong(8);
+  fill_x<<<1024, 256, 0, s>>>(x.as<__nv_bfloat16>(), N, H, me);
+  if (fp8 && !ll) fill_fp8<<<1024, 256, 0, s>>>(x8.as<uint8_t>(), sc.as<float>(), N, H, me);
+  const std::vector<int64_t> routing = make_routing(o_, me);
+  std::vector<float> weights(routing.size());
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0.5f + (float)(mix(13 ^ i ^ ((uint64_t)me << 40)) % 256) / 512.0f;
+  TW_CUDA_CHECK(cudaMemcpyAsync(idx.p, routing.data(), routing.size() * 8, cudaMemcpyHostToDevice, s));
+  TW_CUDA_CHECK(cudaMemcpyAsync(w.p, weights.data(), weights.size() * 4, cudaMemcpyHostToDevice, s));
+  TW_CUDA_CHECK(cudaMemsetAsync(wrong.p, 0, 8, s));
+  const size_t ycap = ll ? (size_t)L * P * N : (size_t)P * N;
+  Dev y(ycap * H * 2);
+  unsigned long long* bad = wrong.as<unsigned long long>();
+  Row disp{ll ? "ll dispatch (send + recv)" : "ht dispatch"}, comb{ll ? "ll combine (send + recv)" : "ht combine"};
+  Row nd{"nccl dispatch (layout, counts, permute, all-to-all-v)"}, nc{"nccl combine (all-to-all-v, unpermute)"};
+  double logical_bytes = 0, wire_bytes = 0, comb_logical = 0, comb_wire = 0;
+
+  if (!ll) {
+    EpDispatchArgs a;
+    a.x = fp8 ? x8.p : x.p, a.x_scales = fp8 ? sc.as<float>() : nullptr, a.payload = o_.payload, a.num_tokens = N;
+    a.topk_idx = idx.p, a.topk_weights = w.as<float>();
+    const EpRecv r = buf.dispatch(a, s);
+    buf.check(s);
+    const int n = buf.num_recv(s);
+    check_ht_rows<<<1024, 256, 0, s>>>(r.x, r.x_scales, r.src_rank, r.src_token, r.num_recv, H, fp8, y.as<__nv_bfloat16>(), bad);
+    buf.combine(y.p, nullptr, out.p, s);
+    const EpLayoutView lv = buf.layout_view();
+    check_ht_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), lv.token_in_rank, N, H, P, me, bad);
+    // Counts: every rank's layout says how many rows this rank gets from it.
+    std::vector<int> mine(P), all((size_t)P * P);
+    TW_CUDA_CHECK(cudaMemcpyAsync(mine.data(), lv.tokens_per_rank, P * 4, cudaMemcpyDeviceToHost, s));
+    comm.sync(s);
+    comm.allgather_host(mine.data(), all.data(), P * 4);
+    int expect = 0, own = all[(size_t)me * P + me];
+    for (int q = 0; q < P; ++q) expect += all[(size_t)q * P + me];
+    unsigned long long host_bad = expect != n;
+    logical_bytes = (double)n * (row + nsc * 4);
+    wire_bytes = (double)(n - own) * (row + nsc * 4 + o_.topk * 8 + 8);
+    comb_logical = (double)n * H * 2;
+    comb_wire = (double)(n - own) * H * 2;
+    time(comm, s, disp, [&] { buf.dispatch(a, s); });
+    time(comm, s, comb, [&] { buf.combine(y.p, nullptr, out.p, s); });
+    check_ht_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), lv.token_in_rank, N, H, P, me, bad);
+    if (comm.nccl() != nullptr) {  // the NCCL pipeline, checked against tilewire's rows and output
+      std::vector<int> off(P), roff(P);
+      Dev offd(P * 4), sendb((size_t)N * P * row), recvb((size_t)P * N * row), backb((size_t)N * P * H * 2), nout((size_t)N * H * 2);
+      auto counts = [&](std::vector<int>& c_all) {
+        buf.layout(idx.p, EpIndex::kInt64, N, s);
+        TW_CUDA_CHECK(cudaMemcpyAsync(mine.data(), lv.tokens_per_rank, P * 4, cudaMemcpyDeviceToHost, s));
+        TW_CUDA_CHECK(cudaStreamSynchronize(s));
+        TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, mine.data(), P * 4, cudaMemcpyHostToDevice, s));
+        TW_NCCL_CHECK(ncclAllGather(offd.p, sendb.p, P, ncclInt32, comm.nccl(), s));
+        TW_CUDA_CHECK(cudaMemcpyAsync(c_all.data(), sendb.p, (size_t)P * P * 4, cudaMemcpyDeviceToHost, s));
+        TW_CUDA_CHECK(cudaStreamSynchronize(s));
+      };
+      auto nccl_dispatch = [&] {
+        counts(all);
+        int o = 0, ro = 0;
+        for (int d = 0; d < P; ++d) off[d] = o, o += all[(size_t)me * P + d], roff[d] = ro, ro += all[(size_t)d * P + me];
+        TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, off.data(), P * 4, cudaMemcpyHostToDevice, s));
+        permute<<<1024, 256, 0, s>>>(static_cast<const char*>(a.x), row, lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P, sendb.as<char>());
+        TW_NCCL_CHECK(ncclGroupStart());
+        for (int d = 0; d < P; ++d) {
+          TW_NCCL_CHECK(ncclSend(sendb.as<char>() + (size_t)off[d] * row, (size_t)all[(size_t)me * P + d] * row, ncclUint8, d, comm.nccl(), s));
+          TW_NCCL_CHECK(ncclRecv(recvb.as<char>() + (size_t)roff[d] * row, (size_t)all[(size_t)d * P + me] * row, ncclUint8, d, comm.nccl(), s));
+        }
+        TW_NCCL_CHECK(ncclGroupEnd());
+      };
+      auto nccl_combine = [&] {
+        TW_NCCL_CHECK(ncclGroupStart());
+        for (int d = 0; d < P; ++d) {
+          TW_NCCL_CHECK(ncclSend(y.as<char>() + (size_t)roff[d] * H * 2, (size_t)all[(size_t)d * P + me] * H * 2, ncclUint8, d, comm.nccl(), s));
+          TW_NCCL_CHECK(ncclRecv(backb.as<char>() + (size_t)off[d] * H * 2, (size_t)all[(size_t)me * P + d] * H * 2, ncclUint8, d, comm.nccl(), s));
+        }
+        TW_NCCL_CHECK(ncclGroupEnd());
+        unpermute<<<1024, 256, 0, s>>>(backb.as<__nv_bfloat16>(), lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P, H, nout.as<__nv_bfloat16>());
+      };
+      nccl_dispatch();
+      count_diff<<<1024, 256, 0, s>>>(recvb.as<uint8_t>(), static_cast<const uint8_t*>(r.x), (size_t)n * row, bad);
+      nccl_combine();
+      count_diff<<<1024, 256, 0, s>>>(nout.as<uint8_t>(), out.as<uint8_t>(), (size_t)N * H * 2, bad);
+      time(comm, s, nd, nccl_dispatch, /*gated=*/false);
+      time(comm, s, nc, nccl_combine);
+      buf.dispatch(a, s);  // the layout the bench's dispatch rows came from again (the NCCL path re-ran it)
+    }
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    unsigned long long dev_bad = 0;
+    TW_CUDA_CHECK(cudaMemcpy(&dev_bad, bad, 8, cudaMemcpyDeviceToHost));
+    std::lock_guard<std::mutex> lk(sh_.mu);
+    sh_.wrong += dev_bad + host_bad;
+  } else {
+    EpLowLatencyArgs a;
+    a.x = x.p, a.num_tokens = N, a.topk_idx = idx.p;
+    buf.dispatch_send(a, s);
+    const EpLowLatencyRecv r = buf.dispatch_recv(s);
+    buf.check(s);
+    check_ll_rows<<<1024, 256, 0, s>>>(r.x, r.x_scales, r.src_rank, r.src_token, r.count, L, r.capacity, H, fp8,
+                                        y.as<__nv_bfloat16>(), bad);
+    buf.combine_send(y.p, s);
+    buf.combine_recv(w.as<float>(), out.p, s);
+    check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
+    std::vector<int> cnt(L);
+    TW_CUDA_CHECK(cudaMemcpyAsync(cnt.data(), r.count, L * 4, cudaMemcpyDeviceToHost, s));
+    comm.sync(s);
+    long long rows = 0;
+    for (int c : cnt) rows += c;
+    long long own = 0;  // this rank's selections of its own experts
+    for (int64_t e : routing) own += e >= 0 && e / L == me;
+    logical_bytes = (double)rows * (row + nsc * 4);
+    wire_bytes = (double)(rows - own) * (row + nsc * 4 + 8);
+    comb_logical = (double)rows * H * 2;
+    comb_wire = (double)(rows - own) * H * 2;
+    time(comm, s, disp, [&] {
+      buf.dispatch_send(a, s);
+      buf.dispatch_recv(s);
+    });
+    time(comm, s, comb, [&] {
+      buf.dispatch_send(a, s);  // combine needs a fresh receive; the row is the pair minus the dispatch row
+      buf.dispatch_recv(s);
+      buf.combine_send(y.p, s);
+      buf.combine_recv(w.as<float>(), out.p, s);
+    });
+    if (me == 0) {
+      comb.med_us = std::max(0.0, comb.med_us - disp.med_us);
+      comb.p99_us = std::max(0.0, comb.p99_us - disp.med_us);
+      comb.max_us = std::max(0.0, comb.max_us - disp.med_us);
+    }
+    check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    unsigned long long dev_bad = 0;
+    TW_CUDA_CHECK(cudaMemcpy(&dev_bad, bad, 8, cudaMemcpyDeviceToHost));
+    std::lock_guard<std::mutex> lk(sh_.mu);
+    sh_.wrong += dev_bad;
+  }
+  // Bandwidth: this rank's bytes over the slowest rank's median (rank 0 reports).
+  if (me == 0) {
+    disp.logical_gbps = disp.med_us > 0 ? logical_bytes / disp.med_us / 1e3 : 0;
+    disp.wire_gbps = disp.med_us > 0 ? wire_bytes / disp.med_us / 1e3 : 0;
+    comb.logical_gbps = comb.med_us > 0 ? comb_logical / comb.med_us / 1e3 : 0;
+    comb.wire_gbps = comb.med_us > 0 ? comb_wire / comb.med_us / 1e3 : 0;
+    nd.logical_gbps = nd.med_us > 0 ? logical_bytes / nd.med_us / 1e3 : 0;
+    nc.logical_gbps = nc.med_us > 0 ? comb_logical / nc.med_us / 1e3 : 0;
+    std::lock_guard<std::mutex> lk(sh_.mu);
+    sh_.rows = {disp, comb, nd, nc};
+  }
+  // The ceiling: every SM of each rank stores 256 MiB into the next rank's window.
+  if (P > 1 && !comm.is_virtual()) {
+    const size_t bytes = size_t(256) << 20;
+    Window cw = comm.alloc_window(bytes);
+    Row ceil_row{"ceiling"};
+    time(comm, s, ceil_row, [&] { store_to_peer<<<comm.sm_count() * 2, 512, 0, s>>>(comm.dev_ctx(), cw.dev(), bytes); });
+    if (me == 0) sh_.ceiling_gbps = bytes / ceil_row.med_us / 1e3;
+    comm.barrier();
+  }
+  comm.sync(s);
+  comm.barrier();
+  cudaStreamDestroy(s);
+}
+
+}  // namespace
+
+int bench_ep(const std::vector<std::string>& argv) {
+  const EpOptions o = parse(argv);
+  if (o.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  int ngpu = 0;
+  TW_REQUIRE(cudaGetDeviceCount(&ngpu) == cudaSuccess && ngpu > 0, kUnsupported, "bench ep: no CUDA GPU");
+  const int P = o.virtual_ranks > 0 ? o.virtual_ranks : ngpu;
+  std::ofstream json;
+  if (!o.json_path.empty()) {
+    json.open(o.json_path, std::ios::out | std::ios::trunc);
+    TW_REQUIRE(json.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
+  }
+  EpBench bench(o, P);
+  auto body = [&](Comm& comm) { bench.run(comm); };
+  if (o.virtual_ranks > 0) Comm::run_virtual(0, P, body);
+  else Comm::run_local({}, body);
+  Shared& sh = bench.shared();
+  const char* mode = o.mode == EpMode::kLowLatency ? "ll" : "ht";
+  const char* pay = o.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16";
+  std::printf("# tilewire bench ep: %d %s ranks, mode %s, %d tokens/rank, hidden %d, top-%d of %d experts, %s routing, %s\n", P,
+              o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU", mode, o.tokens, o.hidden, o.topk, o.experts,
+              o.skewed ? "skewed" : "uniform", pay);
+  std::printf("# times: per call, median / p99 / max over %d repeats of %d calls, slowest rank; logical GB/s: rows received incl.\n"
+              "#   the own rank x payload bytes (DeepEP's convention); wire GB/s: rows from other ranks x the bytes that cross\n"
+              "#   NVLink; ceiling: %s\n",
+              o.repeats, o.iters, sh.ceiling_gbps > 0 ? (std::to_string(sh.ceiling_gbps) + " GB/s (stores into the next rank, same run)").c_str() : "n/a");
+  std::printf("# %-52s %10s %10s %10s %10s %10s %8s\n", "op", "med(us)", "p99(us)", "max(us)", "logical", "wire", "%ceil");
+  for (const Row& r : sh.rows) {
+    if (!r.ran) {
+      std::printf("  %-52s %10s\n", r.what.c_str(), "n/a");
+      continue;
+    }
+    std::printf("  %-52s %10.2f %10.2f %10.2f %10.1f %10.1f %8.1f\n", r.what.c_str(), r.med_us, r.p99_us, r.max_us, r.logical_gbps,
+                r.wire_gbps, sh.ceiling_gbps > 0 ? 100.0 * r.wire_gbps / sh.ceiling_gbps : 0.0);
+  }
+  std::printf("# #wrong %llu%s\n", sh.wrong, sh.wrong ? "  <-- WRONG RESULTS" : "");
+  if (json.is_open()) {
+    json << "{\"bench\": \"ep\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false") << ", \"mode\": \""
+         << mode << "\", \"payload\": \"" << pay << "\", \"tokens\": " << o.tokens << ", \"hidden\": " << o.hidden
+         << ", \"topk\": " << o.topk << ", \"experts\": " << o.experts << ", \"routing\": \"" << (o.skewed ? "skewed" : "uniform")
+         << "\", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
+    for (size_t i = 0; i < sh.rows.size(); ++i) {
+      const Row& r = sh.rows[i];
+      json << (i ? ", " : "") << "{\"op\": \"" << r.what << "\", \"ran\": " << (r.ran ? "true" : "false") << ", \"median_us\": " << r.med_us
+           << ", \"p99_us\": " << r.p99_us << ", \"max_us\": " << r.max_us << ", \"logical_gbps\": " << r.logical_gbps
+           << ", \"wire_gbps\": " << r.wire_gbps << "}";
+    }
+    json << "]}\n";
+  }
+  return sh.wrong == 0 ? 0 : 1;
+}
+
+}  // namespace tw::cli
