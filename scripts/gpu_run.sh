@@ -17,6 +17,9 @@
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
+#   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
+#                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
+#                 ranks (bench_ep.jsonl: one JSON line per run)
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -26,7 +29,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening) ;;
+  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -104,6 +107,30 @@ if [ "$MODE" = hardening ]; then
       done
     done
   fi
+fi
+
+if [ "$MODE" = ep ]; then
+  header
+  for p in ${VIRTUAL_P:-0 2 3 4 8}; do
+    step "EP tests, ${p} virtual ranks (0: the real GPU)"
+    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
+  done
+  step "memcheck on the EP tests, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*'
+  : >"$OUT/bench_ep.jsonl"
+  for ranks in real 8; do
+    for mode in ht ll; do
+      for pay in bf16 fp8; do
+        tok=$([ $mode = ht ] && echo 4096 || echo 128)
+        v=$([ $ranks = real ] && echo "" || echo "--virtual $ranks")
+        [ $ranks != real ] && [ $mode = ht ] && tok=512  # 8 ranks' buffers on one GPU
+        step "bench ep --mode $mode --payload $pay -t $tok $v"
+        run 120 "$TW" bench ep --mode $mode --payload $pay -t $tok $v --json "$OUT/ep.json" && cat "$OUT/ep.json" >>"$OUT/bench_ep.jsonl"
+      done
+    done
+  done
+  rm -f "$OUT/ep.json"
 fi
 
 if [ "$MODE" = virtualcheck ]; then
