@@ -50,6 +50,7 @@
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
+#include "tilewire/trace/trace.hpp"
 
 namespace tw::cli {
 namespace {
@@ -61,6 +62,7 @@ struct EpOptions {
   EpPayload payload = EpPayload::kBFloat16;
   int virtual_ranks = 0;
   std::string json_path;
+  std::string trace_path;
   bool help = false;
 };
 
@@ -76,7 +78,9 @@ const char* kUsage =
     "  --sms N               CTAs per kernel (default: min(24, the SM budget))\n"
     "  -n/--iters N, -R/--repeats R\n"
     "  --virtual P           P virtual ranks on GPU 0 (correctness only; no NCCL rows)\n"
-    "  --json FILE           every row and the metadata as JSON\n";
+    "  --json FILE           every row and the metadata as JSON\n"
+    "  --trace FILE          one dispatch + combine traced (per CTA: start, first row out, each\n"
+    "                        source's rows landed, end), clocks aligned: Perfetto JSON\n";
 
 EpOptions parse(const std::vector<std::string>& a) {
   EpOptions o;
@@ -114,6 +118,7 @@ EpOptions parse(const std::vector<std::string>& a) {
       o.payload = v == "fp8" ? EpPayload::kFp8E4M3 : EpPayload::kBFloat16;
     } else if (k == "--virtual") o.virtual_ranks = parse_virtual_ranks(k, need(i));
     else if (k == "--json") o.json_path = need(i);
+    else if (k == "--trace") o.trace_path = need(i);
     else TW_REQUIRE(false, kInvalidArgument, "bench ep: unknown option '" + k + "' (tilewire bench ep --help)");
   }
   return o;

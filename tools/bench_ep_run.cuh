@@ -245,6 +245,31 @@ void EpBench::run(Comm& comm) {
     std::lock_guard<std::mutex> lk(sh_.mu);
     sh_.wrong += dev_bad;
   }
+  // One traced dispatch + combine (after the timing: its events must not include the warm-up).
+  if (!o_.trace_path.empty()) {
+    const trace::ClockSync cs = trace::measure_clock_offsets(comm);
+    trace::TraceBuffer tb(1 << 14);
+    tb.reset(s);
+    buf.set_trace(tb.ring(me));
+    if (ll) {
+      EpLowLatencyArgs a;
+      a.x = x.p, a.num_tokens = N, a.topk_idx = idx.p;
+      buf.dispatch_send(a, s);
+      buf.dispatch_recv(s);
+      buf.combine_send(y.p, s);
+      buf.combine_recv(w.as<float>(), out.p, s);
+    } else {
+      EpDispatchArgs a;
+      a.x = fp8 ? x8.p : x.p, a.x_scales = fp8 ? sc.as<float>() : nullptr, a.payload = o_.payload, a.num_tokens = N;
+      a.topk_idx = idx.p, a.topk_weights = w.as<float>();
+      buf.dispatch(a, s);
+      buf.combine(y.p, nullptr, out.p, s);
+    }
+    buf.set_trace(trace::Ring{});
+    comm.sync(s);
+    const trace::Trace t = trace::gather_trace(comm, tb, cs, s);
+    if (me == 0) trace::save_trace_file(o_.trace_path, t);
+  }
   // Bandwidth: this rank's bytes over the slowest rank's median (rank 0 reports).
   if (me == 0) {
     disp.logical_gbps = disp.med_us > 0 ? logical_bytes / disp.med_us / 1e3 : 0;

@@ -34,6 +34,7 @@
 
 #include "tilewire/ops/allreduce.hpp"  // tw::Status
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/trace/event.hpp"
 
 namespace tw {
 
@@ -158,6 +159,11 @@ class EpBuffer {
   // out: [N, H] bf16 = sum over j = 0..topk-1 with topk_idx[t][j] >= 0 of topk_weights[t][j] x
   // y(t, j), in fp32 in that order, rounded once.
   void combine_recv(const float* topk_weights, void* out, cudaStream_t stream);
+
+  // Record the kernels' events into `ring` from the next call on (a null ring: off): per CTA its
+  // start and end, when its first row leaves, and when each source's rows have landed (event ids
+  // in docs/ep.md; the tracer's format, tilewire/trace/trace.hpp).
+  void set_trace(const trace::Ring& ring);
 
   // Eager: synchronize `stream`, then the rows the last dispatch received / throw kInvalidArgument
   // (on every rank) if its routing had an expert id out of range on any rank.

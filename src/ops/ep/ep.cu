@@ -203,6 +203,7 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   p.recv_base = st.recv_base;
   p.alignment = cfg_.expert_alignment;
   p.status = st.status_dev;
+  p.ring = st.ring;
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -251,6 +252,7 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   p.epochs = st.cepochs;
   p.num_recv = st.num_recv;
   p.recv_base = st.recv_base;
+  p.ring = st.ring;
   ops::ep::combine_push<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
@@ -270,6 +272,11 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
     ops::ep::combine_reduce<<<grid, 256, 0, stream>>>(rp);
     TW_CUDA_CHECK(cudaGetLastError());
   }
+}
+
+void EpBuffer::set_trace(const trace::Ring& ring) {
+  st_->ring = ring;
+  st_->ring.rank = (uint16_t)comm_.rank();
 }
 
 int EpBuffer::num_recv(cudaStream_t stream) {

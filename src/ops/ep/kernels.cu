@@ -21,14 +21,21 @@ __device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t o
   return dev::lsa_ptr<T>(ctx, w, off, dev::lsa_of_world(ctx, peer));
 }
 
-// Thread q < P of the CTA waits for peer q's flag `base`[q][ch] >= e in this rank's window; then
-// the whole CTA is ordered after those acquires.
+// Thread q < P of the CTA waits for peer q's flag `base`[q][ch] >= e in this rank's window (and
+// records when q's rows landed: kChunkRecv, id = id0 + q); then the whole CTA is ordered after
+// those acquires.
 __device__ void wait_all(const DevCtx& ctx, const DevWindow& w, const Geometry& g, size_t base, int ch, uint64_t e,
-                         const char* what) {
-  if (threadIdx.x < g.P)
+                         const char* what, const trace::Ring& ring, uint32_t id0) {
+  if (threadIdx.x < g.P) {
     dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, w, g.flag(base, threadIdx.x, ch), g.me), e,
                    cuda::memory_order_acquire, what);
+    trace::emit(ring, trace::EventKind::kChunkRecv, id0 + threadIdx.x, ptx::globaltimer());
+  }
   __syncthreads();
+}
+
+__device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind k, uint32_t id) {
+  if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
 }
 
 // This CTA's stores are published, then thread q < P releases flag `base`[me][ch] = e at peer q.
@@ -101,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   const DevCtx& ctx = p.ctx;
   const int P = g.P, me = g.me, ch = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t e = next_epoch(p.epochs);
+  stamp(p.ring, trace::EventKind::kKernelStart, ch);
   __shared__ int counts[kMaxRanks][kMaxRanks];  // counts[q][d]: tokens rank q sends to rank d
   __shared__ int base_to[kMaxRanks];            // this rank's first row at rank d
   __shared__ int bad;
@@ -163,6 +171,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   __syncthreads();
 
   // 3. Rows: a warp per token, its row loaded once and stored to every destination.
+  stamp(p.ring, trace::EventKind::kChunkSend, ch);
   const int chunks = (int)(g.row_bytes / 16), nsc = (int)(g.scale_bytes / 4);
   for (int t = ch * kWarps + warp; t < p.r.num_tokens; t += gridDim.x * kWarps) {
     int dst[kMaxRanks], row[kMaxRanks], nd = 0;
@@ -200,7 +209,8 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   }
   // 4. This channel's rows are out; then every source's rows of this channel are in.
   release_all(ctx, p.win, g, g.off_done, ch, e);
-  wait_all(ctx, p.win, g, g.off_done, ch, e, "ep.dispatch.rows");
+  wait_all(ctx, p.win, g, g.off_done, ch, e, "ep.dispatch.rows", p.ring, 0);
+  stamp(p.ring, trace::EventKind::kKernelEnd, ch);
 }
 
 // ----------------------------------------------------------------------------- combine
@@ -211,11 +221,13 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   const DevCtx& ctx = p.ctx;
   const int ch = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t e = next_epoch(p.epochs);
+  stamp(p.ring, trace::EventKind::kKernelStart, kCombineId + ch);
   // Every rank has started this combine, so its combine area is free (the last reduce ran
   // before this kernel on its stream).
   __syncthreads();
   if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.flag(g.off_cstart, g.me, ch), threadIdx.x), e);
-  wait_all(ctx, p.win, g, g.off_cstart, ch, e, "ep.combine.start");
+  wait_all(ctx, p.win, g, g.off_cstart, ch, e, "ep.combine.start", trace::Ring{}, 0);
+  stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + ch);
   const int n = *p.num_recv, chunks = (int)(g.hidden * 2 / 16);
   const int32_t* src_rank = at<int32_t>(ctx, p.win, g.off_rsrc, g.me);
   for (int r = ch * kWarps + warp; r < n; r += gridDim.x * kWarps) {
@@ -227,7 +239,8 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
     if (lane == 0 && p.weights) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = p.weights[r];
   }
   release_all(ctx, p.win, g, g.off_cdone, ch, e);
-  wait_all(ctx, p.win, g, g.off_cdone, ch, e, "ep.combine.rows");
+  wait_all(ctx, p.win, g, g.off_cdone, ch, e, "ep.combine.rows", p.ring, kCombineId);
+  stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + ch);
 }
 
 // out[t] = sum over ranks d = 0..P-1 that token t went to of (w x) y_d, in fp32, rounded once.

@@ -10,6 +10,10 @@
 //   combine rows    [P][max_tokens] bf16 rows (and weights) sent back by each destination, at
 //                   the token's row in that destination's receive stream
 //
+// Trace (EpBuffer::set_trace): per CTA kKernelStart / kKernelEnd (id = CTA), kChunkSend when the
+// CTA's first row store is issued (id = CTA), kChunkRecv when a source's rows of this channel have
+// landed (id = source rank); combine's ids are offset by kCombineId.
+//
 // Channels: a kernel runs G CTAs on every rank; CTA b handles tokens (rows) b, b + G, ... in
 // warps and exchanges its flags with the CTAs b of the peers, so every rank's G CTAs must be
 // resident at once (G <= comm.sm_count(), the SM budget).
@@ -24,12 +28,14 @@
 #include "tilewire/device/peer.cuh"
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/signal.cuh"
+#include "tilewire/trace/event.hpp"
 
 namespace tw::ops::ep {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRanks = 8;
+constexpr uint32_t kCombineId = 1u << 16;
 
 // What layout found wrong, host-mapped (read by EpBuffer::check after a synchronization).
 struct Status {
@@ -76,6 +82,7 @@ struct DispatchParams {
   int* recv_base;        // out [P]: first row of each source
   int alignment;
   Status* status;
+  trace::Ring ring;
 };
 
 struct CombineParams {
@@ -87,6 +94,7 @@ struct CombineParams {
   uint32_t* epochs;        // [G]
   const int* num_recv;
   const int* recv_base;
+  trace::Ring ring;
 };
 
 struct ReduceParams {
@@ -150,6 +158,7 @@ struct Params {
   const char* y;          // combine send: [L, cap, H] bf16
   const float* weights;   // combine recv: [N, topk]
   __nv_bfloat16* out;     // combine recv
+  trace::Ring ring;
 };
 
 __global__ void layout(const __grid_constant__ Params p);

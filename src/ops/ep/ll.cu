@@ -41,13 +41,20 @@ __device__ uint64_t next_epoch(uint32_t* epochs) {
   return e;
 }
 
-// Every thread i < P x G waits for flag (buf, source i / G, channel i % G) in this rank's window.
-__device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what) {
+// Every thread i < P x G waits for flag (buf, source i / G, channel i % G) in this rank's window
+// (trace: kChunkRecv, id = id0 + source, when the source's last channel landed).
+__device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what, uint32_t id0) {
   const Geo& g = p.g;
-  for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x)
+  for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x) {
     dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.done(base, buf, i / g.G, i % g.G), g.me), e,
                    cuda::memory_order_acquire, what);
+    if (blockIdx.x == 0 && i % g.G == g.G - 1) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + i / g.G, ptx::globaltimer());
+  }
   __syncthreads();
+}
+
+__device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind k, uint32_t id) {
+  if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
 }
 
 __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e) {
@@ -57,12 +64,21 @@ __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e
   if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
 }
 
-// One CTA, a thread per expert: pos[t][j] over this rank's tokens in order (the ids staged in
-// shared memory as int16), the count per expert. Bad ids are recorded and left out.
-__global__ void layout(const __grid_constant__ Params p) {
-  extern __shared__ int16_t sid[];
+// One CTA of kLayoutThreads: pos[t][j] = the number of earlier (token, slot) entries of this rank
+// with the same expert (no expert appears twice in a token's row, so: earlier tokens), and the
+// count per expert. Deterministic without atomics: warp w takes a contiguous range of entries,
+// 32 at a time; __match_any_sync groups the lanes holding the same expert, so a lane's place is
+// the warp's running count for that expert plus the matching lanes below it. Then a prefix over
+// the warps per expert. Shared memory: the ids as int16 and the per-warp counts as int16 (both
+// fit: at most 1024 x 16 entries). Bad ids are recorded and left out.
+constexpr int kLayoutThreads = 512, kLayoutWarps = kLayoutThreads / 32;
+__global__ void __launch_bounds__(kLayoutThreads) layout(const __grid_constant__ Params p) {
+  extern __shared__ int16_t sm[];
   const Geo& g = p.g;
-  const int n = p.s.num_tokens * g.topk;
+  const int n = p.s.num_tokens * g.topk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int16_t* wcnt = sm;                         // [kLayoutWarps][E]
+  int16_t* sid = sm + kLayoutWarps * g.E;     // [n]
+  for (int i = threadIdx.x; i < kLayoutWarps * g.E; i += blockDim.x) wcnt[i] = 0;
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const long long e = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
     if (e < -1 || e >= g.E) {
@@ -76,15 +92,32 @@ __global__ void layout(const __grid_constant__ Params p) {
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
-    int c = 0;
-    for (int i = 0; i < n; ++i)
-      if (sid[i] == e) p.s.pos[i] = c++;
-    p.s.cnt[e] = c;
+  const int per = (n + kLayoutWarps - 1) / kLayoutWarps, begin = warp * per, end = min(n, begin + per);
+  for (int i0 = begin; i0 < end; i0 += 32) {
+    const int i = i0 + lane;
+    const int e = i < end ? sid[i] : -2;
+    const unsigned same = __match_any_sync(0xffffffffu, e);
+    const int below = __popc(same & ((1u << lane) - 1u));
+    if (e >= 0) p.s.pos[i] = wcnt[warp * g.E + e] + below;
+    __syncwarp();
+    if (e >= 0 && below == 0) wcnt[warp * g.E + e] += (int16_t)__popc(same);
+    __syncwarp();
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += blockDim.x)
-    if (sid[i] < 0) p.s.pos[i] = -1;
+  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
+    int run = 0;
+    for (int w = 0; w < kLayoutWarps; ++w) {
+      const int c = wcnt[w * g.E + e];
+      wcnt[w * g.E + e] = (int16_t)run;
+      run += c;
+    }
+    p.s.cnt[e] = run;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = sid[i];
+    p.s.pos[i] = e >= 0 ? p.s.pos[i] + wcnt[(i / per) * g.E + e] : -1;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
@@ -92,6 +125,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs);
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
   if (blockIdx.x == 0)  // the counts for each rank's experts, and this rank's verdict
     for (int d = warp; d < g.P; d += kWarps) {
       char* s = at<char>(ctx, p.win, g.slot(buf, g.me), d);
@@ -165,7 +199,7 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
   if (threadIdx.x < g.P)
     dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, threadIdx.x), g.me), e,
                    cuda::memory_order_acquire, "ep.ll.recv.counts");
-  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows");
+  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
   if (threadIdx.x < g.P && *at<int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
   __syncthreads();
   const auto count_of = [&](int src, int l) { return at<const int>(ctx, p.win, g.slot(buf, src) + 16, g.me)[l]; };
@@ -198,6 +232,7 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
     }
     if (threadIdx.x == 0) p.s.rcount[l] = base;
   }
+  stamp(p.ring, trace::EventKind::kKernelEnd, blockIdx.x);
 }
 
 __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__ Params p) {
@@ -205,6 +240,7 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + 2 * g.G);
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + blockIdx.x);
   const int chunks = g.hidden / 8;
   for (int l = 0; l < g.L; ++l) {
     const int n = p.s.rcount[l];
@@ -224,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   const Geo& g = p.g;
   const uint64_t e = next_epoch(p.s.epochs + 3 * g.G);
   const int buf = (int)(e & 1u);
-  wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows");
+  wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
   const int vecs = g.hidden / 8;
   const char* local = at<const char>(p.ctx, p.win, 0, g.me);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
@@ -242,6 +278,7 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
     for (int k = 0; k < 8; ++k) ob[k] = __float2bfloat16_rn(acc[k]);
     *reinterpret_cast<uint4*>(p.out + (size_t)t * g.hidden + (size_t)v * 8) = o;
   }
+  stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + blockIdx.x);
 }
 
 }  // namespace ops::ep::ll
@@ -337,6 +374,7 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   p.ctx = comm_.dev_ctx();
   p.win = ll.win.dev();
   p.g = ll.g;
+  p.ring = st_->ring;
   ll.s.num_tokens = a.num_tokens;
   ll.s.status = st_->status_dev;
   p.s = ll.s;
@@ -345,7 +383,8 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   p.idx64 = a.index_type == EpIndex::kInt64;
   p.fp8 = cfg_.payload == EpPayload::kFp8E4M3;
   TW_CUDA_CHECK(cudaMemsetAsync(st_->status_dev, 0, sizeof(ops::ep::Status), stream));
-  ops::ep::ll::layout<<<1, 512, (size_t)a.num_tokens * cfg_.topk * sizeof(int16_t), stream>>>(p);
+  const size_t smem = ((size_t)ops::ep::ll::kLayoutWarps * cfg_.num_experts + (size_t)a.num_tokens * cfg_.topk) * sizeof(int16_t);
+  ops::ep::ll::layout<<<1, ops::ep::ll::kLayoutThreads, smem, stream>>>(p);
   TW_CUDA_CHECK(cudaGetLastError());
   ops::ep::ll::send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   TW_CUDA_CHECK(cudaGetLastError());
@@ -364,6 +403,7 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
   p.ctx = comm_.dev_ctx();
   p.win = ll.win.dev();
   p.g = ll.g;
+  p.ring = st_->ring;
   p.s = ll.s;
   ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   const cudaError_t e = cudaGetLastError();
@@ -395,6 +435,7 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
   p.ctx = comm_.dev_ctx();
   p.win = ll.win.dev();
   p.g = ll.g;
+  p.ring = st_->ring;
   p.s = ll.s;
   p.y = static_cast<const char*>(y);
   ops::ep::ll::combine_send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
@@ -416,6 +457,7 @@ void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t s
   p.ctx = comm_.dev_ctx();
   p.win = ll.win.dev();
   p.g = ll.g;
+  p.ring = st_->ring;
   p.s = ll.s;
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);

@@ -21,6 +21,7 @@ struct EpBuffer::State {
   bool dispatched = false;        // a dispatch ran since the buffer was made
   bool layout_changed = false;    // layout() ran after the last dispatch
   bool have_layout = false;
+  trace::Ring ring{};
 };
 
 
