@@ -267,6 +267,7 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
     rp.r = st.r;
     rp.weighted = weights != nullptr;
     rp.out = static_cast<__nv_bfloat16*>(out);
+    rp.status = st.status_dev;
     const size_t threads = (size_t)st.r.num_tokens * (cfg_.hidden / 8);
     const int grid = (int)std::min<size_t>((threads + 255) / 256, 4096);
     ops::ep::combine_reduce<<<grid, 256, 0, stream>>>(rp);

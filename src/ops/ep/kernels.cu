@@ -138,7 +138,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     if (d == 0 && *reinterpret_cast<const int*>(s + 8) != 0) atomicMax(&bad, q + 1);
   }
   __syncthreads();
-  if (bad) {  // some rank's routing was invalid: every rank writes nothing (they all see it)
+  if (bad) {  // some rank's routing was invalid: every rank writes no rows (they all see it)
     if (ch == 0 && threadIdx.x == 0) {
       if (atomicCAS(&p.status->code, 0, 2) == 0) {
         p.status->rank = bad - 1;
@@ -146,6 +146,10 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       }
       *p.num_recv = 0;
     }
+    // Still the done exchange: it keeps every rank's next call from rewriting a count slot that
+    // a slower peer is still reading.
+    release_all(ctx, p.win, g, g.off_done, ch, e);
+    wait_all(ctx, p.win, g, g.off_done, ch, e, "ep.dispatch.rows", trace::Ring{}, 0);
     return;
   }
   if (threadIdx.x < P) {
@@ -247,6 +251,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
 // A thread per 8 columns of a token.
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
   const Geometry& g = p.g;
+  if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;
   const int vecs = g.hidden / 8;
   const size_t n = (size_t)p.r.num_tokens * vecs;
   const char* local = p.win.lsa_base + (size_t)g.me * p.win.lsa_stride;  // this rank's copy (its own LSA index)

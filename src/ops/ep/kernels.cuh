@@ -103,6 +103,7 @@ struct ReduceParams {
   Routing r;
   bool weighted;
   __nv_bfloat16* out;
+  const Status* status;  // a dispatch whose routing was invalid: combine writes nothing either
 };
 
 __global__ void layout_count(const void* topk_idx, bool idx64, int N, int topk, int E, int L, int P, Routing r, int me,

@@ -261,6 +261,7 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   const uint64_t e = next_epoch(p.s.epochs + 3 * g.G);
   const int buf = (int)(e & 1u);
   wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
+  if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;  // the dispatch wrote nothing
   const int vecs = g.hidden / 8;
   const char* local = at<const char>(p.ctx, p.win, 0, g.me);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
