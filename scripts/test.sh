@@ -6,6 +6,8 @@
 #   3. ctest                                  CPU tests; GPU tests SKIP without a GPU
 #   4. cmake --install into a temp prefix, then build and run tests/install_consumer
 #      against it (find_package(tilewire) + tilewire::tilewire, a .cpp and a .cu)
+#   5. the Python package: `pip install .` against that install (links it: no rebuild of the
+#      library), in a venv under build-deps/ with the pinned build tools, then pytest tests/python
 #
 # Environment: TILEWIRE_BUILD_DIR (default build), CMAKE_BUILD_PARALLEL_LEVEL, extra configure
 # flags in TILEWIRE_CMAKE_ARGS (e.g. -DCMAKE_CUDA_ARCHITECTURES=90a).
@@ -48,5 +50,14 @@ cmake -S tests/install_consumer -B "$TMP/consumer" -G Ninja -DCMAKE_BUILD_TYPE=R
   -DCMAKE_PREFIX_PATH="$TMP/install" ${TILEWIRE_CMAKE_ARGS:-}
 cmake --build "$TMP/consumer"
 "$TMP/consumer/tilewire_consumer"
+
+step "python package"
+PYV="$ROOT/build-deps/pyvenv"
+if [ ! -x "$PYV/bin/python" ]; then python3 -m venv "$PYV"; fi
+PIP_ROOT_USER_ACTION=ignore "$PYV/bin/python" -m pip install -q --disable-pip-version-check \
+  scikit-build-core==0.10.7 nanobind==2.4.0 pytest==8.3.4
+CMAKE_PREFIX_PATH="$TMP/install" PIP_ROOT_USER_ACTION=ignore "$PYV/bin/python" -m pip install -q \
+  --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps .
+(cd "$TMP" && "$PYV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/python")
 
 printf '\ntest: all passed\n'

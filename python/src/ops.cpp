@@ -1,0 +1,207 @@
+// tilewire._C ops: every op takes device pointers and the CUDA stream as integers (the Python
+// layer passes tensor.data_ptr() and torch.cuda.current_stream().cuda_stream), and releases the
+// GIL while it enqueues (a virtual team's ranks are threads; an op may wait for peers' launches).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "bindings.hpp"
+#include "tilewire/ops/allreduce.hpp"
+#include "tilewire/ops/ep.hpp"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace nb = nanobind;
+
+namespace tw_py {
+namespace {
+
+template <class T = void>
+T* ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
+tw::DType dtype_of(const std::string& s) {
+  const auto t = tw::parse_dtype(s);
+  TW_REQUIRE(t.has_value(), kInvalidArgument, "dtype '" + s + "' is not one of bfloat16, float16, float32");
+  return *t;
+}
+tw::BLayout layout_of(const std::string& s) {
+  TW_REQUIRE(s == "nk" || s == "kn", kInvalidArgument, "b_layout '" + s + "' is not 'nk' ([N, K]) or 'kn' ([K, N])");
+  return s == "nk" ? tw::BLayout::kNK : tw::BLayout::kKN;
+}
+tw::AllReduceAlgo algo_of(const std::string& s) {
+  const auto a = tw::parse_algo(s);
+  TW_REQUIRE(a.has_value(), kInvalidArgument, "algo '" + s + "' is not one of auto, oneshot, twoshot");
+  return *a;
+}
+tw::GemmAllReduceConfig fused_config(const std::string& path, const std::string& algo, const std::string& partials) {
+  tw::GemmAllReduceConfig c;
+  TW_REQUIRE(path == "auto" || path == "fused" || path == "sequential", kInvalidArgument,
+             "path '" + path + "' is not one of auto, fused, sequential");
+  c.path = path == "fused" ? tw::GemmAllReducePath::kFused
+           : path == "sequential" ? tw::GemmAllReducePath::kSequential
+                                  : tw::GemmAllReducePath::kAuto;
+  TW_REQUIRE(algo == "auto" || algo == "relay" || algo == "exchange" || algo == "owner", kInvalidArgument,
+             "algo '" + algo + "' is not one of auto, relay, exchange, owner");
+  c.algo = algo == "relay" ? tw::GemmAllReduceAlgo::kRelay
+           : algo == "exchange" ? tw::GemmAllReduceAlgo::kExchange
+           : algo == "owner" ? tw::GemmAllReduceAlgo::kOwner
+                             : tw::GemmAllReduceAlgo::kAuto;
+  TW_REQUIRE(partials == "bfloat16" || partials == "float32", kInvalidArgument,
+             "partials '" + partials + "' is not bfloat16 or float32");
+  c.partials = partials == "float32" ? tw::PartialPrecision::kFloat32 : tw::PartialPrecision::kBFloat16;
+  return c;
+}
+tw::EpPayload payload_of(const std::string& s) {
+  TW_REQUIRE(s == "bfloat16" || s == "fp8", kInvalidArgument, "payload '" + s + "' is not bfloat16 or fp8");
+  return s == "fp8" ? tw::EpPayload::kFp8E4M3 : tw::EpPayload::kBFloat16;
+}
+
+struct PyEp {
+  std::unique_ptr<tw::EpBuffer> buf;
+  // Garbage-collected without close(): releasing its window is collective and peers drop theirs
+  // at other times, so the buffer is left alone (the communicator's close() releases the window).
+  ~PyEp() {
+    if (!buf) return;
+    std::fprintf(stderr, "tilewire: an EpBuffer was garbage-collected without close(); its memory stays until the "
+                         "communicator is closed\n");
+    (void)buf.release();
+  }
+};
+
+nb::dict recv_dict(const tw::EpRecv& r) {
+  nb::dict d;
+  d["x"] = (uintptr_t)r.x, d["x_scales"] = (uintptr_t)r.x_scales, d["topk_idx"] = (uintptr_t)r.topk_idx;
+  d["topk_weights"] = (uintptr_t)r.topk_weights, d["src_rank"] = (uintptr_t)r.src_rank, d["src_token"] = (uintptr_t)r.src_token;
+  d["num_recv"] = (uintptr_t)r.num_recv, d["tokens_per_expert"] = (uintptr_t)r.tokens_per_expert, d["capacity"] = r.capacity;
+  return d;
+}
+nb::dict ll_dict(const tw::EpLowLatencyRecv& r) {
+  nb::dict d;
+  d["x"] = (uintptr_t)r.x, d["x_scales"] = (uintptr_t)r.x_scales, d["count"] = (uintptr_t)r.count;
+  d["src_rank"] = (uintptr_t)r.src_rank, d["src_token"] = (uintptr_t)r.src_token, d["capacity"] = r.capacity;
+  return d;
+}
+
+}  // namespace
+
+void bind_ops(nb::module_& m) {
+  m.def("allreduce",
+        [](PyComm& c, uintptr_t send, uintptr_t recv, size_t count, const std::string& dtype, const std::string& algo,
+           uintptr_t stream) {
+          const tw::AllReduceArgs a{ptr<const void>(send), ptr(recv), count, dtype_of(dtype), algo_of(algo)};
+          nb::gil_scoped_release unlocked;
+          tw::allreduce(c.get(), a, stream_of(stream));
+        });
+  m.def("reduce_scatter", [](PyComm& c, uintptr_t send, uintptr_t recv, size_t recv_count, const std::string& dtype,
+                             uintptr_t stream) {
+    nb::gil_scoped_release unlocked;
+    tw::reduce_scatter(c.get(), ptr<const void>(send), ptr(recv), recv_count, dtype_of(dtype), stream_of(stream));
+  });
+  m.def("all_gather", [](PyComm& c, uintptr_t send, uintptr_t recv, size_t send_count, const std::string& dtype,
+                         uintptr_t stream) {
+    nb::gil_scoped_release unlocked;
+    tw::all_gather(c.get(), ptr<const void>(send), ptr(recv), send_count, dtype_of(dtype), stream_of(stream));
+  });
+  m.def("gemm", [](uintptr_t A, uintptr_t B, uintptr_t C, int M, int N, int K, const std::string& dtype,
+                   const std::string& b_layout, uintptr_t stream) {
+    const tw::GemmArgs a{ptr<const void>(A), ptr<const void>(B), ptr(C), M, N, K, dtype_of(dtype), layout_of(b_layout)};
+    nb::gil_scoped_release unlocked;
+    tw::gemm(a, tw::GemmConfig{}, stream_of(stream));
+  });
+  m.def("gemm_allreduce_workspace_size",
+        [](int M, int N, int K, const std::string& dtype, const std::string& b_layout, int nranks, const std::string& path,
+           const std::string& algo, const std::string& partials) {
+          const tw::GemmAllReduceArgs a{nullptr, nullptr, nullptr, M, N, K, dtype_of(dtype), layout_of(b_layout), nullptr};
+          return tw::workspace_size(a, nranks, fused_config(path, algo, partials));
+        });
+  m.def("gemm_allreduce",
+        [](PyComm& c, uintptr_t A, uintptr_t B, uintptr_t C, int M, int N, int K, const std::string& dtype,
+           const std::string& b_layout, uintptr_t workspace, const std::string& path, const std::string& algo,
+           const std::string& partials, uintptr_t stream) {
+          const tw::GemmAllReduceArgs a{ptr<const void>(A), ptr<const void>(B), ptr(C), M, N, K, dtype_of(dtype),
+                                        layout_of(b_layout), ptr(workspace)};
+          const tw::GemmAllReduceConfig cfg = fused_config(path, algo, partials);
+          nb::gil_scoped_release unlocked;
+          tw::gemm_allreduce(c.get(), a, cfg, stream_of(stream));
+        });
+
+  nb::class_<PyEp>(m, "EpBuffer")
+      .def("__init__",
+           [](PyEp* self, PyComm& c, int max_tokens_per_rank, int hidden, int topk, int num_experts, const std::string& payload,
+              bool low_latency, int num_sms, int expert_alignment) {
+             tw::EpConfig cfg;
+             cfg.max_tokens_per_rank = max_tokens_per_rank, cfg.hidden = hidden, cfg.topk = topk, cfg.num_experts = num_experts;
+             cfg.payload = payload_of(payload), cfg.mode = low_latency ? tw::EpMode::kLowLatency : tw::EpMode::kHighThroughput;
+             cfg.num_sms = num_sms, cfg.expert_alignment = expert_alignment;
+             new (self) PyEp();
+             nb::gil_scoped_release unlocked;
+             self->buf = std::make_unique<tw::EpBuffer>(c.get(), cfg);
+           },
+           nb::arg("comm"), nb::arg("max_tokens_per_rank"), nb::arg("hidden"), nb::arg("topk"), nb::arg("num_experts"),
+           nb::arg("payload") = "bfloat16", nb::arg("low_latency") = false, nb::arg("num_sms") = 0,
+           nb::arg("expert_alignment") = 1)
+      .def_prop_ro("bytes", [](const PyEp& e) { return e.buf->bytes(); })
+      .def("dispatch",
+           [](PyEp& e, uintptr_t x, uintptr_t x_scales, const std::string& payload, int num_tokens, uintptr_t topk_idx,
+              bool idx64, uintptr_t topk_weights, bool reuse_layout, uintptr_t stream) {
+             tw::EpDispatchArgs a;
+             a.x = ptr<const void>(x), a.x_scales = ptr<const float>(x_scales), a.payload = payload_of(payload);
+             a.num_tokens = num_tokens, a.topk_idx = ptr<const void>(topk_idx);
+             a.index_type = idx64 ? tw::EpIndex::kInt64 : tw::EpIndex::kInt32;
+             a.topk_weights = ptr<const float>(topk_weights), a.reuse_layout = reuse_layout;
+             tw::EpRecv r;
+             {
+               nb::gil_scoped_release unlocked;
+               r = e.buf->dispatch(a, stream_of(stream));
+             }
+             return recv_dict(r);
+           })
+      .def("combine", [](PyEp& e, uintptr_t y, uintptr_t weights, uintptr_t out, uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        e.buf->combine(ptr<const void>(y), ptr<const float>(weights), ptr(out), stream_of(stream));
+      })
+      .def("dispatch_send", [](PyEp& e, uintptr_t x, int num_tokens, uintptr_t topk_idx, bool idx64, uintptr_t stream) {
+        tw::EpLowLatencyArgs a;
+        a.x = ptr<const void>(x), a.num_tokens = num_tokens, a.topk_idx = ptr<const void>(topk_idx);
+        a.index_type = idx64 ? tw::EpIndex::kInt64 : tw::EpIndex::kInt32;
+        nb::gil_scoped_release unlocked;
+        e.buf->dispatch_send(a, stream_of(stream));
+      })
+      .def("dispatch_recv", [](PyEp& e, uintptr_t stream) {
+        tw::EpLowLatencyRecv r;
+        {
+          nb::gil_scoped_release unlocked;
+          r = e.buf->dispatch_recv(stream_of(stream));
+        }
+        return ll_dict(r);
+      })
+      .def("combine_send", [](PyEp& e, uintptr_t y, uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        e.buf->combine_send(ptr<const void>(y), stream_of(stream));
+      })
+      .def("combine_recv", [](PyEp& e, uintptr_t weights, uintptr_t out, uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        e.buf->combine_recv(ptr<const float>(weights), ptr(out), stream_of(stream));
+      })
+      .def("num_recv", [](PyEp& e, uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        return e.buf->num_recv(stream_of(stream));
+      })
+      .def("check", [](PyEp& e, uintptr_t stream) {
+        nb::gil_scoped_release unlocked;
+        e.buf->check(stream_of(stream));
+      })
+      .def("close", [](PyEp& e) {
+        nb::gil_scoped_release unlocked;
+        e.buf.reset();  // collective: its window
+      });
+}
+
+}  // namespace tw_py

@@ -1,0 +1,46 @@
+"""tilewire: communication inside GPU kernels (NCCL device API), for PyTorch users.
+
+    import torch.distributed as dist, tilewire
+    dist.init_process_group("nccl")                  # torchrun --nproc-per-node N
+    comm = tilewire.init()                           # every rank; the NCCL id travels through dist
+    x = comm.empty((4096, 8192), torch.bfloat16)     # a symmetric tensor (zero-copy in every op)
+    comm.all_reduce(x)                               # on torch's current stream
+    comm.close()                                     # collective
+
+`import tilewire` needs no GPU: `tilewire.info()` reports what the machine offers; ops on a
+machine without a GPU raise NotImplementedError saying so.
+"""
+import json as _json
+
+from . import _C
+
+__version__ = _C.version()
+
+
+def _nccl_name(code: int) -> str:
+    return f"{code // 10000}.{(code // 100) % 100}.{code % 100}"
+
+
+def _check_nccl(runtime: int, headers: int) -> None:
+    """ImportError unless the NCCL loaded in this process is the one the device code was built for.
+
+    NCCL's device-API structures change between patch releases: a kernel built for one and run on
+    another reads garbage. (torch loads its NCCL first; this is the version that wins.)"""
+    if runtime != headers:
+        raise ImportError(
+            f"tilewire was compiled for NCCL {_nccl_name(headers)} but this process loaded NCCL {_nccl_name(runtime)} "
+            f"(torch's or the system's, whichever loaded first). Install the matching NCCL "
+            f"(pip install nvidia-nccl-cu13=={_nccl_name(headers)}) or rebuild tilewire against {_nccl_name(runtime)}.")
+
+
+_check_nccl(*_C.nccl_versions())
+
+
+def info() -> dict:
+    """`tilewire info --json` as a dict: GPUs, links, NCCL, LSA team, GIN. Needs no GPU."""
+    return _json.loads(_C.info_json())
+
+
+from .comm import Comm, init  # noqa: E402  (after the NCCL check)
+
+__all__ = ["Comm", "init", "info", "__version__"]

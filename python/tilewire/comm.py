@@ -1,0 +1,159 @@
+"""tilewire.Comm: a communicator made from a torch.distributed process group, its symmetric
+tensors and the ops on torch tensors, on torch's current CUDA stream.
+
+Symmetric tensors (`empty`, `zeros`) live in windows that every rank allocates together. Python
+frees objects at different times on different ranks, and releasing a window is collective, so a
+tensor that goes away only marks its window free; `collect()` (collective) releases the windows
+that every rank has dropped, and `close()` (collective) releases everything. Neither can hang on
+a rank that has not dropped a tensor yet: that window simply stays.
+
+torch is imported when a function needs it, so `import tilewire` works without it.
+"""
+from __future__ import annotations
+
+from . import _C
+
+_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32",
+           "torch.uint8": "uint8", "torch.int32": "int32", "torch.int64": "int64"}
+
+
+def _dtype_name(dtype) -> str:
+    name = _DTYPES.get(str(dtype))
+    if name is None:
+        raise ValueError(f"dtype {dtype} is not one of {', '.join(_DTYPES)}")
+    return name
+
+
+def _stream() -> int:
+    import torch
+    return torch.cuda.current_stream().cuda_stream
+
+
+class Comm:
+    """A tilewire communicator: one per process (one GPU each), every rank makes the same calls."""
+
+    def __init__(self, c: _C.Comm):
+        self._c = c
+        self._staging = {}  # (name, bytes) -> symmetric tensor: copies of non-symmetric inputs
+
+    rank = property(lambda self: self._c.rank)
+    nranks = property(lambda self: self._c.nranks)
+    device = property(lambda self: self._c.device)
+
+    # ------------------------------------------------------------------ symmetric tensors
+    def empty(self, shape, dtype):
+        """Collective: an uninitialized symmetric tensor (zero-copy in every op)."""
+        import torch
+        return torch.from_dlpack(self._c.empty(list(shape), _dtype_name(dtype)))
+
+    def zeros(self, shape, dtype):
+        t = self.empty(shape, dtype)
+        t.zero_()
+        return t
+
+    def collect(self) -> int:
+        """Collective: release the windows of tensors that every rank has dropped."""
+        return self._c.collect()
+
+    def close(self) -> None:
+        """Collective: release every window and the communicator. Tensors from empty() die with it."""
+        self._staging.clear()
+        self._c.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def barrier(self) -> None:
+        self._c.barrier()
+
+    # ------------------------------------------------------------------ ops
+    def _symmetric(self, t, name: str):
+        """t itself when it lies in one of this communicator's windows, else a staging copy.
+
+        Cost of a non-symmetric input: one device copy in (and out, for outputs); the staging
+        tensor is kept per (name, size) and reused."""
+        key = (name, t.numel() * t.element_size(), str(t.dtype))
+        s = self._staging.get(key)
+        if s is None:
+            s = self.empty((t.numel(),), t.dtype)
+            self._staging[key] = s
+        s.copy_(t.reshape(-1))
+        return s
+
+    def all_reduce(self, tensor, out=None, algo: str = "auto", symmetric: bool = False):
+        """Sum over ranks, into `out` (default: in place). `symmetric`: tensor and out come from
+        empty(); otherwise they are staged through windows (one copy each way)."""
+        n = tensor.numel()
+        dt = _dtype_name(tensor.dtype)
+        if symmetric:
+            dst = tensor if out is None else out
+            _C.allreduce(self._c, tensor.data_ptr(), dst.data_ptr(), n, dt, algo, _stream())
+            return dst
+        src = self._symmetric(tensor, "all_reduce")
+        _C.allreduce(self._c, src.data_ptr(), src.data_ptr(), n, dt, algo, _stream())
+        dst = tensor if out is None else out
+        dst.reshape(-1).copy_(src)
+        return dst
+
+    def reduce_scatter(self, tensor, out):
+        """out [numel / nranks] = rank r's shard of the sum; tensor is staged through a window."""
+        src = self._symmetric(tensor, "reduce_scatter")
+        _C.reduce_scatter(self._c, src.data_ptr(), out.data_ptr(), out.numel(), _dtype_name(out.dtype), _stream())
+        return out
+
+    def all_gather(self, tensor, out):
+        """out [nranks x numel] = every rank's tensor in rank order; out is staged through a window."""
+        dst = self._symmetric(out, "all_gather")
+        _C.all_gather(self._c, tensor.data_ptr(), dst.data_ptr(), tensor.numel(), _dtype_name(tensor.dtype), _stream())
+        out.reshape(-1).copy_(dst)
+        return out
+
+    def gemm_allreduce(self, A, B, b_layout: str = "nk", path: str = "auto", algo: str = "auto",
+                       partials: str = "bfloat16"):
+        """C [M, N] = sum over ranks of A_r [M, K] B_r, bf16; C and the workspace are managed here."""
+        M, K = A.shape
+        N = B.shape[0] if b_layout == "nk" else B.shape[1]
+        dt = _dtype_name(A.dtype)
+        ws_bytes = _C.gemm_allreduce_workspace_size(M, N, K, dt, b_layout, self.nranks, path, algo, partials)
+        ws = self._staging.get(("gemm_allreduce.ws", 0, "uint8"))
+        if ws is None or ws.numel() < ws_bytes:
+            import torch
+            ws = self.empty((max(ws_bytes, 1),), torch.uint8)
+            self._staging[("gemm_allreduce.ws", 0, "uint8")] = ws
+        key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype))
+        C = self._staging.get(key)
+        if C is None:
+            C = self.empty((M * N,), A.dtype)
+            self._staging[key] = C
+        _C.gemm_allreduce(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, dt, b_layout, ws.data_ptr(),
+                          path, algo, partials, _stream())
+        return C.view(M, N).clone()
+
+
+def gemm(A, B, b_layout: str = "nk"):
+    """C [M, N] = A [M, K] x B ([N, K] for "nk", [K, N] for "kn"), tilewire's Hopper GEMM."""
+    import torch
+    M, K = A.shape
+    N = B.shape[0] if b_layout == "nk" else B.shape[1]
+    C = torch.empty((M, N), dtype=A.dtype, device=A.device)
+    _C.gemm(A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, _dtype_name(A.dtype), b_layout, _stream())
+    return C
+
+
+def init(group=None, device: int | None = None, **config) -> Comm:
+    """A communicator over a torch.distributed process group (default: the world), one process
+    per GPU: rank 0's NCCL unique id travels through the group. `config`: CommConfig fields
+    (oneshot_max_bytes, signal_count, max_blocks, want_gin, timeout_ms)."""
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        raise RuntimeError("tilewire.init: torch.distributed is not initialized (dist.init_process_group first)")
+    group = group or dist.group.WORLD
+    rank, nranks = dist.get_rank(group), dist.get_world_size(group)
+    obj = [_C.unique_id() if rank == 0 else None]
+    dist.broadcast_object_list(obj, src=dist.get_global_rank(group, 0), group=group)
+    dev = torch.cuda.current_device() if device is None else device
+    return Comm(_C.Comm(obj[0], rank, nranks, dev, **config))

@@ -1,0 +1,81 @@
+"""tilewire from PyTorch on GPUs, under torchrun (one process per GPU):
+
+    torchrun --nproc-per-node N -m pytest -q tests/python/test_gpu.py
+
+Skipped without torch, without a GPU, or outside torchrun (these tests need a process group).
+Inputs are seeded small integers (sums exact in bf16) or checked against torch's own ops."""
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA GPU", allow_module_level=True)
+if "RANK" not in os.environ:
+    pytest.skip("needs torchrun (a torch.distributed process group)", allow_module_level=True)
+
+import torch.distributed as dist  # noqa: E402
+
+import tilewire  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def comm():
+    if not dist.is_initialized():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        dist.init_process_group("nccl")
+    c = tilewire.init()
+    yield c
+    c.close()
+
+
+def seeded(n, rank, seed):
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return torch.randint(-8, 9, (n,), generator=g).to(torch.bfloat16).cuda()
+
+
+def test_all_reduce_symmetric_and_staged(comm):
+    n = 1 << 20
+    want = sum(seeded(n, q, 1).float() for q in range(comm.nranks)).to(torch.bfloat16)
+    x = comm.empty((n,), torch.bfloat16)
+    x.copy_(seeded(n, comm.rank, 1))
+    comm.all_reduce(x, symmetric=True)
+    assert torch.equal(x, want)
+    y = seeded(n, comm.rank, 1)  # ordinary torch memory: staged through a window
+    comm.all_reduce(y)
+    assert torch.equal(y, want)
+
+
+def test_collect_frees_only_what_every_rank_dropped(comm):
+    comm.collect()
+    t = comm.empty((1024,), torch.float32)
+    if comm.rank == 0:
+        del t
+    torch.cuda.synchronize()
+    assert comm.collect() == (1 if comm.nranks == 1 else 0)
+    if comm.rank != 0:
+        del t
+    assert comm.collect() == (0 if comm.nranks == 1 else 1)
+
+
+def test_gemm_matches_torch(comm):
+    A = torch.randn(512, 256, device="cuda").to(torch.bfloat16)
+    B = torch.randn(384, 256, device="cuda").to(torch.bfloat16)
+    C = tilewire.comm.gemm(A, B)
+    ref = (A.float() @ B.float().T)
+    assert (C.float() - ref).abs().max().item() <= 0.02 * ref.abs().max().item()
+
+
+def test_gemm_allreduce_matches_the_sum_of_partials(comm):
+    g = torch.Generator(device="cuda").manual_seed(7 + comm.rank)
+    A = torch.randn(1024, 512, device="cuda", generator=g).to(torch.bfloat16)
+    B = torch.randn(1024, 512, device="cuda", generator=g).to(torch.bfloat16)
+    C = comm.gemm_allreduce(A, B)
+    part = (A.float() @ B.float().T).to(torch.bfloat16).float()
+    dist.all_reduce(part)
+    assert (C.float() - part).abs().max().item() <= 0.05 * part.abs().max().item()
+
+
+def test_bad_arguments_raise_value_error(comm):
+    with pytest.raises(ValueError):
+        comm.empty((16,), torch.complex64)
