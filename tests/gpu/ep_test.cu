@@ -11,6 +11,8 @@
 //   Ep.BadInputWritesNothing    bad configs refused at creation; a wrong payload and too many
 //       tokens refused before launch; an expert id out of range on one rank makes check() throw
 //       on every rank and leaves every rank's received rows untouched.
+//   Ep.GraphReplayIsBitIdentical  dispatch + combine captured in a CUDA graph, replayed three times
+//       over poisoned outputs: rows and output bit-identical to the eager calls.
 //   EpDeathTest.PeerNeverJoins  rank 0 dispatches alone: its wait ends in the diagnostic.
 #include <unistd.h>
 
@@ -354,6 +356,58 @@ TEST(Ep, BadInputWritesNothing) {
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+// dispatch + combine captured into a CUDA graph (thread-local capture: the ranks may be threads)
+// and replayed, with the received rows and the output poisoned before each replay: bit-identical
+// to the eager calls.
+TEST(Ep, GraphReplayIsBitIdentical) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    tw::EpConfig cfg;
+    cfg.max_tokens_per_rank = 128, cfg.hidden = 2048, cfg.topk = 4, cfg.num_experts = 8 * P;
+    tw::EpBuffer buf(comm, cfg);
+    const int N = 100 + me;
+    DeviceBuffer x((size_t)N * cfg.hidden * 2), idx((size_t)N * cfg.topk * 8), w((size_t)N * cfg.topk * 4),
+        out((size_t)N * cfg.hidden * 2);
+    fill(x.data(), tw::DType::kBFloat16, (size_t)N * cfg.hidden, Fill::kSmallInt, 21, me, s);
+    fill(w.data(), tw::DType::kFloat32, (size_t)N * cfg.topk, Fill::kRandom, 22, me, s);
+    std::vector<int64_t> ids((size_t)N * cfg.topk);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = (i % 5 == 4) ? -1 : (int64_t)(mix(23, me, i) % cfg.num_experts);
+    upload(idx.data(), ids, s);
+    tw::EpDispatchArgs a;
+    a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    const tw::EpRecv r = buf.dispatch(a, s);
+    buf.combine(r.x, nullptr, out.data(), s);  // y = the received rows: out = n_t x
+    const int n = buf.num_recv(s);
+    const std::vector<uint8_t> rows0 = download<uint8_t>(r.x, (size_t)n * cfg.hidden * 2, s);
+    const std::vector<uint8_t> out0 = download<uint8_t>(out.data(), out.bytes, s);
+    comm.barrier();
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    TW_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    buf.dispatch(a, s);
+    buf.combine(r.x, nullptr, out.data(), s);
+    TW_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+    TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 3; ++rep) {
+      poison(r.x, (size_t)r.capacity * cfg.hidden * 2, s);
+      poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();  // every rank's poison is down before any replay writes into its window
+      TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      if (download<uint8_t>(r.x, (size_t)n * cfg.hidden * 2, s) != rows0) wrong[me] += "replay " + std::to_string(rep) + ": rows; ";
+      if (download<uint8_t>(out.data(), out.bytes, s) != out0) wrong[me] += "replay " + std::to_string(rep) + ": out; ";
+      comm.barrier();
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
 }
 
 // Rank 0 dispatches; the others never do. Its wait for their counts ends in the diagnostic.
