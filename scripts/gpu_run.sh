@@ -20,6 +20,8 @@
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (bench_ep.jsonl: one JSON line per run)
+#   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
+#                 nanobind, scikit-build-core and torch), then tests/python under torchrun on every GPU
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -29,7 +31,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep) ;;
+  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -131,6 +133,20 @@ if [ "$MODE" = ep ]; then
     done
   done
   rm -f "$OUT/ep.json"
+fi
+
+if [ "$MODE" = python ]; then
+  header
+  PYLIB=$(mktemp -d)
+  step "pip install . against $DIST (no registry there: the box's own build tools)"
+  TILEWIRE_NCCL_ROOT=$(dirname "$VENV_NCCL") CMAKE_PREFIX_PATH=$DIST run 300 python3 -m pip install -q \
+    --no-build-isolation --no-deps --target "$PYLIB" .
+  ngpu=$(nvidia-smi -L | wc -l)
+  step "pytest tests/python under torchrun, $ngpu processes"
+  REPO=$PWD
+  cd "$PYLIB"  # not the checkout: `import tilewire` must find the installed package
+  PYTHONPATH=$PYLIB run 300 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider "$REPO/tests/python"
+  cd "$REPO"
 fi
 
 if [ "$MODE" = virtualcheck ]; then

@@ -92,6 +92,16 @@ size_t collect(PyComm& pc) {
 }  // namespace
 
 void bind_comm(nb::module_& m) {
+  // A DLPack view of device memory tilewire owns (an EP buffer's outputs): `owner` (the Python
+  // object that holds the memory) stays alive as long as the view.
+  m.def("view",
+        [](uintptr_t ptr, std::vector<size_t> shape, const std::string& dtype, int device, nb::handle owner) {
+          size_t es = 0;
+          const nb::dlpack::dtype dt = dlpack_dtype(dtype, &es);
+          return nb::ndarray<>(reinterpret_cast<void*>(ptr), shape.size(), shape.data(), owner, nullptr, dt,
+                               nb::device::cuda::value, device);
+        },
+        nb::arg("ptr"), nb::arg("shape"), nb::arg("dtype"), nb::arg("device"), nb::arg("owner"));
   m.def("unique_id", [] {
     const ncclUniqueId id = tw::Comm::unique_id();
     return nb::bytes(id.internal, sizeof(id.internal));

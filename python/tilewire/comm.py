@@ -33,8 +33,10 @@ class Comm:
     """A tilewire communicator: one per process (one GPU each), every rank makes the same calls."""
 
     def __init__(self, c: _C.Comm):
+        from . import torch_ops
         self._c = c
         self._staging = {}  # (name, bytes) -> symmetric tensor: copies of non-symmetric inputs
+        self.id = torch_ops.handle(self)  # for torch.ops.tilewire.* (torch_ops.py)
 
     rank = property(lambda self: self._c.rank)
     nranks = property(lambda self: self._c.nranks)
@@ -57,7 +59,9 @@ class Comm:
 
     def close(self) -> None:
         """Collective: release every window and the communicator. Tensors from empty() die with it."""
+        from . import torch_ops
         self._staging.clear()
+        torch_ops.forget(self)
         self._c.close()
 
     def __enter__(self):
@@ -156,4 +160,6 @@ def init(group=None, device: int | None = None, **config) -> Comm:
     obj = [_C.unique_id() if rank == 0 else None]
     dist.broadcast_object_list(obj, src=dist.get_global_rank(group, 0), group=group)
     dev = torch.cuda.current_device() if device is None else device
+    from . import torch_ops
+    torch_ops.register()
     return Comm(_C.Comm(obj[0], rank, nranks, dev, **config))

@@ -79,3 +79,33 @@ def test_gemm_allreduce_matches_the_sum_of_partials(comm):
 def test_bad_arguments_raise_value_error(comm):
     with pytest.raises(ValueError):
         comm.empty((16,), torch.complex64)
+
+
+def test_torch_ops_and_compile(comm):
+    n = 4096
+    want = sum(seeded(n, q, 3).float() for q in range(comm.nranks)).to(torch.bfloat16)
+    x = seeded(n, comm.rank, 3)
+    assert torch.equal(torch.ops.tilewire.all_reduce(x, comm.id, "auto"), want)
+
+    @torch.compile(fullgraph=True)
+    def f(t):
+        return torch.ops.tilewire.all_reduce(t * 1, comm.id, "auto")
+
+    assert torch.equal(f(x), want)
+
+
+def test_ep_dispatch_combine_identity_experts(comm):
+    P, N, H, k = comm.nranks, 96, 1024, 2
+    buf = tilewire.EpBuffer(comm, max_tokens_per_rank=N, hidden=H, topk=k, num_experts=2 * P)
+    x = seeded(N * H, comm.rank, 5).view(N, H)
+    g = torch.Generator().manual_seed(11 + comm.rank)
+    idx = torch.randint(-1, 2 * P, (N, k), generator=g).cuda()
+    idx[:, 1] = torch.where(idx[:, 1] == idx[:, 0], -1, idx[:, 1])
+    w = torch.rand((N, k), generator=g).cuda()
+    r = buf.dispatch(x, idx, w)
+    out = buf.combine(r.x)  # each received row back unchanged: out = (ranks the token went to) x x
+    n_t = torch.zeros(N, device="cuda")
+    for d in range(P):
+        n_t += ((idx // 2) == d).any(dim=1).float()
+    assert torch.equal(out.float(), (n_t[:, None] * x.float()).to(torch.bfloat16).float())
+    buf.close()

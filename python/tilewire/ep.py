@@ -1,0 +1,109 @@
+"""tilewire.EpBuffer: MoE dispatch and combine on torch tensors (docs/ep.md), on torch's current
+stream. Outputs are torch views of the buffer's own memory, valid until the next dispatch (copy
+what must outlive it).
+
+    buf = tilewire.EpBuffer(comm, max_tokens_per_rank=4096, hidden=7168, topk=8, num_experts=256)
+    r = buf.dispatch(x, topk_idx, topk_weights)       # r.x: [num_recv, H] rows, (source rank, token) order
+    out = buf.combine(y)                              # y: [num_recv, H] bf16, each row's expert sum
+
+With exact=True (the default) dispatch reads the row count back (one host synchronization) and
+returns tensors of exactly that many rows; exact=False returns worst-case-sized tensors and the
+count as a device tensor, with no synchronization (CUDA-graph capturable).
+"""
+from __future__ import annotations
+
+from collections import namedtuple
+
+from . import _C
+from .comm import Comm, _stream
+
+Recv = namedtuple("Recv", "x x_scales topk_idx topk_weights src_rank src_token num_recv tokens_per_expert")
+LowLatencyRecv = namedtuple("LowLatencyRecv", "x x_scales count src_rank src_token")
+
+
+class EpBuffer:
+    def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, topk: int, num_experts: int,
+                 payload: str = "bfloat16", low_latency: bool = False, num_sms: int = 0, expert_alignment: int = 1):
+        """Collective. payload: "bfloat16" or "fp8" (e4m3, a float32 scale per 128 columns)."""
+        self._b = _C.EpBuffer(comm._c, max_tokens_per_rank, hidden, topk, num_experts, payload, low_latency, num_sms,
+                              expert_alignment)
+        self._comm, self.hidden, self.topk, self.payload = comm, hidden, topk, payload
+        self.num_experts, self.low_latency = num_experts, low_latency
+        self._tokens = 0
+
+    @property
+    def bytes(self) -> int:
+        return self._b.bytes
+
+    def _view(self, ptr, shape, dtype):
+        import torch
+        if ptr == 0:
+            return None
+        t = torch.from_dlpack(_C.view(ptr, list(shape), dtype, self._comm.device, self._b))
+        return t
+
+    def dispatch(self, x, topk_idx, topk_weights, x_scales=None, reuse_layout: bool = False, exact: bool = True) -> Recv:
+        import torch
+        n = x.shape[0]
+        fp8 = self.payload == "fp8"
+        r = self._b.dispatch(x.data_ptr(), x_scales.data_ptr() if x_scales is not None else 0, self.payload, n,
+                             topk_idx.data_ptr(), topk_idx.dtype == torch.int64, topk_weights.data_ptr(), reuse_layout,
+                             _stream())
+        self._tokens = n
+        cap, H, k = r["capacity"], self.hidden, self.topk
+        rows = self._b.num_recv(_stream()) if exact else cap
+        xs = self._view(r["x"], (cap, H), "uint8" if fp8 else "bfloat16")
+        if fp8:
+            xs = xs.view(torch.float8_e4m3fn)
+        sc = self._view(r["x_scales"], (cap, H // 128), "float32") if fp8 else None
+        out = Recv(xs[:rows], sc[:rows] if sc is not None else None,
+                   self._view(r["topk_idx"], (cap, k), "int32")[:rows],
+                   self._view(r["topk_weights"], (cap, k), "float32")[:rows],
+                   self._view(r["src_rank"], (cap,), "int32")[:rows], self._view(r["src_token"], (cap,), "int32")[:rows],
+                   self._view(r["num_recv"], (1,), "int32"),
+                   self._view(r["tokens_per_expert"], (self.num_experts // self._comm.nranks,), "int32"))
+        return out
+
+    def combine(self, y, weights=None, out=None):
+        """out [N, H] bf16: every rank's row of each token summed in rank order (fp32, one rounding)."""
+        import torch
+        if out is None:
+            out = torch.empty((self._tokens, self.hidden), dtype=torch.bfloat16, device=y.device)
+        self._b.combine(y.data_ptr(), weights.data_ptr() if weights is not None else 0, out.data_ptr(), _stream())
+        return out
+
+    # ------------------------------------------------------------------ low latency
+    def dispatch_send(self, x, topk_idx) -> None:
+        import torch
+        self._tokens = x.shape[0]
+        self._b.dispatch_send(x.data_ptr(), x.shape[0], topk_idx.data_ptr(), topk_idx.dtype == torch.int64, _stream())
+
+    def dispatch_recv(self) -> LowLatencyRecv:
+        import torch
+        r = self._b.dispatch_recv(_stream())
+        L, cap, H = self.num_experts // self._comm.nranks, r["capacity"], self.hidden
+        fp8 = self.payload == "fp8"
+        xs = self._view(r["x"], (L, cap, H), "uint8" if fp8 else "bfloat16")
+        if fp8:
+            xs = xs.view(torch.float8_e4m3fn)
+        return LowLatencyRecv(xs, self._view(r["x_scales"], (L, cap, H // 128), "float32") if fp8 else None,
+                              self._view(r["count"], (L,), "int32"), self._view(r["src_rank"], (L, cap), "int32"),
+                              self._view(r["src_token"], (L, cap), "int32"))
+
+    def combine_send(self, y) -> None:
+        self._b.combine_send(y.data_ptr(), _stream())
+
+    def combine_recv(self, topk_weights, out=None):
+        import torch
+        if out is None:
+            out = torch.empty((self._tokens, self.hidden), dtype=torch.bfloat16, device=topk_weights.device)
+        self._b.combine_recv(topk_weights.data_ptr(), out.data_ptr(), _stream())
+        return out
+
+    def check(self) -> None:
+        """Synchronizes; ValueError on every rank if some rank's routing had an expert id out of range."""
+        self._b.check(_stream())
+
+    def close(self) -> None:
+        """Collective: the buffer's window."""
+        self._b.close()

@@ -1,0 +1,100 @@
+"""tilewire's ops as torch custom ops (torch.library), so that torch.compile and CUDA-graph
+capture see them as opaque calls on the current stream:
+
+    torch.ops.tilewire.all_reduce_(x, comm_id, algo)            in place, x symmetric or staged
+    torch.ops.tilewire.all_reduce(x, comm_id, algo) -> Tensor   out of place
+    torch.ops.tilewire.reduce_scatter(x, comm_id) -> Tensor
+    torch.ops.tilewire.all_gather(x, comm_id) -> Tensor
+    torch.ops.tilewire.gemm(A, B, b_layout) -> Tensor
+    torch.ops.tilewire.gemm_allreduce(A, B, comm_id, b_layout) -> Tensor
+
+comm_id is Comm.id (the communicator's handle in this process). Registered once, by init();
+the methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
+matters for small all-reduces).
+"""
+from __future__ import annotations
+
+_COMMS: dict = {}
+_registered = False
+
+
+def handle(comm) -> int:
+    i = id(comm)
+    _COMMS[i] = comm
+    return i
+
+
+def forget(comm) -> None:
+    _COMMS.pop(id(comm), None)
+
+
+def register() -> None:
+    global _registered
+    if _registered:
+        return
+    import torch
+
+    from .comm import gemm as _gemm
+
+    def comm_of(i: int):
+        c = _COMMS.get(i)
+        if c is None:
+            raise ValueError(f"tilewire: no open communicator with id {i}")
+        return c
+
+    @torch.library.custom_op("tilewire::all_reduce_", mutates_args=("x",))
+    def all_reduce_(x: torch.Tensor, comm: int, algo: str) -> None:
+        comm_of(comm).all_reduce(x, algo=algo)
+
+    @all_reduce_.register_fake
+    def _(x, comm, algo):
+        return None
+
+    @torch.library.custom_op("tilewire::all_reduce", mutates_args=())
+    def all_reduce(x: torch.Tensor, comm: int, algo: str) -> torch.Tensor:
+        out = torch.empty_like(x)
+        out.copy_(x)
+        comm_of(comm).all_reduce(out, algo=algo)
+        return out
+
+    @all_reduce.register_fake
+    def _(x, comm, algo):
+        return torch.empty_like(x)
+
+    @torch.library.custom_op("tilewire::reduce_scatter", mutates_args=())
+    def reduce_scatter(x: torch.Tensor, comm: int) -> torch.Tensor:
+        c = comm_of(comm)
+        out = x.new_empty((x.numel() // c.nranks,))
+        return c.reduce_scatter(x, out)
+
+    @reduce_scatter.register_fake
+    def _(x, comm):
+        return x.new_empty((x.numel() // comm_of(comm).nranks,))
+
+    @torch.library.custom_op("tilewire::all_gather", mutates_args=())
+    def all_gather(x: torch.Tensor, comm: int) -> torch.Tensor:
+        c = comm_of(comm)
+        out = x.new_empty((x.numel() * c.nranks,))
+        return c.all_gather(x, out)
+
+    @all_gather.register_fake
+    def _(x, comm):
+        return x.new_empty((x.numel() * comm_of(comm).nranks,))
+
+    @torch.library.custom_op("tilewire::gemm", mutates_args=())
+    def gemm(A: torch.Tensor, B: torch.Tensor, b_layout: str) -> torch.Tensor:
+        return _gemm(A, B, b_layout)
+
+    @gemm.register_fake
+    def _(A, B, b_layout):
+        return A.new_empty((A.shape[0], B.shape[0] if b_layout == "nk" else B.shape[1]))
+
+    @torch.library.custom_op("tilewire::gemm_allreduce", mutates_args=())
+    def gemm_allreduce(A: torch.Tensor, B: torch.Tensor, comm: int, b_layout: str) -> torch.Tensor:
+        return comm_of(comm).gemm_allreduce(A, B, b_layout=b_layout)
+
+    @gemm_allreduce.register_fake
+    def _(A, B, comm, b_layout):
+        return A.new_empty((A.shape[0], B.shape[0] if b_layout == "nk" else B.shape[1]))
+
+    _registered = True
