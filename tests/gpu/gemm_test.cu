@@ -1,5 +1,5 @@
 // GEMM on one Hopper GPU (ops/gemm.hpp) against an fp64 host reference: small and odd shapes,
-// both B layouts, poisoned outputs (an unwritten element stays NaN and fails), bad inputs write
+// both B layouts, bf16 and fp16, poisoned outputs (an unwritten element stays NaN and fails), bad inputs write
 // nothing, both kernels of the plain GEMM forced on the same inputs (the hook kernel and every
 // stream-K tile and decomposition, deterministic repeats, scratch reuse across shapes), and a
 // custom epilogue hook that records every tile it is called for (exactly once each, with the
@@ -27,7 +27,7 @@ using tw_test::DeviceBuffer;
 using tw_test::Fill;
 using tw_test::Stream;
 
-constexpr DType kT = DType::kBFloat16;
+constexpr DType kBf16 = DType::kBFloat16;
 constexpr uint64_t kSeedA = 11, kSeedB = 23;
 
 
@@ -35,24 +35,25 @@ struct Problem {
   int M, N, K;
   BLayout layout;
   Fill fill;
+  DType dtype = kBf16;
   std::string name() const {
     return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + " B=" + tw::blayout_name(layout) +
-           (fill == Fill::kSmallInt ? " small-int" : " random");
+           (fill == Fill::kSmallInt ? " small-int " : " random ") + tw::dtype_name(dtype);
   }
 };
 
-// Device inputs of a problem, filled from seeds; C poisoned (0xFFFF = bf16 NaN).
+// Device inputs of a problem, filled from seeds; C poisoned (0xFFFF: NaN in bf16 and fp16).
 struct Buffers {
   Problem p;
   DeviceBuffer A, B, C;
   explicit Buffers(const Problem& pr)
       : p(pr), A(size_t(pr.M) * pr.K * 2), B(size_t(pr.N) * pr.K * 2), C(size_t(pr.M) * pr.N * 2) {}
   void fill_and_poison(cudaStream_t s) {
-    tw_test::fill(A.data(), kT, size_t(p.M) * p.K, p.fill, kSeedA, 0, s);
-    tw_test::fill(B.data(), kT, size_t(p.N) * p.K, p.fill, kSeedB, 0, s);
+    tw_test::fill(A.data(), p.dtype, size_t(p.M) * p.K, p.fill, kSeedA, 0, s);
+    tw_test::fill(B.data(), p.dtype, size_t(p.N) * p.K, p.fill, kSeedB, 0, s);
     tw_test::poison(C.data(), C.bytes, s);
   }
-  tw::GemmArgs args() const { return tw::GemmArgs{A.data(), B.data(), C.data(), p.M, p.N, p.K, kT, p.layout}; }
+  tw::GemmArgs args() const { return tw::GemmArgs{A.data(), B.data(), C.data(), p.M, p.N, p.K, p.dtype, p.layout}; }
 };
 
 // Rows the reference checks: all of them for small M, else the edges, the tile boundaries and a
@@ -69,14 +70,15 @@ std::vector<int> rows_to_check(int M) {
 }
 
 // fp64 reference of the checked rows (rows_to_check), with the bound per element: C =
-// round_bf16(fp32 sum) may differ from it by half a bf16 ulp of the result, 2^-8 |ref|, plus the
-// worst-case fp32 accumulation error K * 2^-24 * sum_k |a_k b_k|.
+// round(fp32 sum) may differ from it by half an ulp of the result (2^-8 |ref| in bf16, 2^-11 in
+// fp16), plus the worst-case fp32 accumulation error K * 2^-24 * sum_k |a_k b_k|.
 struct Reference {
   std::vector<int> rows;
   std::vector<double> ref, tol;  // [rows.size()][N]
 };
 
 Reference reference(const Problem& p) {
+  const DType kT = p.dtype;
   Reference r;
   r.rows = rows_to_check(p.M);
   const Bytes a_bits = tw_test::host_inputs(p.fill, kT, size_t(p.M) * p.K, kSeedA, 0);
@@ -99,7 +101,7 @@ Reference reference(const Problem& p) {
         mag += std::fabs(arow[k] * br[k]);
       }
       r.ref.push_back(ref);
-      r.tol.push_back(std::ldexp(std::fabs(ref), -8) + p.K * std::ldexp(mag, -24));
+      r.tol.push_back(std::ldexp(std::fabs(ref), -1 - tw_test::mantissa_bits(kT)) + p.K * std::ldexp(mag, -24));
     }
   }
   return r;
@@ -108,6 +110,7 @@ Reference reference(const Problem& p) {
 // "" when C (copied back) holds no poison anywhere and matches the reference on the checked rows,
 // else the first problem.
 std::string compare(const Problem& p, const Reference& r, const Bytes& c) {
+  const DType kT = p.dtype;
   for (size_t i = 0; i < size_t(p.M) * p.N; ++i)
     if (std::isnan(tw_test::from_bits(kT, tw_test::elem(c, kT, i))))
       return "C[" + std::to_string(i / p.N) + "," + std::to_string(i % p.N) + "] is NaN (never written?)";
@@ -156,6 +159,21 @@ TEST(Gemm, OddShapes) {
     for (int M : {1, 7, 3000})
       for (int N : {8, 5144})
         for (int K : {16, 3584}) run_and_check({M, N, K, l, Fill::kRandom});
+}
+
+// fp16 (the hook kernel; stream-K is built for bf16 only): small, odd and decode-sized shapes,
+// both B layouts, against the same fp64 reference with fp16's rounding bound.
+TEST(Gemm, HalfSmallOddAndDecodeShapes) {
+  TW_SKIP_UNLESS_SM90();
+  for (BLayout l : {BLayout::kNK, BLayout::kKN}) {
+    for (Fill f : {Fill::kSmallInt, Fill::kRandom}) {
+      run_and_check({128, 256, 64, l, f, DType::kFloat16});
+      run_and_check({512, 1024, 1024, l, f, DType::kFloat16});
+    }
+    for (int M : {1, 7, 3000})
+      for (int N : {8, 5144}) run_and_check({M, N, 3584, l, Fill::kRandom, DType::kFloat16});
+    run_and_check({16, 8192, 4096, l, Fill::kRandom, DType::kFloat16});
+  }
 }
 
 TEST(Gemm, ConfigsGiveTheSameResult) {

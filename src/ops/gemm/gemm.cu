@@ -111,6 +111,9 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
     if constexpr (std::is_same_v<T, __nv_bfloat16>) {
       if (a.b_layout == BLayout::kNK) gemm_impl::launch_bf16_nk(a, cfg, num_sms, raster, stream);
       else gemm_impl::launch_bf16_kn(a, cfg, num_sms, raster, stream);
+    } else if constexpr (std::is_same_v<T, __half>) {
+      if (a.b_layout == BLayout::kNK) gemm_impl::launch_f16_nk(a, cfg, num_sms, raster, stream);
+      else gemm_impl::launch_f16_kn(a, cfg, num_sms, raster, stream);
     } else {
       TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no kernel built for ") + dtype_name(a.dtype));
     }

@@ -34,9 +34,6 @@ Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
   if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16)
     return fail(std::string("unsupported dtype ") + (a.dtype == DType::kFloat32 ? "float" : "?") +
                 " (A, B and C must be bfloat16 or half)");
-  if (a.dtype == DType::kFloat16)
-    return fail("half is not built in this tilewire: only bfloat16 kernels are instantiated "
-                "(src/ops/gemm/gemm_sm90_bf16_*.cu; add the two half files to enable it)");
   if (a.b_layout != BLayout::kNK && a.b_layout != BLayout::kKN) return fail("unknown B layout (kNK or kKN)");
   if (a.M <= 0 || a.N <= 0 || a.K <= 0)
     return fail("M, N and K must be positive (got M=" + std::to_string(a.M) + " N=" + std::to_string(a.N) +
