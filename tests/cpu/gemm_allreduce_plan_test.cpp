@@ -303,7 +303,7 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
       {"no ranks", args(64, 64, 64), 0, {}, "no ranks"},
       {"null workspace", null_ws, 2, {}, "workspace is null"},
       {"misaligned workspace", mis_ws, 2, {}, "256-byte aligned"},
-      {"half", half, 2, {}, "half is not built"},
+      {"half", half, 2, {}, "only bfloat16 is built for the fused op"},
       {"kKN with the exchange algorithm", kn, 2, exch, "exchange algorithm is built for B as [N, K_local]"},
       {"workspace overlaps C", ov_c, 2, {}, "workspace overlaps C"},
       {"workspace overlaps A", ov_a, 2, {}, "workspace overlaps A"},
