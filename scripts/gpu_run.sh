@@ -173,7 +173,7 @@ if [ "$MODE" = gemm ]; then
   run 150 "$TW" bench gemm --sweep acceptance -R 9 --json "$OUT/bench_gemm_acceptance.json"
   run 150 "$TW" bench gemm --sweep grid -R 7 --json "$OUT/bench_gemm_grid.json"
   step "the other kernel on the shapes the rule decides (plan.hpp use_streamk): for the record"
-  TILEWIRE_GEMM_KERNEL=streamk run 100 "$TW" bench gemm --sweep ragged -R 7
+  TILEWIRE_GEMM_KERNEL=streamk run 100 "$TW" bench gemm --sweep tail -R 7
   TILEWIRE_GEMM_KERNEL=hook run 100 "$TW" bench gemm -m 512 -n 4096 -k 4096 -R 7
 fi
 

@@ -1,17 +1,21 @@
 // tools/bench_gemm.cu — `tilewire bench gemm`: tilewire's sm90 GEMM against cuBLASLt, same run,
 // same inputs, every result checked against cuBLASLt's on the device.
 //
-//   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--sweep acceptance|grid]
+//   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--dtype bf16|fp16]
+//                       [--sweep acceptance|grid|skinny|tail|decode|ragged]
 //                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
 // of `repeats`, the two kernels timed in alternation after a warm-up of both (time_pair_us).
 // TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's than 2 bf16
-// ulps (relative 2^-6) + 2^-6 absolute. Exit 0 when every check passed, 1 when not.
+// ulps (relative 2^-6) + 2^-6 absolute (the same bound for fp16, whose ulps are smaller).
+// Sweeps: decode = M in {1, 16, 32, 64, 128, 256} x N in {4096, 8192, 14336, 57344} x K in
+// {4096, 8192}; ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0 when every check passed, 1 when not.
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: bench/results/2026-11-30-s3-h200/ (run02: the figures in README.md), -s2-h200/.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +47,7 @@ struct Shape {
 struct GemmBenchArgs {
   std::vector<Shape> shapes;
   BLayout layout = BLayout::kNK;
+  DType dtype = DType::kBFloat16;
   int iters = 20, warmup = 5, repeats = 5;
   GemmConfig cfg;
   std::string json_path;
@@ -57,6 +62,7 @@ constexpr const char* kUsage =
     "                        x K {4096,8192}; skinny: the grid's M = 128 shapes; ragged: 4096x8192x8192,\n"
     "                        2048x8192x4096 (ragged last waves)\n"
     "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
+    "  --dtype bf16|fp16     A, B and C (default bf16); fp32 accumulation either way\n"
     "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (4)   --raster auto|m|n (auto)\n"
@@ -87,7 +93,10 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
     else if (o == "-n") n = to_int(o, v);
     else if (o == "-k") k = to_int(o, v);
     else if (o == "--sweep") sweep = v;
-    else if (o == "--layout") {
+    else if (o == "--dtype") {
+      TW_REQUIRE(v == "bf16" || v == "fp16", kInvalidArgument, "bench gemm: --dtype bf16|fp16, got '" + v + "'");
+      a.dtype = v == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+    } else if (o == "--layout") {
       TW_REQUIRE(v == "nk" || v == "kn", kInvalidArgument, "bench gemm: --layout nk|kn, got '" + v + "'");
       a.layout = v == "nk" ? BLayout::kNK : BLayout::kKN;
     } else if (o == "--iters") a.iters = std::max(1, to_int(o, v));
@@ -110,8 +119,18 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
   } else if (sweep == "skinny") {
     for (int nn : {4096, 8192})
       for (int kk : {4096, 8192}) a.shapes.push_back({128, nn, kk});
-  } else if (sweep == "ragged") a.shapes = {{4096, 8192, 8192}, {2048, 8192, 4096}};
-  else TW_REQUIRE(sweep.empty(), kInvalidArgument, "bench gemm: --sweep acceptance|grid|skinny|ragged, got '" + sweep + "'");
+  } else if (sweep == "tail") a.shapes = {{4096, 8192, 8192}, {2048, 8192, 4096}};  // last waves nearly empty
+  else if (sweep == "decode") {
+    for (int mm : {1, 16, 32, 64, 128, 256})
+      for (int nn : {4096, 8192, 14336, 57344})
+        for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
+  } else if (sweep == "ragged") {
+    for (int mm : {3000, 5000, 6143})
+      for (int nn : {5144, 10248})
+        for (int kk : {3584, 4000}) a.shapes.push_back({mm, nn, kk});
+  } else
+    TW_REQUIRE(sweep.empty(), kInvalidArgument,
+               "bench gemm: --sweep acceptance|grid|skinny|tail|decode|ragged, got '" + sweep + "'");
   if (m || n || k) {
     TW_REQUIRE(m > 0 && n > 0 && k > 0, kInvalidArgument, "bench gemm: -m, -n and -k go together, all positive");
     a.shapes.push_back({m, n, k});
@@ -120,18 +139,20 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
   return a;
 }
 
-__global__ void fill_bf16(__nv_bfloat16* p, size_t n, uint64_t seed) {
+template <class T>
+__global__ void fill(T* p, size_t n, uint64_t seed) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     uint64_t z = (seed + i) * 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    p[i] = __float2bfloat16_rn(((float)(z >> 40) / (float)(1u << 24)) * 2.f - 1.f);  // [-1, 1)
+    p[i] = T(((float)(z >> 40) / (float)(1u << 24)) * 2.f - 1.f);  // [-1, 1)
   }
 }
 
-__global__ void count_wrong(const __nv_bfloat16* got, const __nv_bfloat16* want, size_t n, unsigned long long* wrong) {
+template <class T>
+__global__ void count_wrong(const T* got, const T* want, size_t n, unsigned long long* wrong) {
   unsigned long long local = 0;
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const float g = __bfloat162float(got[i]), w = __bfloat162float(want[i]);
+    const float g = float(got[i]), w = float(want[i]);
     if (!(fabsf(g - w) <= fabsf(w) * (1.f / 64) + 1.f / 64)) ++local;  // NaN counts as wrong
   }
   if (local) atomicAdd(wrong, local);
@@ -202,31 +223,39 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
     TW_CUDA_CHECK(cudaMalloc(&A[i], 2 * na));
     TW_CUDA_CHECK(cudaMalloc(&B[i], 2 * nb));
     TW_CUDA_CHECK(cudaMalloc(&C[i], 2 * nc));
-    fill_bf16<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(A[i]), na, 1000 + i);
-    fill_bf16<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(B[i]), nb, 2000 + i);
+    if (a.dtype == DType::kFloat16) {
+      fill<<<1024, 256, 0, st>>>(static_cast<__half*>(A[i]), na, 1000 + i);
+      fill<<<1024, 256, 0, st>>>(static_cast<__half*>(B[i]), nb, 2000 + i);
+    } else {
+      fill<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(A[i]), na, 1000 + i);
+      fill<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(B[i]), nb, 2000 + i);
+    }
   }
   TW_CUDA_CHECK(cudaMalloc(&ref, 2 * nc));
   TW_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   TW_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
   TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
 
-  const LtMatmul mm(lt, s.m, s.n, s.k, a.layout, ws_bytes);
+  const LtMatmul mm(lt, s.m, s.n, s.k, a.layout, ws_bytes, a.dtype);
   row.cublas_algo = mm.describe();
-  row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, DType::kBFloat16, a.layout}, a.cfg);
+  row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg);
   auto cublas = [&](int i, void* out) {
     const int j = i % sets;
     mm.run(A[j], B[j], out, ws, st);
   };
   auto tilewire = [&](int i) {
     const int j = i % sets;
-    gemm(GemmArgs{A[j], B[j], C[j], s.m, s.n, s.k, DType::kBFloat16, a.layout}, a.cfg, st);
+    gemm(GemmArgs{A[j], B[j], C[j], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg, st);
   };
 
   // Check every set once (before timing), then time both on the same rotation.
   for (int j = 0; j < sets; ++j) {
     tilewire(j);
     cublas(j, ref);
-    count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc, wrong);
+    if (a.dtype == DType::kFloat16)
+      count_wrong<<<1024, 256, 0, st>>>(static_cast<__half*>(C[j]), static_cast<__half*>(ref), nc, wrong);
+    else
+      count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc, wrong);
   }
   TW_CUDA_CHECK(cudaGetLastError());
   std::tie(row.tw_us, row.cublas_us) =
@@ -264,9 +293,9 @@ int bench_gemm(const std::vector<std::string>& argv) {
   cudaStream_t st;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const LtHandle lt;
-  std::printf("# tilewire bench gemm: %s, %d SMs, L2 %d MiB; bf16, B %s, reserved_sms %d, swizzle %d\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize >> 20, blayout_name(a.layout), a.cfg.reserved_sms,
-              a.cfg.swizzle);
+  std::printf("# tilewire bench gemm: %s, %d SMs, L2 %d MiB; %s, B %s, reserved_sms %d, swizzle %d\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize >> 20, dtype_name(a.dtype), blayout_name(a.layout),
+              a.cfg.reserved_sms, a.cfg.swizzle);
   std::printf("%7s %7s %7s %10s %9s %10s %9s %7s %7s\n", "M", "N", "K", "tw_us", "tw_TF/s", "cublas_us", "cublas_TF",
               "ratio", "#wrong");
   std::vector<Row> rows;
@@ -283,7 +312,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
   cudaStreamDestroy(st);
   if (json.is_open()) {
     std::ostringstream o;
-    o << "{\"device\":\"" << prop.name << "\",\"layout\":\"" << blayout_name(a.layout)
+    o << "{\"device\":\"" << prop.name << "\",\"dtype\":\"" << dtype_name(a.dtype) << "\",\"layout\":\"" << blayout_name(a.layout)
       << "\",\"reserved_sms\":" << a.cfg.reserved_sms << ",\"swizzle\":" << a.cfg.swizzle << ",\"rows\":[";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];

@@ -52,8 +52,11 @@ LtHandle::~LtHandle() {
   if (h_) lt_api().Destroy(h_);
 }
 
-LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes)
+LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes, DType dtype)
     : h_(h), ws_bytes_(workspace_bytes) {
+  TW_REQUIRE(dtype == DType::kBFloat16 || dtype == DType::kFloat16, kInvalidArgument,
+             std::string("cuBLASLt baseline: dtype ") + dtype_name(dtype) + " (bf16 or fp16)");
+  const cudaDataType_t et = dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
   const LtApi& lt = lt_api();
   cublasLtMatmulPreference_t pref = nullptr;
   auto release = [&] {
@@ -69,10 +72,10 @@ LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, si
     const cublasOperation_t tb = b_layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
     TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
     TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
-    if (b_layout == BLayout::kNK) TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, CUDA_R_16BF, K, N, K));
-    else TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, CUDA_R_16BF, N, K, N));
-    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&la_, CUDA_R_16BF, K, M, K));
-    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lc_, CUDA_R_16BF, N, M, N));
+    if (b_layout == BLayout::kNK) TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, et, K, N, K));
+    else TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, et, N, K, N));
+    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&la_, et, K, M, K));
+    TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lc_, et, N, M, N));
     TW_CUBLAS_CHECK(lt.MatmulPreferenceCreate(&pref));
     TW_CUBLAS_CHECK(lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes_,
                                                     sizeof(ws_bytes_)));
@@ -81,7 +84,7 @@ LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, si
     TW_CUBLAS_CHECK(lt.MatmulAlgoGetHeuristic(h_, op_, lb_, la_, lc_, lc_, pref, 1, &heur, &found));
     TW_REQUIRE(found > 0, kUnsupported,
                "cuBLASLt has no algorithm for " + std::to_string(M) + "x" + std::to_string(N) + "x" +
-                   std::to_string(K) + " (bf16, B " + blayout_name(b_layout) + ")");
+                   std::to_string(K) + " (" + dtype_name(dtype) + ", B " + blayout_name(b_layout) + ")");
     algo_ = heur.algo;
     lt.MatmulPreferenceDestroy(pref);
   } catch (...) {

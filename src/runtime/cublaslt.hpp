@@ -18,6 +18,7 @@
 #include <string>
 
 #include "tilewire/ops/gemm.hpp"  // BLayout
+#include "tilewire/runtime/dtype.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::lt {
@@ -63,7 +64,7 @@ class LtHandle {
   cublasLtHandle_t h_ = nullptr;
 };
 
-// Row-major bf16 C [M, N] = A [M, K] * B, B stored [N, K] (kNK: C = A B^T) or [K, N] (kKN); fp32
+// Row-major bf16 (or fp16) C [M, N] = A [M, K] * B, B stored [N, K] (kNK: C = A B^T) or [K, N] (kKN); fp32
 // accumulation, one rounding, no bias. cuBLASLt is column-major, so it is asked for the same
 // memory seen transposed: C^T [N, M] = B' [N, K] * A^T [K, M]. The algorithm is cuBLASLt's first
 // heuristic for the shape with `workspace_bytes` of workspace, chosen once here; throws
@@ -72,7 +73,8 @@ class LtMatmul {
  public:
   static constexpr size_t kDefaultWorkspace = 64ull << 20;
 
-  LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes = kDefaultWorkspace);
+  LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes = kDefaultWorkspace,
+           DType dtype = DType::kBFloat16);  // bf16 or fp16 (A, B and C)
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
