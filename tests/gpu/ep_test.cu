@@ -3,7 +3,8 @@
 // build the whole reference itself), on the test team (real ranks or TILEWIRE_TEST_VIRTUAL).
 //
 //   Ep.DispatchCombineMatchTheReference   per routing (uniform, skewed, all to rank 0) and payload
-//       (bf16 at hidden 2048 and 7168, fp8 at 7168): ranks with 0, 97, 256 and 300 tokens,
+//       (bf16 at hidden 2048 and 7168, fp8 at 7168), and two cases at the limits (8192 tokens on a
+//       rank, top-16 of up to 512 experts; fp8 at hidden 8192): ranks with 0, 97, 256 and 300 tokens,
 //       some top-k entries -1 and some tokens with all -1. Layout counts exact; received rows,
 //       scales, local ids, weights and sources bitwise in (source rank, source token) order;
 //       per-expert counts with alignment padding exact; combine (weighted and not) bitwise
@@ -32,7 +33,6 @@ namespace {
 using namespace tw_test;
 using tw::EpPayload;
 
-constexpr int kMaxTokens = 320, kTopk = 8, kExpertsPerRank = 32;
 
 enum class Routing { kUniform, kSkewed, kAllToRank0 };
 const char* name(Routing r) { return r == Routing::kUniform ? "uniform" : r == Routing::kSkewed ? "skewed" : "all-to-rank-0"; }
@@ -42,9 +42,10 @@ struct Case {
   EpPayload payload;
   Routing routing;
   uint64_t seed;
+  int topk = 8, L = 32;                              // experts per token; experts per rank
+  int max_tokens = 320;
+  std::array<int, 4> tokens = {256, 0, 97, 300};     // rank r sends tokens[r % 4]
 };
-
-int tokens_of(int rank) { return std::array<int, 4>{256, 0, 97, 300}[rank % 4]; }
 
 // One rank's inputs, generated the same on every host thread.
 struct Input {
@@ -57,8 +58,8 @@ struct Input {
 
 Input make_input(const Case& c, int rank, int P) {
   Input in;
-  in.N = tokens_of(rank);
-  const int E = kExpertsPerRank * P;
+  in.N = c.tokens[rank % 4];
+  const int E = c.L * P;
   const size_t rb = c.payload == EpPayload::kBFloat16 ? (size_t)c.hidden * 2 : (size_t)c.hidden;
   in.x.resize((size_t)in.N * rb);
   for (size_t i = 0; i < in.x.size(); i += 8) {
@@ -73,23 +74,23 @@ Input make_input(const Case& c, int rank, int P) {
     in.scales.resize((size_t)in.N * c.hidden / 128);
     for (size_t i = 0; i < in.scales.size(); ++i) in.scales[i] = random_exact(c.seed + 7, rank, i, tw::DType::kFloat32);
   }
-  in.idx.assign((size_t)in.N * kTopk, -1);
-  in.w.resize((size_t)in.N * kTopk);
+  in.idx.assign((size_t)in.N * c.topk, -1);
+  in.w.resize((size_t)in.N * c.topk);
   for (int t = 0; t < in.N; ++t) {
     const uint64_t h = mix(c.seed + 11, rank, (uint64_t)t);
     if (h % 17 == 0) continue;  // a token with no expert at all
     std::vector<int64_t> picked;
-    for (int j = 0, tries = 0; j < kTopk && tries < 64; ++tries) {
+    for (int j = 0, tries = 0; j < c.topk && tries < 64; ++tries) {
       const uint64_t u = mix(c.seed + 13, rank, (uint64_t)t * 64 + tries);
       int64_t e;
       if (c.routing == Routing::kUniform) e = (int64_t)(u % E);
       else if (c.routing == Routing::kSkewed) {
         const double f = (double)(u % 1000003) / 1000003.0;
         e = std::min<int64_t>(E - 1, (int64_t)(E * f * f * f));
-      } else e = (int64_t)(u % kExpertsPerRank);  // every expert on rank 0
+      } else e = (int64_t)(u % c.L);  // every expert on rank 0
       if (std::find(picked.begin(), picked.end(), e) != picked.end()) continue;
       picked.push_back(e);
-      in.idx[(size_t)t * kTopk + j] = (u >> 40) % 9 == 0 ? -1 : e;  // some entries -1
+      in.idx[(size_t)t * c.topk + j] = (u >> 40) % 9 == 0 ? -1 : e;  // some entries -1
       ++j;
     }
   }
@@ -106,10 +107,10 @@ struct Expected {
   std::vector<int> per_expert;  // padded
 };
 
-bool goes_to(const Input& in, int t, int d) {
-  for (int j = 0; j < kTopk; ++j) {
-    const int64_t e = in.idx[(size_t)t * kTopk + j];
-    if (e >= 0 && e / kExpertsPerRank == d) return true;
+bool goes_to(const Input& in, int t, int d, int topk, int L) {
+  for (int j = 0; j < topk; ++j) {
+    const int64_t e = in.idx[(size_t)t * topk + j];
+    if (e >= 0 && e / L == d) return true;
   }
   return false;
 }
@@ -118,23 +119,23 @@ Expected expect_at(const std::vector<Input>& all, const Case& c, int d, int alig
   Expected x;
   const size_t nsc = c.payload == EpPayload::kFp8E4M3 ? c.hidden / 128 : 0;
   const size_t row_bytes = c.payload == EpPayload::kBFloat16 ? (size_t)c.hidden * 2 : (size_t)c.hidden;
-  x.per_expert.assign(kExpertsPerRank, 0);
+  x.per_expert.assign(c.L, 0);
   for (size_t s = 0; s < all.size(); ++s)
     for (int t = 0; t < all[s].N; ++t) {
-      for (int j = 0; j < kTopk; ++j) {
-        const int64_t e = all[s].idx[(size_t)t * kTopk + j];
-        if (e >= 0 && e / kExpertsPerRank == d) ++x.per_expert[e % kExpertsPerRank];
+      for (int j = 0; j < c.topk; ++j) {
+        const int64_t e = all[s].idx[(size_t)t * c.topk + j];
+        if (e >= 0 && e / c.L == d) ++x.per_expert[e % c.L];
       }
-      if (!goes_to(all[s], t, d)) continue;
+      if (!goes_to(all[s], t, d, c.topk, c.L)) continue;
       x.src_rank.push_back((int)s);
       x.src_token.push_back(t);
       x.x.insert(x.x.end(), all[s].x.begin() + (size_t)t * row_bytes, all[s].x.begin() + (size_t)(t + 1) * row_bytes);
       for (size_t k = 0; k < nsc; ++k) x.scales.push_back(all[s].scales[(size_t)t * nsc + k]);
-      for (int j = 0; j < kTopk; ++j) {
-        const int64_t e = all[s].idx[(size_t)t * kTopk + j];
-        const bool here = e >= 0 && e / kExpertsPerRank == d;
-        x.idx.push_back(here ? (int32_t)(e % kExpertsPerRank) : -1);
-        x.w.push_back(here ? all[s].w[(size_t)t * kTopk + j] : 0.0f);
+      for (int j = 0; j < c.topk; ++j) {
+        const int64_t e = all[s].idx[(size_t)t * c.topk + j];
+        const bool here = e >= 0 && e / c.L == d;
+        x.idx.push_back(here ? (int32_t)(e % c.L) : -1);
+        x.w.push_back(here ? all[s].w[(size_t)t * c.topk + j] : 0.0f);
       }
     }
   for (int& n : x.per_expert) n = (n + alignment - 1) / alignment * alignment;
@@ -179,6 +180,13 @@ TEST(Ep, DispatchCombineMatchTheReference) {
     cases.push_back({7168, EpPayload::kBFloat16, r, seed++});
     cases.push_back({7168, EpPayload::kFp8E4M3, r, seed++});
   }
+  // The limits users run: 8192 tokens on a rank, top-16 of up to 512 experts, hidden 8192.
+  Case big{4096, EpPayload::kBFloat16, Routing::kUniform, seed++};
+  big.topk = 16, big.L = 512 / std::max(P, 1) >= 16 ? 512 / P : 16, big.max_tokens = 8192, big.tokens = {8192, 1, 0, 2500};
+  cases.push_back(big);
+  Case wide{8192, EpPayload::kFp8E4M3, Routing::kSkewed, seed++};
+  wide.max_tokens = 512, wide.tokens = {512, 300, 7, 0};
+  cases.push_back(wide);
   std::vector<std::vector<std::string>> wrong(P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
@@ -188,10 +196,10 @@ TEST(Ep, DispatchCombineMatchTheReference) {
       const std::string label = std::string(name(c.routing)) + " hidden " + std::to_string(c.hidden) +
                                 (c.payload == EpPayload::kBFloat16 ? " bf16" : " fp8") + ": ";
       tw::EpConfig cfg;
-      cfg.max_tokens_per_rank = kMaxTokens;
+      cfg.max_tokens_per_rank = c.max_tokens;
       cfg.hidden = c.hidden;
-      cfg.topk = kTopk;
-      cfg.num_experts = kExpertsPerRank * P;
+      cfg.topk = c.topk;
+      cfg.num_experts = c.L * P;
       cfg.payload = c.payload;
       cfg.expert_alignment = c.routing == Routing::kSkewed ? 4 : 1;
       tw::EpBuffer buf(comm, cfg);
@@ -225,22 +233,22 @@ TEST(Ep, DispatchCombineMatchTheReference) {
         std::vector<uint8_t> inr((size_t)in.N * P, 0);
         for (int t = 0; t < in.N; ++t) {
           for (int d = 0; d < P; ++d) {
-            inr[(size_t)t * P + d] = goes_to(in, t, d);
+            inr[(size_t)t * P + d] = goes_to(in, t, d, c.topk, c.L);
             tpr[d] += inr[(size_t)t * P + d];
           }
-          for (int j = 0; j < kTopk; ++j)
-            if (in.idx[(size_t)t * kTopk + j] >= 0) ++tpe[in.idx[(size_t)t * kTopk + j]];
+          for (int j = 0; j < c.topk; ++j)
+            if (in.idx[(size_t)t * c.topk + j] >= 0) ++tpe[in.idx[(size_t)t * c.topk + j]];
         }
         for (const std::string& e : {diff("tokens_per_rank", download<int>(lv.tokens_per_rank, P, s), tpr),
                                      diff("tokens_per_expert", download<int>(lv.tokens_per_expert, cfg.num_experts, s), tpe),
                                      diff("token_in_rank", download<uint8_t>(lv.token_in_rank, inr.size(), s), inr),
                                      diff("recv x", download<uint8_t>(r.x, (size_t)n * rb, s), want.x),
                                      diff("recv scales", download<float>(r.x_scales, (size_t)n * nsc, s), want.scales),
-                                     diff("recv topk_idx", download<int32_t>(r.topk_idx, (size_t)n * kTopk, s), want.idx),
-                                     diff("recv topk_weights", download<float>(r.topk_weights, (size_t)n * kTopk, s), want.w),
+                                     diff("recv topk_idx", download<int32_t>(r.topk_idx, (size_t)n * c.topk, s), want.idx),
+                                     diff("recv topk_weights", download<float>(r.topk_weights, (size_t)n * c.topk, s), want.w),
                                      diff("recv src_rank", download<int32_t>(r.src_rank, n, s), want.src_rank),
                                      diff("recv src_token", download<int32_t>(r.src_token, n, s), want.src_token),
-                                     diff("recv tokens_per_expert", download<int>(r.tokens_per_expert, kExpertsPerRank, s),
+                                     diff("recv tokens_per_expert", download<int>(r.tokens_per_expert, c.L, s),
                                           want.per_expert)})
           if (!e.empty()) bad.push_back(label + "round " + std::to_string(round) + ": " + e);
         // Combine: this rank's y rows and weights; the reference sums every rank's rows of each
@@ -264,7 +272,7 @@ TEST(Ep, DispatchCombineMatchTheReference) {
           int k = 0;
           for (int q = 0; q < P; ++q)
             for (int t = 0; t < all[q].N; ++t)
-              if (goes_to(all[q], t, d)) {
+              if (goes_to(all[q], t, d, c.topk, c.L)) {
                 if (q == me) row_at[d][t] = k;
                 ++k;
               }
