@@ -164,7 +164,11 @@ void bind_comm(nb::module_& m) {
              return nb::ndarray<>(data, shape.size(), shape.data(), owner, nullptr, dt, nb::device::cuda::value, c.device());
            },
            nb::arg("shape"), nb::arg("dtype"))
-      .def("collect", [](PyComm& pc) { return collect(pc); },
+      .def("collect",
+           [](PyComm& pc) {
+             nb::gil_scoped_release unlocked;  // host collectives: peers may take a while
+             return collect(pc);
+           },
            "Collective: release the windows of tensors that every rank has dropped; returns how many")
       .def("pending", [](PyComm& pc) {
         std::lock_guard<std::mutex> lk(pc.reg->mu);
