@@ -74,3 +74,68 @@ TEST(EpPlan, RejectsEachBadFieldWithItsName) {
 }
 
 }  // namespace
+
+// ------------------------------------------------------------------ the window's layout
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "ops/ep/geometry.hpp"
+
+namespace {
+using Region = std::pair<size_t, size_t>;  // [offset, offset + bytes)
+
+// "" when every region is 256-byte aligned, inside [0, total) and disjoint from the others.
+std::string check_regions(std::vector<Region> r, size_t total) {
+  std::sort(r.begin(), r.end());
+  for (size_t i = 0; i < r.size(); ++i) {
+    if (r[i].first % 256) return "region at " + std::to_string(r[i].first) + " is not 256-byte aligned";
+    if (r[i].first + r[i].second > total) return "region at " + std::to_string(r[i].first) + " runs past the window";
+    if (i && r[i - 1].first + r[i - 1].second > r[i].first) return "regions at " + std::to_string(r[i - 1].first) + " and " +
+                                                                   std::to_string(r[i].first) + " overlap";
+  }
+  return "";
+}
+
+TEST(EpPlan, HighThroughputWindowRegionsAreDisjoint) {
+  for (int P : {1, 2, 3, 8})
+    for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {
+      EpConfig c = good();
+      c.payload = pay, c.num_experts = 64 * P, c.max_tokens_per_rank = 1000;
+      const auto g = tw::ops::ep::geometry(c, P, P - 1, 24);
+      const size_t cap = (size_t)P * 1000, flags = (size_t)P * 24 * 8;
+      EXPECT_GE(g.slot_bytes, 16 + 4u * (P + 64));
+      EXPECT_EQ(g.slot_bytes % 16, 0u);
+      EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
+                               {g.off_cdone, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
+                               {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
+                               {g.off_rscale, cap * tw::ep_scale_bytes(c)}, {g.off_rx, cap * tw::ep_row_bytes(c)},
+                               {g.off_cw, cap * 4}, {g.off_cy, cap * c.hidden * 2}},
+                              g.total),
+                "")
+          << "P = " << P;
+      // The flags and slots (zeroed at creation) come before every data region.
+      EXPECT_LE(g.off_cdone + flags, g.off_rsrc);
+    }
+}
+
+TEST(EpPlan, LowLatencyWindowRegionsAreDisjoint) {
+  for (int P : {1, 2, 3, 8})
+    for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {
+      EpConfig c = good();
+      c.mode = tw::EpMode::kLowLatency, c.payload = pay, c.num_experts = 32 * P, c.max_tokens_per_rank = 256;
+      const auto g = tw::ops::ep::ll::geometry(c, P, 0, 16);
+      const size_t rows = 2 * (size_t)32 * P * 256, flags = 2 * (size_t)P * 16 * 8;
+      EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
+                               {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
+                               {g.off_cy, 2 * (size_t)256 * c.topk * c.hidden * 2}},
+                              g.total),
+                "")
+          << "P = " << P;
+      EXPECT_LE(g.off_cdone + flags, g.off_meta);
+      // The last staging row of the last buffer ends inside the rows region.
+      EXPECT_EQ((g.srow(1, g.L - 1, P - 1, 255) + 1) * g.row_bytes, rows * g.row_bytes);
+      EXPECT_EQ((g.cyrow(1, 255, c.topk - 1) + 1), 2 * (size_t)256 * c.topk);
+    }
+}
+}  // namespace

@@ -10,45 +10,7 @@
 
 namespace tw {
 namespace {
-constexpr size_t kAlign = 256;
-size_t up(size_t v, size_t a = kAlign) { return (v + a - 1) / a * a; }
 
-ops::ep::Geometry geometry(const EpConfig& c, int P, int me, int G) {
-  ops::ep::Geometry g{};
-  g.P = P;
-  g.me = me;
-  g.L = c.num_experts / P;
-  g.topk = c.topk;
-  g.max_tokens = c.max_tokens_per_rank;
-  g.capacity = P * c.max_tokens_per_rank;
-  g.G = G;
-  g.hidden = c.hidden;
-  g.row_bytes = ep_row_bytes(c);
-  g.scale_bytes = ep_scale_bytes(c);
-  g.slot_bytes = up(16 + 4 * (size_t)(P + g.L), 16);
-  size_t o = 0;
-  auto take = [&](size_t bytes) {
-    const size_t at = o;
-    o = up(o + bytes);
-    return at;
-  };
-  const size_t flags = (size_t)P * G * 8;
-  g.off_slots = take((size_t)P * g.slot_bytes);
-  g.off_done = take(flags);
-  g.off_cstart = take(flags);
-  g.off_cdone = take(flags);
-  const size_t cap = (size_t)g.capacity;
-  g.off_rsrc = take(cap * 4);
-  g.off_rtok = take(cap * 4);
-  g.off_ridx = take(cap * c.topk * 4);
-  g.off_rw = take(cap * c.topk * 4);
-  g.off_rscale = take(cap * g.scale_bytes);
-  g.off_rx = take(cap * g.row_bytes);
-  g.off_cw = take(cap * 4);
-  g.off_cy = take(cap * (size_t)c.hidden * 2);
-  g.total = o;
-  return g;
-}
 
 // Zeroed device memory, on `s` (never the legacy default stream: it would wait for the other
 // ranks of a virtual team, whose kernels may wait for this one).
@@ -90,7 +52,7 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
     return;
   }
   const int P = comm.nranks(), N = cfg.max_tokens_per_rank;
-  st.g = geometry(cfg, P, comm.rank(), sms_);
+  st.g = ops::ep::geometry(cfg, P, comm.rank(), sms_);
   st.win = comm.alloc_window(st.g.total);
   StreamGuard init;
   const cudaStream_t s0 = init.s;

@@ -29,6 +29,7 @@
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/signal.cuh"
 #include "tilewire/trace/event.hpp"
+#include "geometry.hpp"
 
 namespace tw::ops::ep {
 
@@ -44,19 +45,6 @@ struct Status {
   long long value;
 };
 
-struct Geometry {
-  int P, me, L, topk, max_tokens, capacity, G, hidden;
-  size_t row_bytes, scale_bytes;  // per row
-  size_t slot_bytes;              // one count slot
-  size_t off_slots, off_done, off_cstart, off_cdone;
-  size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
-  size_t off_cy, off_cw;
-  size_t total;
-
-  // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L].
-  __host__ __device__ size_t slot(int src) const { return off_slots + (size_t)src * slot_bytes; }
-  __host__ __device__ size_t flag(size_t base, int src, int ch) const { return base + ((size_t)src * G + ch) * 8; }
-};
 
 struct Routing {  // this rank's layout (local device memory)
   uint8_t* in_rank;        // [max_tokens, P]
@@ -116,22 +104,6 @@ __global__ void combine_reduce(const __grid_constant__ ReduceParams p);
 // ------------------------------------------------------------------ low latency (ll.cu)
 namespace ll {
 
-struct Geo {
-  int P, me, L, E, topk, max_tokens, cap, G, hidden;
-  size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
-  size_t slot_bytes;      // count slot: [0] tag, [8] status, [16] counts[L]
-  size_t off_slots, off_done, off_cdone, off_rows, off_scales, off_meta, off_cy;
-  size_t total;
-  __host__ __device__ size_t slot(int buf, int src) const { return off_slots + ((size_t)buf * P + src) * slot_bytes; }
-  __host__ __device__ size_t done(size_t base, int buf, int src, int ch) const {
-    return base + (((size_t)buf * P + src) * G + ch) * 8;
-  }
-  // Staging row of (buffer, local expert, source, pos).
-  __host__ __device__ size_t srow(int buf, int l, int src, int pos) const {
-    return (((size_t)buf * L + l) * P + src) * max_tokens + pos;
-  }
-  __host__ __device__ size_t cyrow(int buf, int t, int j) const { return ((size_t)buf * max_tokens + t) * topk + j; }
-};
 
 struct Local {  // this rank's device state
   int* pos;       // [max_tokens, topk]: the token's row in its expert's block, -1 for no expert

@@ -286,33 +286,7 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
 
 // ------------------------------------------------------------------------------ host
 namespace {
-constexpr size_t kAlign = 256;
-size_t up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-ops::ep::ll::Geo ll_geometry(const EpConfig& c, int P, int me, int G) {
-  ops::ep::ll::Geo g{};
-  g.P = P, g.me = me, g.L = c.num_experts / P, g.E = c.num_experts, g.topk = c.topk;
-  g.max_tokens = c.max_tokens_per_rank, g.cap = P * c.max_tokens_per_rank, g.G = G, g.hidden = c.hidden;
-  g.row_bytes = ep_row_bytes(c);
-  g.nsc = ep_scale_bytes(c) / 4;
-  g.slot_bytes = (16 + 4 * (size_t)g.L + 15) / 16 * 16;
-  size_t o = 0;
-  auto take = [&](size_t bytes) {
-    const size_t at = o;
-    o = up(o + bytes);
-    return at;
-  };
-  const size_t rows = 2 * (size_t)g.L * P * g.max_tokens;  // two buffers of [L][P][max_tokens]
-  g.off_slots = take(2 * (size_t)P * g.slot_bytes);
-  g.off_done = take(2 * (size_t)P * G * 8);
-  g.off_cdone = take(2 * (size_t)P * G * 8);
-  g.off_meta = take(rows * 8);
-  g.off_scales = take(rows * g.nsc * 4);
-  g.off_rows = take(rows * g.row_bytes);
-  g.off_cy = take(2 * (size_t)g.max_tokens * g.topk * g.hidden * 2);
-  g.total = o;
-  return g;
-}
 
 template <class T>
 T* zalloc(size_t n, cudaStream_t s) {
@@ -328,7 +302,7 @@ void EpBuffer::init_low_latency() {
   ll_ = std::make_unique<LowLatency>();
   LowLatency& ll = *ll_;
   const int P = comm_.nranks();
-  ll.g = ll_geometry(cfg_, P, comm_.rank(), sms_);
+  ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_);
   ll.win = comm_.alloc_window(ll.g.total);
   cudaStream_t s0 = nullptr;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "tilewire/ops/ep.hpp"
+#include "geometry.hpp"
 
 namespace tw {
 namespace {
@@ -40,5 +41,77 @@ Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
                 "] (0: the default; at most the communicator's SM budget, comm.sm_count())");
   return Status{};
 }
+
+
+namespace ops::ep {
+namespace {
+constexpr size_t kAlign = 256;
+size_t up(size_t v, size_t a = kAlign) { return (v + a - 1) / a * a; }
+}  // namespace
+
+Geometry geometry(const EpConfig& c, int P, int me, int G) {
+  Geometry g{};
+  g.P = P;
+  g.me = me;
+  g.L = c.num_experts / P;
+  g.topk = c.topk;
+  g.max_tokens = c.max_tokens_per_rank;
+  g.capacity = P * c.max_tokens_per_rank;
+  g.G = G;
+  g.hidden = c.hidden;
+  g.row_bytes = ep_row_bytes(c);
+  g.scale_bytes = ep_scale_bytes(c);
+  g.slot_bytes = up(16 + 4 * (size_t)(P + g.L), 16);
+  size_t o = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = o;
+    o = up(o + bytes);
+    return at;
+  };
+  const size_t flags = (size_t)P * G * 8;
+  g.off_slots = take((size_t)P * g.slot_bytes);
+  g.off_done = take(flags);
+  g.off_cstart = take(flags);
+  g.off_cdone = take(flags);
+  const size_t cap = (size_t)g.capacity;
+  g.off_rsrc = take(cap * 4);
+  g.off_rtok = take(cap * 4);
+  g.off_ridx = take(cap * c.topk * 4);
+  g.off_rw = take(cap * c.topk * 4);
+  g.off_rscale = take(cap * g.scale_bytes);
+  g.off_rx = take(cap * g.row_bytes);
+  g.off_cw = take(cap * 4);
+  g.off_cy = take(cap * (size_t)c.hidden * 2);
+  g.total = o;
+  return g;
+}
+
+namespace ll {
+Geo geometry(const EpConfig& c, int P, int me, int G) {
+  Geo g{};
+  g.P = P, g.me = me, g.L = c.num_experts / P, g.E = c.num_experts, g.topk = c.topk;
+  g.max_tokens = c.max_tokens_per_rank, g.cap = P * c.max_tokens_per_rank, g.G = G, g.hidden = c.hidden;
+  g.row_bytes = ep_row_bytes(c);
+  g.nsc = ep_scale_bytes(c) / 4;
+  g.slot_bytes = (16 + 4 * (size_t)g.L + 15) / 16 * 16;
+  size_t o = 0;
+  auto take = [&](size_t bytes) {
+    const size_t at = o;
+    o = up(o + bytes);
+    return at;
+  };
+  const size_t rows = 2 * (size_t)g.L * P * g.max_tokens;  // two buffers of [L][P][max_tokens]
+  g.off_slots = take(2 * (size_t)P * g.slot_bytes);
+  g.off_done = take(2 * (size_t)P * G * 8);
+  g.off_cdone = take(2 * (size_t)P * G * 8);
+  g.off_meta = take(rows * 8);
+  g.off_scales = take(rows * g.nsc * 4);
+  g.off_rows = take(rows * g.row_bytes);
+  g.off_cy = take(2 * (size_t)g.max_tokens * g.topk * g.hidden * 2);
+  g.total = o;
+  return g;
+}
+}  // namespace ll
+}  // namespace ops::ep
 
 }  // namespace tw

@@ -1,0 +1,58 @@
+// src/ops/ep/geometry.hpp — where everything lies in an EP buffer's window, the same offsets on
+// every rank (host and device; unit-tested on the CPU: tests/cpu/ep_plan_test.cpp). Regions are
+// 256-byte aligned and disjoint; kernels.cuh says who writes what where.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "tilewire/ops/ep.hpp"
+
+#if defined(__CUDACC__)
+#define TW_EP_HD __host__ __device__
+#else
+#define TW_EP_HD
+#endif
+
+namespace tw::ops::ep {
+
+// High throughput.
+struct Geometry {
+  int P, me, L, topk, max_tokens, capacity, G, hidden;
+  size_t row_bytes, scale_bytes;  // per row
+  size_t slot_bytes;              // one count slot
+  size_t off_slots, off_done, off_cstart, off_cdone;
+  size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
+  size_t off_cy, off_cw;
+  size_t total;
+
+  // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L].
+  TW_EP_HD size_t slot(int src) const { return off_slots + (size_t)src * slot_bytes; }
+  TW_EP_HD size_t flag(size_t base, int src, int ch) const { return base + ((size_t)src * G + ch) * 8; }
+};
+
+// The window of the high-throughput mode for P ranks (this rank `me`) and G channels.
+Geometry geometry(const EpConfig& c, int P, int me, int G);
+
+namespace ll {
+// Low latency.
+struct Geo {
+  int P, me, L, E, topk, max_tokens, cap, G, hidden;
+  size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
+  size_t slot_bytes;      // count slot: [0] tag, [8] status, [16] counts[L]
+  size_t off_slots, off_done, off_cdone, off_rows, off_scales, off_meta, off_cy;
+  size_t total;
+  TW_EP_HD size_t slot(int buf, int src) const { return off_slots + ((size_t)buf * P + src) * slot_bytes; }
+  TW_EP_HD size_t done(size_t base, int buf, int src, int ch) const {
+    return base + (((size_t)buf * P + src) * G + ch) * 8;
+  }
+  // Staging row of (buffer, local expert, source, pos).
+  TW_EP_HD size_t srow(int buf, int l, int src, int pos) const {
+    return (((size_t)buf * L + l) * P + src) * max_tokens + pos;
+  }
+  TW_EP_HD size_t cyrow(int buf, int t, int j) const { return ((size_t)buf * max_tokens + t) * topk + j; }
+};
+
+Geo geometry(const EpConfig& c, int P, int me, int G);
+}  // namespace ll
+
+}  // namespace tw::ops::ep
