@@ -597,6 +597,14 @@ void Comm::check_fault() const {
                   "(TILEWIRE_TIMEOUT_MS sets the bound)");
 }
 
+void Comm::check_launch(const char* op) const {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) {
+    check_fault();
+    throw_cuda(e, op, __FILE__, __LINE__);
+  }
+}
+
 void Comm::sync(cudaStream_t stream) const {
   cudaError_t e = cudaStreamSynchronize(stream);
   if (e != cudaSuccess) {

@@ -19,6 +19,7 @@
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/trace/trace.hpp"
+#include "../runtime/stream_guard.hpp"
 
 namespace tw::trace {
 namespace {
@@ -79,24 +80,12 @@ __global__ void clock_pingpong(const __grid_constant__ DevCtx ctx, int sig, uint
   }
 }
 
-struct StreamGuard {
-  cudaStream_t s = nullptr;
-  StreamGuard() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(s); }
-};
 struct DeviceBuffer {
   uint64_t* p = nullptr;
   explicit DeviceBuffer(size_t n) { TW_CUDA_CHECK(cudaMalloc(&p, n * sizeof(uint64_t))); }
   ~DeviceBuffer() { cudaFree(p); }
 };
 
-void check_launch(const Comm& comm, const char* what) {
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm.check_fault();
-    throw_cuda(e, what, __FILE__, __LINE__);
-  }
-}
 
 }  // namespace
 
@@ -119,7 +108,7 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
   uint64_t* base_d = stamps.p + n;
   TW_CUDA_CHECK(cudaMemsetAsync(stamps.p, 0, n * sizeof(uint64_t), stream.s));
   clock_probe<<<1, 1, 0, stream.s>>>(ctx, sig, base_d, stamps.p + table + comm.rank());
-  check_launch(comm, "clock_probe");
+  comm.check_launch("clock_probe");
   uint64_t base = 0;
   TW_CUDA_CHECK(cudaMemcpyAsync(&base, base_d, sizeof(base), cudaMemcpyDeviceToHost, stream.s));
   comm.sync(stream.s);
@@ -127,7 +116,7 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
   if (P > 1) {
     comm.barrier();  // every rank has read its base: from here on, signals on S are this call's
     clock_pingpong<<<1, 1, 0, stream.s>>>(ctx, sig, base, rounds, stamps.p);
-    check_launch(comm, "clock_pingpong");
+    comm.check_launch("clock_pingpong");
     comm.launched("clock_pingpong");
     comm.sync(stream.s);  // a timed-out wait becomes kTimeout with its diagnostic here
   }

@@ -217,6 +217,20 @@ inline Bytes to_host(const void* p, size_t bytes, cudaStream_t s) {
   return b;
 }
 
+// n elements of T back from the device, after the work already on `s`; and v onto the device,
+// ordered on `s`.
+template <class T>
+std::vector<T> download(const void* p, size_t n, cudaStream_t s) {
+  std::vector<T> v(n);
+  if (n) TW_CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, s));
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  return v;
+}
+template <class T>
+void upload(void* dst, const std::vector<T>& v, cudaStream_t s) {
+  if (!v.empty()) TW_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
+}
+
 // "" when every rank's first `bytes` equal rank 0's, else the first difference.
 inline std::string compare_ranks(const std::vector<Bytes>& per_rank, size_t bytes) {
   for (size_t r = 1; r < per_rank.size(); ++r)

@@ -72,17 +72,6 @@ uint8_t e4m3(float f) {
   return sign | (uint8_t)(((e + 7) << 3) | q);
 }
 
-template <class T>
-std::vector<T> download(const void* p, size_t n, cudaStream_t s) {
-  std::vector<T> v(n);
-  if (n) TW_CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, s));
-  TW_CUDA_CHECK(cudaStreamSynchronize(s));
-  return v;
-}
-template <class T>
-void upload(void* dst, const std::vector<T>& v, cudaStream_t s) {
-  if (!v.empty()) TW_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-}
 
 uint16_t y_bits(uint64_t seed, int d, size_t row, int col, int H) {
   return f32_to_bf16(random_exact(seed + 9, d, row * H + col, tw::DType::kBFloat16));

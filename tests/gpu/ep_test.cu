@@ -148,17 +148,6 @@ uint16_t y_bits(uint64_t seed, int d, size_t r, int col, int H) {
 }
 float y_weight(uint64_t seed, int d, size_t r) { return random_exact(seed + 29, d, r, tw::DType::kFloat32); }
 
-template <class T>
-std::vector<T> download(const void* p, size_t n, cudaStream_t s) {
-  std::vector<T> v(n);
-  if (n) TW_CUDA_CHECK(cudaMemcpyAsync(v.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost, s));
-  TW_CUDA_CHECK(cudaStreamSynchronize(s));
-  return v;
-}
-template <class T>
-void upload(void* dst, const std::vector<T>& v, cudaStream_t s) {
-  if (!v.empty()) TW_CUDA_CHECK(cudaMemcpyAsync(dst, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, s));
-}
 
 // "" or the first difference of two arrays, by name.
 template <class T>

@@ -37,6 +37,9 @@
 #include "tilewire/trace/event.hpp"
 
 namespace tw {
+namespace ops::ep::ll {
+struct Params;  // src/ops/ep/kernels.cuh
+}
 
 // What a token row carries: bf16, or fp8 e4m3 with an fp32 scale per 128 columns.
 enum class EpPayload { kBFloat16, kFp8E4M3 };
@@ -180,6 +183,8 @@ class EpBuffer {
   std::unique_ptr<State> st_;
   std::unique_ptr<LowLatency> ll_;
   void init_low_latency();
+  LowLatency& low_latency(const char* op);  // ll.cu
+  ops::ep::ll::Params low_latency_params() const;
 };
 
 }  // namespace tw

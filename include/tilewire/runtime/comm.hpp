@@ -164,6 +164,9 @@ class Comm {
   // After a failed launch/sync: if a device wait timed out, abort the communicator and throw
   // kTimeout with the wait's diagnostic.
   void check_fault() const;
+  // Right after enqueueing a kernel: a launch error becomes check_fault()'s kTimeout when a device
+  // wait of this communicator faulted, else kCuda naming `op`.
+  void check_launch(const char* op) const;
   // Synchronize `stream`; on failure turn a recorded device fault into a tw::Error.
   void sync(cudaStream_t stream) const;
 

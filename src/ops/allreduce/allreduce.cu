@@ -79,14 +79,6 @@ int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
   return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
 }
 
-void check_launch(const Comm& comm, const char* op) {
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm.check_fault();
-    throw_cuda(e, op, __FILE__, __LINE__);
-  }
-}
-
 // The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): what must
 // match for the kernels to pair up, the windowed buffers' windows and offsets among it (bytes 0:
 // the buffer is local, or there is none).
@@ -164,7 +156,7 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       });
     }
   });
-  check_launch(comm, "allreduce launch");
+  comm.check_launch("allreduce launch");
 }
 
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype, cudaStream_t stream) {
@@ -188,7 +180,7 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
              DevWindow{}, size_t{0}, static_cast<T*>(recv), recv_count);
     });
   });
-  check_launch(comm, "reduce_scatter launch");
+  comm.check_launch("reduce_scatter launch");
 }
 
 void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream) {
@@ -211,7 +203,7 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
            comm.dev_ctx(), DevWindow{}, size_t{0}, static_cast<const T*>(send), wr.win, wr.offset,
            static_cast<T*>(recv), send_count);
   });
-  check_launch(comm, "all_gather launch");
+  comm.check_launch("all_gather launch");
 }
 
 }  // namespace tw

@@ -9,25 +9,6 @@
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
-namespace {
-
-
-// Zeroed device memory, on `s` (never the legacy default stream: it would wait for the other
-// ranks of a virtual team, whose kernels may wait for this one).
-template <class T>
-T* dalloc(size_t n, cudaStream_t s) {
-  void* p = nullptr;
-  TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-  TW_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), s));
-  return static_cast<T*>(p);
-}
-
-struct StreamGuard {
-  cudaStream_t s = nullptr;
-  StreamGuard() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~StreamGuard() { cudaStreamDestroy(s); }
-};
-}  // namespace
 
 
 EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
@@ -56,15 +37,15 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.win = comm.alloc_window(st.g.total);
   StreamGuard init;
   const cudaStream_t s0 = init.s;
-  st.r.in_rank = dalloc<uint8_t>((size_t)N * P, s0);
-  st.r.send_slot = dalloc<int>((size_t)N * P, s0);
-  st.r.tokens_per_rank = dalloc<int>(P, s0);
-  st.r.tokens_per_expert = dalloc<int>(cfg.num_experts, s0);
-  st.depochs = dalloc<uint32_t>(sms_, s0);
-  st.cepochs = dalloc<uint32_t>(sms_, s0);
-  st.num_recv = dalloc<int>(1, s0);
-  st.recv_per_expert = dalloc<int>(st.g.L, s0);
-  st.recv_base = dalloc<int>(P, s0);
+  st.r.in_rank = ep_zalloc<uint8_t>((size_t)N * P, s0);
+  st.r.send_slot = ep_zalloc<int>((size_t)N * P, s0);
+  st.r.tokens_per_rank = ep_zalloc<int>(P, s0);
+  st.r.tokens_per_expert = ep_zalloc<int>(cfg.num_experts, s0);
+  st.depochs = ep_zalloc<uint32_t>(sms_, s0);
+  st.cepochs = ep_zalloc<uint32_t>(sms_, s0);
+  st.num_recv = ep_zalloc<int>(1, s0);
+  st.recv_per_expert = ep_zalloc<int>(st.g.L, s0);
+  st.recv_base = ep_zalloc<int>(P, s0);
   st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 8 * (size_t)sms_;
   // The flags and counts start at 0 on every rank before any peer writes into them.
   TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
@@ -167,11 +148,7 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   p.status = st.status_dev;
   p.ring = st.ring;
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm_.check_fault();
-    throw_cuda(e, "ep dispatch launch", __FILE__, __LINE__);
-  }
+  comm_.check_launch("ep dispatch launch");
   comm_.launched("ep dispatch");
   st.dispatched = true;
   st.layout_changed = false;
@@ -216,11 +193,7 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   p.recv_base = st.recv_base;
   p.ring = st.ring;
   ops::ep::combine_push<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm_.check_fault();
-    throw_cuda(e, "ep combine launch", __FILE__, __LINE__);
-  }
+  comm_.check_launch("ep combine launch");
   comm_.launched("ep combine");
   if (st.r.num_tokens > 0) {
     ops::ep::ReduceParams rp{};

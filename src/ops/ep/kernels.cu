@@ -16,11 +16,6 @@ __device__ __forceinline__ long long topk_at(const void* idx, bool idx64, size_t
   return idx64 ? static_cast<const long long*>(idx)[i] : (long long)static_cast<const int*>(idx)[i];
 }
 
-template <class T>
-__device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t off, int peer) {
-  return dev::lsa_ptr<T>(ctx, w, off, dev::lsa_of_world(ctx, peer));
-}
-
 // Thread q < P of the CTA waits for peer q's flag `base`[q][ch] >= e in this rank's window (and
 // records when q's rows landed: kChunkRecv, id = id0 + q); then the whole CTA is ordered after
 // those acquires.
@@ -34,25 +29,11 @@ __device__ void wait_all(const DevCtx& ctx, const DevWindow& w, const Geometry& 
   __syncthreads();
 }
 
-__device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind k, uint32_t id) {
-  if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
-}
-
 // This CTA's stores are published, then thread q < P releases flag `base`[me][ch] = e at peer q.
 __device__ void release_all(const DevCtx& ctx, const DevWindow& w, const Geometry& g, size_t base, int ch, uint64_t e) {
   __threadfence_system();
   __syncthreads();
   if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(ctx, w, g.flag(base, g.me, ch), threadIdx.x), e);
-}
-
-__device__ uint64_t next_epoch(uint32_t* epochs) {
-  __shared__ uint64_t e;
-  if (threadIdx.x == 0) {
-    e = epochs[blockIdx.x] + 1u;
-    epochs[blockIdx.x] = (uint32_t)e;
-  }
-  __syncthreads();
-  return e;
 }
 
 }  // namespace

@@ -46,6 +46,30 @@ struct Status {
 };
 
 
+// ---------------------------------------------------------- device helpers of both modes
+// World rank `peer`'s copy of byte `off` of window `w` (every EP peer is in the LSA team).
+template <class T>
+__device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t off, int peer) {
+  return dev::lsa_ptr<T>(ctx, w, off, dev::lsa_of_world(ctx, peer));
+}
+
+// This CTA's call number for its channel (every rank's CTA b counts the same calls): the tag of
+// every flag this call writes and waits for.
+__device__ __forceinline__ uint64_t next_epoch(uint32_t* epochs) {
+  __shared__ uint64_t e;
+  if (threadIdx.x == 0) {
+    e = epochs[blockIdx.x] + 1u;
+    epochs[blockIdx.x] = (uint32_t)e;
+  }
+  __syncthreads();
+  return e;
+}
+
+// One trace event of this CTA (thread 0), now.
+__device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind k, uint32_t id) {
+  if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
+}
+
 struct Routing {  // this rank's layout (local device memory)
   uint8_t* in_rank;        // [max_tokens, P]
   int* send_slot;          // [max_tokens, P]: the token's index among those going to rank d

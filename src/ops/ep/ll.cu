@@ -26,21 +26,6 @@
 namespace tw {
 namespace ops::ep::ll {
 
-template <class T>
-__device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t off, int peer) {
-  return dev::lsa_ptr<T>(ctx, w, off, dev::lsa_of_world(ctx, peer));
-}
-
-__device__ uint64_t next_epoch(uint32_t* epochs) {
-  __shared__ uint64_t e;
-  if (threadIdx.x == 0) {
-    e = epochs[blockIdx.x] + 1u;
-    epochs[blockIdx.x] = (uint32_t)e;
-  }
-  __syncthreads();
-  return e;
-}
-
 // Every thread i < P x G waits for flag (buf, source i / G, channel i % G) in this rank's window
 // (trace: kChunkRecv, id = id0 + source, when the source's last channel landed).
 __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what, uint32_t id0) {
@@ -51,10 +36,6 @@ __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64
     if (blockIdx.x == 0 && i % g.G == g.G - 1) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + i / g.G, ptx::globaltimer());
   }
   __syncthreads();
-}
-
-__device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind k, uint32_t id) {
-  if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
 }
 
 __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e) {
@@ -285,74 +266,67 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
 }  // namespace ops::ep::ll
 
 // ------------------------------------------------------------------------------ host
-namespace {
-
-
-template <class T>
-T* zalloc(size_t n, cudaStream_t s) {
-  void* p = nullptr;
-  TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-  TW_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), s));
-  return static_cast<T*>(p);
-}
-}  // namespace
-
-
 void EpBuffer::init_low_latency() {
   ll_ = std::make_unique<LowLatency>();
   LowLatency& ll = *ll_;
   const int P = comm_.nranks();
   ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_);
   ll.win = comm_.alloc_window(ll.g.total);
-  cudaStream_t s0 = nullptr;
-  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s0, cudaStreamNonBlocking));
+  StreamGuard init;
+  const cudaStream_t s0 = init.s;
   ops::ep::ll::Local& s = ll.s;
   const ops::ep::ll::Geo& g = ll.g;
-  s.pos = zalloc<int>((size_t)g.max_tokens * g.topk, s0);
-  s.cnt = zalloc<int>(g.E, s0);
-  s.epochs = zalloc<uint32_t>(4 * (size_t)g.G, s0);
-  s.rx = zalloc<char>((size_t)g.L * g.cap * g.row_bytes, s0);
-  s.rscales = zalloc<float>((size_t)g.L * g.cap * g.nsc, s0);
-  s.rcount = zalloc<int>(g.L, s0);
-  s.rsrc = zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  s.rtok = zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  s.rslot = zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  s.pos = ep_zalloc<int>((size_t)g.max_tokens * g.topk, s0);
+  s.cnt = ep_zalloc<int>(g.E, s0);
+  s.epochs = ep_zalloc<uint32_t>(4 * (size_t)g.G, s0);
+  s.rx = ep_zalloc<char>((size_t)g.L * g.cap * g.row_bytes, s0);
+  s.rscales = ep_zalloc<float>((size_t)g.L * g.cap * g.nsc, s0);
+  s.rcount = ep_zalloc<int>(g.L, s0);
+  s.rsrc = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  s.rtok = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
+  s.rslot = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
   ll.local_bytes = (size_t)g.max_tokens * g.topk * 4 + (size_t)g.E * 4 + 16 * (size_t)g.G +
                    (size_t)g.L * g.cap * (g.row_bytes + 4 * g.nsc + 12) + 4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
-  const cudaError_t e = cudaStreamSynchronize(s0);
-  cudaStreamDestroy(s0);
-  TW_CUDA_CHECK(e);
+  comm_.sync(s0);
 }
 
-namespace {
-void ll_refuse(bool ok, const char* op, const std::string& why) {
-  TW_REQUIRE(ok, kInvalidArgument, std::string("EpBuffer::") + op + ": " + why);
-}
-}  // namespace
+// A refused low-latency call; the message is built only when it is (these checks run per call).
+#define TW_EP_REFUSE_UNLESS(ok, op, why) TW_REQUIRE(ok, kInvalidArgument, std::string("EpBuffer::") + (op) + ": " + (why))
 
-void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::dispatch_send");
-  ll_refuse(ll_ != nullptr, "dispatch_send", "the buffer was made for the high-throughput mode (EpConfig::mode)");
-  LowLatency& ll = *ll_;
-  ll_refuse(ll.step != LowLatency::Step::kSent, "dispatch_send", "the last dispatch_send was not received yet (dispatch_recv)");
-  ll_refuse(ll.step != LowLatency::Step::kCombineSent, "dispatch_send", "the last combine_send was not received yet (combine_recv)");
-  ll_refuse(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, "dispatch_send",
-            std::to_string(a.num_tokens) + " tokens; the buffer holds at most " + std::to_string(cfg_.max_tokens_per_rank) +
-                " per rank (EpConfig::max_tokens_per_rank)");
-  ll_refuse(a.num_tokens == 0 || (a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0), "dispatch_send",
-            "x is null or not 16-byte aligned");
-  ll_refuse(a.num_tokens == 0 || a.topk_idx != nullptr, "dispatch_send", "topk_idx is null");
-  comm_.agree_on_call("EpBuffer::dispatch_send", {{"mode", "low latency"}});
-  const Comm::CallOrder order(comm_, stream);
+// The low-latency state, after the checks every call of the mode makes.
+EpBuffer::LowLatency& EpBuffer::low_latency(const char* op) {
+  comm_.require_usable("EpBuffer");
+  TW_EP_REFUSE_UNLESS(ll_ != nullptr, op, "the buffer was made for the high-throughput mode (EpConfig::mode)");
+  return *ll_;
+}
+
+// What every low-latency kernel takes; the call adds its own pointers.
+ops::ep::ll::Params EpBuffer::low_latency_params() const {
   ops::ep::ll::Params p{};
   p.ctx = comm_.dev_ctx();
-  p.win = ll.win.dev();
-  p.g = ll.g;
+  p.win = ll_->win.dev();
+  p.g = ll_->g;
   p.ring = st_->ring;
+  p.s = ll_->s;
+  return p;
+}
+
+void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
+  LowLatency& ll = low_latency("dispatch_send");
+  TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kSent, "dispatch_send", "the last dispatch_send was not received yet (dispatch_recv)");
+  TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kCombineSent, "dispatch_send", "the last combine_send was not received yet (combine_recv)");
+  TW_EP_REFUSE_UNLESS(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, "dispatch_send",
+            std::to_string(a.num_tokens) + " tokens; the buffer holds at most " + std::to_string(cfg_.max_tokens_per_rank) +
+                " per rank (EpConfig::max_tokens_per_rank)");
+  TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || (a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0), "dispatch_send",
+            "x is null or not 16-byte aligned");
+  TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || a.topk_idx != nullptr, "dispatch_send", "topk_idx is null");
+  comm_.agree_on_call("EpBuffer::dispatch_send", {{"mode", "low latency"}});
+  const Comm::CallOrder order(comm_, stream);
   ll.s.num_tokens = a.num_tokens;
   ll.s.status = st_->status_dev;
-  p.s = ll.s;
+  ops::ep::ll::Params p = low_latency_params();
   p.x = static_cast<const char*>(a.x);
   p.topk_idx = a.topk_idx;
   p.idx64 = a.index_type == EpIndex::kInt64;
@@ -364,28 +338,16 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   ops::ep::ll::send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   TW_CUDA_CHECK(cudaGetLastError());
   ll.step = LowLatency::Step::kSent;
-  ll.topk_idx = a.topk_idx;
 }
 
 EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::dispatch_recv");
-  ll_refuse(ll_ != nullptr, "dispatch_recv", "the buffer was made for the high-throughput mode (EpConfig::mode)");
-  LowLatency& ll = *ll_;
-  ll_refuse(ll.step == LowLatency::Step::kSent, "dispatch_recv", "no dispatch_send to receive");
+  LowLatency& ll = low_latency("dispatch_recv");
+  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kSent, "dispatch_recv", "no dispatch_send to receive");
   comm_.agree_on_call("EpBuffer::dispatch_recv", {});
   const Comm::CallOrder order(comm_, stream);
-  ops::ep::ll::Params p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = ll.win.dev();
-  p.g = ll.g;
-  p.ring = st_->ring;
-  p.s = ll.s;
+  ops::ep::ll::Params p = low_latency_params();
   ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm_.check_fault();
-    throw_cuda(e, "ep low-latency receive launch", __FILE__, __LINE__);
-  }
+  comm_.check_launch("ep low-latency receive launch");
   comm_.launched("ep low-latency receive");
   ll.step = LowLatency::Step::kReceived;
   EpLowLatencyRecv r;
@@ -399,19 +361,12 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
 }
 
 void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::combine_send");
-  ll_refuse(ll_ != nullptr, "combine_send", "the buffer was made for the high-throughput mode (EpConfig::mode)");
-  LowLatency& ll = *ll_;
-  ll_refuse(ll.step == LowLatency::Step::kReceived, "combine_send", "combine_send follows a dispatch_recv");
-  ll_refuse(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, "combine_send", "y is null or not 16-byte aligned");
+  LowLatency& ll = low_latency("combine_send");
+  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kReceived, "combine_send", "combine_send follows a dispatch_recv");
+  TW_EP_REFUSE_UNLESS(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, "combine_send", "y is null or not 16-byte aligned");
   comm_.agree_on_call("EpBuffer::combine_send", {});
   const Comm::CallOrder order(comm_, stream);
-  ops::ep::ll::Params p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = ll.win.dev();
-  p.g = ll.g;
-  p.ring = st_->ring;
-  p.s = ll.s;
+  ops::ep::ll::Params p = low_latency_params();
   p.y = static_cast<const char*>(y);
   ops::ep::ll::combine_send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   TW_CUDA_CHECK(cudaGetLastError());
@@ -419,29 +374,18 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
 }
 
 void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::combine_recv");
-  ll_refuse(ll_ != nullptr, "combine_recv", "the buffer was made for the high-throughput mode (EpConfig::mode)");
-  LowLatency& ll = *ll_;
-  ll_refuse(ll.step == LowLatency::Step::kCombineSent, "combine_recv", "no combine_send to receive");
-  ll_refuse(ll.s.num_tokens == 0 || (topk_weights != nullptr && out != nullptr &&
+  LowLatency& ll = low_latency("combine_recv");
+  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kCombineSent, "combine_recv", "no combine_send to receive");
+  TW_EP_REFUSE_UNLESS(ll.s.num_tokens == 0 || (topk_weights != nullptr && out != nullptr &&
                                      reinterpret_cast<uintptr_t>(out) % 16 == 0),
             "combine_recv", "topk_weights or out is null, or out is not 16-byte aligned");
   comm_.agree_on_call("EpBuffer::combine_recv", {});
   const Comm::CallOrder order(comm_, stream);
-  ops::ep::ll::Params p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = ll.win.dev();
-  p.g = ll.g;
-  p.ring = st_->ring;
-  p.s = ll.s;
+  ops::ep::ll::Params p = low_latency_params();
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);
   ops::ep::ll::combine_recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) {
-    comm_.check_fault();
-    throw_cuda(e, "ep low-latency combine launch", __FILE__, __LINE__);
-  }
+  comm_.check_launch("ep low-latency combine launch");
   comm_.launched("ep low-latency combine");
   ll.step = LowLatency::Step::kIdle;
 }

@@ -1,10 +1,24 @@
 // The EP buffer's host-side state (tilewire/ops/ep.hpp), shared by ep.cu (high throughput) and
 // ll.cu (low latency).
 #pragma once
+#include <algorithm>
+
 #include "kernels.cuh"
+#include "../../runtime/stream_guard.hpp"
+#include "tilewire/runtime/errors.hpp"
 #include "tilewire/ops/ep.hpp"
 
 namespace tw {
+
+// Zeroed device memory for the buffer's state, zeroed on `s` (a StreamGuard's: setup never uses
+// the legacy default stream). At least one element, so that every pointer is valid.
+template <class T>
+T* ep_zalloc(size_t n, cudaStream_t s) {
+  void* p = nullptr;
+  TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+  TW_CUDA_CHECK(cudaMemsetAsync(p, 0, std::max<size_t>(n, 1) * sizeof(T), s));
+  return static_cast<T*>(p);
+}
 
 struct EpBuffer::State {
   ops::ep::Geometry g{};
@@ -31,7 +45,6 @@ struct EpBuffer::LowLatency {
   Window win;
   size_t local_bytes = 0;
   enum class Step { kIdle, kSent, kReceived, kCombineSent } step = Step::kIdle;
-  const void* topk_idx = nullptr;  // of the last send (combine_recv's slots come from its layout)
 };
 
 }  // namespace tw
