@@ -133,12 +133,24 @@ void Comm::run_local(std::span<const int> devices, const std::function<void(Comm
 void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& make,
                        const std::function<void(Comm&)>& fn, const std::function<void()>& on_fail) {
   std::mutex mu;
-  std::exception_ptr first;
+  // The error to report: the first that is not a consequence of the abort. A rank whose wait
+  // ends because the team was aborted (kState) can get here before the rank that failed.
+  std::exception_ptr first, cause;
+  const auto is_consequence = [](const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& x) {
+      return x.code() == Errc::kState;
+    } catch (...) {
+    }
+    return false;
+  };
   std::vector<Comm*> live(n, nullptr);  // guarded by mu
   bool failed = false;
   auto fail_all = [&](std::exception_ptr e) {
     std::lock_guard<std::mutex> lk(mu);
     if (!first) first = e;
+    if (!cause && !is_consequence(e)) cause = e;
     failed = true;
     on_fail();
     for (Comm* c : live)  // other ranks' communicators, owned by other threads
@@ -167,6 +179,7 @@ void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& m
     });
   }
   for (auto& t : threads) t.join();
+  if (cause) std::rethrow_exception(cause);
   if (first) std::rethrow_exception(first);
 }
 
@@ -646,8 +659,11 @@ Comm::CallOrder::CallOrder(Comm& comm, cudaStream_t stream)
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
     TW_CUDA_CHECK(cudaStreamGetCaptureInfo(stream, &st, &capture_));
     if (st != cudaStreamCaptureStatusActive) capture_ = 0;
-    unsigned long long id = 0;
-    TW_CUDA_CHECK(cudaStreamGetId(stream, &id));
+    // cudaStreamGetId is refused on a capturing stream (cudaErrorStreamCaptureUnsupported).
+    // Inside one capture the handle names the stream (it cannot be destroyed while captured);
+    // its complement keeps it apart from the small ids cudaStreamGetId hands out.
+    unsigned long long id = ~static_cast<unsigned long long>(reinterpret_cast<uintptr_t>(stream));
+    if (capture_ == 0) TW_CUDA_CHECK(cudaStreamGetId(stream, &id));
     // Across a capture boundary no edge can be made (cudaErrorStreamCaptureIsolation), nor is
     // one needed: a graph runs when it is launched, ordered by the stream it is launched on.
     if (comm_.any_call_ && id != comm_.last_stream_id_ && capture_ == comm_.last_capture_)

@@ -177,115 +177,124 @@ TEST(Ep, DispatchCombineMatchTheReference) {
   wide.max_tokens = 512, wide.tokens = {512, 300, 7, 0};
   cases.push_back(wide);
   std::vector<std::vector<std::string>> wrong(P);
-  run_team([&](tw::Comm& comm) {
-    const int me = comm.rank();
-    std::vector<std::string>& bad = wrong[me];
-    Stream s;
-    for (const Case& c : cases) {
-      const std::string label = std::string(name(c.routing)) + " hidden " + std::to_string(c.hidden) +
-                                (c.payload == EpPayload::kBFloat16 ? " bf16" : " fp8") + ": ";
-      tw::EpConfig cfg;
-      cfg.max_tokens_per_rank = c.max_tokens;
-      cfg.hidden = c.hidden;
-      cfg.topk = c.topk;
-      cfg.num_experts = c.L * P;
-      cfg.payload = c.payload;
-      cfg.expert_alignment = c.routing == Routing::kSkewed ? 4 : 1;
-      tw::EpBuffer buf(comm, cfg);
-      std::vector<Input> all;
-      for (int q = 0; q < P; ++q) all.push_back(make_input(c, q, P));
-      const Input& in = all[me];
-      const size_t rb = tw::ep_row_bytes(cfg), nsc = tw::ep_scale_bytes(cfg) / 4;
-      DeviceBuffer x(std::max<size_t>(in.x.size(), 16)), sc(std::max<size_t>(in.scales.size() * 4, 16)),
-          idx(std::max<size_t>(in.idx.size() * 8, 16)), w(std::max<size_t>(in.w.size() * 4, 16));
-      upload(x.data(), in.x, s), upload(sc.data(), in.scales, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s);
-      tw::EpDispatchArgs a;
-      a.x = x.data();
-      a.x_scales = nsc ? static_cast<const float*>(sc.data()) : nullptr;
-      a.payload = c.payload;
-      a.num_tokens = in.N;
-      a.topk_idx = idx.data();
-      a.topk_weights = static_cast<const float*>(w.data());
-      const Expected want = expect_at(all, c, me, cfg.expert_alignment);
-      const int n_want = (int)want.src_rank.size();
-      for (int round = 0; round < 2; ++round) {
-        const tw::EpRecv r = buf.dispatch(a, s);
-        buf.check(s);
-        const int n = buf.num_recv(s);
-        if (n != n_want) {
-          bad.push_back(label + "received " + std::to_string(n) + " rows, expected " + std::to_string(n_want));
-          break;
-        }
-        // Layout of this rank's own tokens.
-        const tw::EpLayoutView lv = buf.layout_view();
-        std::vector<int> tpr(P, 0), tpe(cfg.num_experts, 0);
-        std::vector<uint8_t> inr((size_t)in.N * P, 0);
-        for (int t = 0; t < in.N; ++t) {
-          for (int d = 0; d < P; ++d) {
-            inr[(size_t)t * P + d] = goes_to(in, t, d, c.topk, c.L);
-            tpr[d] += inr[(size_t)t * P + d];
-          }
-          for (int j = 0; j < c.topk; ++j)
-            if (in.idx[(size_t)t * c.topk + j] >= 0) ++tpe[in.idx[(size_t)t * c.topk + j]];
-        }
-        for (const std::string& e : {diff("tokens_per_rank", download<int>(lv.tokens_per_rank, P, s), tpr),
-                                     diff("tokens_per_expert", download<int>(lv.tokens_per_expert, cfg.num_experts, s), tpe),
-                                     diff("token_in_rank", download<uint8_t>(lv.token_in_rank, inr.size(), s), inr),
-                                     diff("recv x", download<uint8_t>(r.x, (size_t)n * rb, s), want.x),
-                                     diff("recv scales", download<float>(r.x_scales, (size_t)n * nsc, s), want.scales),
-                                     diff("recv topk_idx", download<int32_t>(r.topk_idx, (size_t)n * c.topk, s), want.idx),
-                                     diff("recv topk_weights", download<float>(r.topk_weights, (size_t)n * c.topk, s), want.w),
-                                     diff("recv src_rank", download<int32_t>(r.src_rank, n, s), want.src_rank),
-                                     diff("recv src_token", download<int32_t>(r.src_token, n, s), want.src_token),
-                                     diff("recv tokens_per_expert", download<int>(r.tokens_per_expert, c.L, s),
-                                          want.per_expert)})
-          if (!e.empty()) bad.push_back(label + "round " + std::to_string(round) + ": " + e);
-        // Combine: this rank's y rows and weights; the reference sums every rank's rows of each
-        // of this rank's tokens in rank order.
-        const bool weighted = round == 1;
-        std::vector<uint16_t> y((size_t)n * c.hidden);
-        std::vector<float> yw(n);
-        for (int row = 0; row < n; ++row) {
-          for (int col = 0; col < c.hidden; ++col) y[(size_t)row * c.hidden + col] = y_bits(c.seed, me, row, col, c.hidden);
-          yw[row] = y_weight(c.seed, me, row);
-        }
-        DeviceBuffer yd(std::max<size_t>(y.size() * 2, 16)), ywd(std::max<size_t>(yw.size() * 4, 16)),
-            out(std::max<size_t>((size_t)in.N * c.hidden * 2, 16));
-        upload(yd.data(), y, s), upload(ywd.data(), yw, s);
-        poison(out.data(), out.bytes, s);
-        buf.combine(yd.data(), weighted ? static_cast<const float*>(ywd.data()) : nullptr, out.data(), s);
-        std::vector<uint16_t> ref((size_t)in.N * c.hidden);
-        std::vector<std::vector<int>> row_at(P);  // row of (me, t) at rank d: after every earlier source's rows
-        for (int d = 0; d < P; ++d) {
-          row_at[d].assign(in.N, -1);
-          int k = 0;
-          for (int q = 0; q < P; ++q)
-            for (int t = 0; t < all[q].N; ++t)
-              if (goes_to(all[q], t, d, c.topk, c.L)) {
-                if (q == me) row_at[d][t] = k;
-                ++k;
-              }
-        }
-        for (int t = 0; t < in.N; ++t)
-          for (int col = 0; col < c.hidden; ++col) {
-            float acc = 0.0f;
+  const auto report = [&] {  // also when the team fails: what was found wrong before says why
+    for (int q = 0; q < P; ++q)
+      for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+  };
+  try {
+    run_team([&](tw::Comm& comm) {
+      const int me = comm.rank();
+      std::vector<std::string>& bad = wrong[me];
+      Stream s;
+      for (const Case& c : cases) {
+        const std::string label = std::string(name(c.routing)) + " hidden " + std::to_string(c.hidden) +
+                                  (c.payload == EpPayload::kBFloat16 ? " bf16" : " fp8") + ": ";
+        tw::EpConfig cfg;
+        cfg.max_tokens_per_rank = c.max_tokens;
+        cfg.hidden = c.hidden;
+        cfg.topk = c.topk;
+        cfg.num_experts = c.L * P;
+        cfg.payload = c.payload;
+        cfg.expert_alignment = c.routing == Routing::kSkewed ? 4 : 1;
+        tw::EpBuffer buf(comm, cfg);
+        std::vector<Input> all;
+        for (int q = 0; q < P; ++q) all.push_back(make_input(c, q, P));
+        const Input& in = all[me];
+        const size_t rb = tw::ep_row_bytes(cfg), nsc = tw::ep_scale_bytes(cfg) / 4;
+        DeviceBuffer x(std::max<size_t>(in.x.size(), 16)), sc(std::max<size_t>(in.scales.size() * 4, 16)),
+            idx(std::max<size_t>(in.idx.size() * 8, 16)), w(std::max<size_t>(in.w.size() * 4, 16));
+        upload(x.data(), in.x, s), upload(sc.data(), in.scales, s), upload(idx.data(), in.idx, s),
+            upload(w.data(), in.w, s);
+        tw::EpDispatchArgs a;
+        a.x = x.data();
+        a.x_scales = nsc ? static_cast<const float*>(sc.data()) : nullptr;
+        a.payload = c.payload;
+        a.num_tokens = in.N;
+        a.topk_idx = idx.data();
+        a.topk_weights = static_cast<const float*>(w.data());
+        const Expected want = expect_at(all, c, me, cfg.expert_alignment);
+        const int n_want = (int)want.src_rank.size();
+        for (int round = 0; round < 2; ++round) {
+          const tw::EpRecv r = buf.dispatch(a, s);
+          buf.check(s);
+          const int n = buf.num_recv(s);
+          // A wrong count is reported and the rank goes on: it must keep making the team's calls.
+          if (n != n_want)
+            bad.push_back(label + "received " + std::to_string(n) + " rows, expected " + std::to_string(n_want));
+          // Layout of this rank's own tokens.
+          const tw::EpLayoutView lv = buf.layout_view();
+          std::vector<int> tpr(P, 0), tpe(cfg.num_experts, 0);
+          std::vector<uint8_t> inr((size_t)in.N * P, 0);
+          for (int t = 0; t < in.N; ++t) {
             for (int d = 0; d < P; ++d) {
-              const int k = row_at[d][t];
-              if (k < 0) continue;
-              const float v = bf16_to_f32(y_bits(c.seed, d, k, col, c.hidden));
-              acc = weighted ? std::fma(y_weight(c.seed, d, k), v, acc) : acc + v;
+              inr[(size_t)t * P + d] = goes_to(in, t, d, c.topk, c.L);
+              tpr[d] += inr[(size_t)t * P + d];
             }
-            ref[(size_t)t * c.hidden + col] = f32_to_bf16(acc);
+            for (int j = 0; j < c.topk; ++j)
+              if (in.idx[(size_t)t * c.topk + j] >= 0) ++tpe[in.idx[(size_t)t * c.topk + j]];
           }
-        const std::vector<uint16_t> got = download<uint16_t>(out.data(), (size_t)in.N * c.hidden, s);
-        if (std::string e = diff(weighted ? "combine (weighted)" : "combine", got, ref); !e.empty())
-          bad.push_back(label + e);
-        comm.barrier();  // every rank has read its rows before the next dispatch overwrites them
+          for (const std::string& e :
+               {diff("tokens_per_rank", download<int>(lv.tokens_per_rank, P, s), tpr),
+                diff("tokens_per_expert", download<int>(lv.tokens_per_expert, cfg.num_experts, s), tpe),
+                diff("token_in_rank", download<uint8_t>(lv.token_in_rank, inr.size(), s), inr),
+                diff("recv x", download<uint8_t>(r.x, (size_t)n * rb, s), want.x),
+                diff("recv scales", download<float>(r.x_scales, (size_t)n * nsc, s), want.scales),
+                diff("recv topk_idx", download<int32_t>(r.topk_idx, (size_t)n * c.topk, s), want.idx),
+                diff("recv topk_weights", download<float>(r.topk_weights, (size_t)n * c.topk, s), want.w),
+                diff("recv src_rank", download<int32_t>(r.src_rank, n, s), want.src_rank),
+                diff("recv src_token", download<int32_t>(r.src_token, n, s), want.src_token),
+                diff("recv tokens_per_expert", download<int>(r.tokens_per_expert, c.L, s), want.per_expert)})
+            if (!e.empty()) bad.push_back(label + "round " + std::to_string(round) + ": " + e);
+          // Combine: this rank's y rows and weights; the reference sums every rank's rows of each
+          // of this rank's tokens in rank order.
+          const bool weighted = round == 1;
+          std::vector<uint16_t> y((size_t)n * c.hidden);
+          std::vector<float> yw(n);
+          for (int row = 0; row < n; ++row) {
+            for (int col = 0; col < c.hidden; ++col)
+              y[(size_t)row * c.hidden + col] = y_bits(c.seed, me, row, col, c.hidden);
+            yw[row] = y_weight(c.seed, me, row);
+          }
+          DeviceBuffer yd(std::max<size_t>(y.size() * 2, 16)), ywd(std::max<size_t>(yw.size() * 4, 16)),
+              out(std::max<size_t>((size_t)in.N * c.hidden * 2, 16));
+          upload(yd.data(), y, s), upload(ywd.data(), yw, s);
+          poison(out.data(), out.bytes, s);
+          buf.combine(yd.data(), weighted ? static_cast<const float*>(ywd.data()) : nullptr, out.data(), s);
+          std::vector<uint16_t> ref((size_t)in.N * c.hidden);
+          std::vector<std::vector<int>> row_at(P);  // row of (me, t) at rank d: after every earlier source's rows
+          for (int d = 0; d < P; ++d) {
+            row_at[d].assign(in.N, -1);
+            int k = 0;
+            for (int q = 0; q < P; ++q)
+              for (int t = 0; t < all[q].N; ++t)
+                if (goes_to(all[q], t, d, c.topk, c.L)) {
+                  if (q == me) row_at[d][t] = k;
+                  ++k;
+                }
+          }
+          for (int t = 0; t < in.N; ++t)
+            for (int col = 0; col < c.hidden; ++col) {
+              float acc = 0.0f;
+              for (int d = 0; d < P; ++d) {
+                const int k = row_at[d][t];
+                if (k < 0) continue;
+                const float v = bf16_to_f32(y_bits(c.seed, d, k, col, c.hidden));
+                acc = weighted ? std::fma(y_weight(c.seed, d, k), v, acc) : acc + v;
+              }
+              ref[(size_t)t * c.hidden + col] = f32_to_bf16(acc);
+            }
+          const std::vector<uint16_t> got = download<uint16_t>(out.data(), (size_t)in.N * c.hidden, s);
+          if (std::string e = diff(weighted ? "combine (weighted)" : "combine", got, ref); !e.empty())
+            bad.push_back(label + e);
+          comm.barrier();  // every rank has read its rows before the next dispatch overwrites them
+        }
       }
-    }
-  });
-  for (int q = 0; q < P; ++q)
-    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+    });
+  } catch (...) {
+    report();
+    throw;
+  }
+  report();
 }
 
 TEST(Ep, BadInputWritesNothing) {

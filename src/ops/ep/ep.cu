@@ -24,9 +24,13 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   sms_ = cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count());
   st_ = std::make_unique<State>();
   State& st = *st_;
-  TW_CUDA_CHECK(cudaHostAlloc(&st.status, sizeof(ops::ep::Status), cudaHostAllocMapped | cudaHostAllocPortable));
-  *st.status = ops::ep::Status{};
-  TW_CUDA_CHECK(cudaHostGetDevicePointer(reinterpret_cast<void**>(&st.status_dev), st.status, 0));
+  {
+    // The verdict lives in device memory: every kernel reads it, and a host-mapped word would
+    // cost each reading thread a PCIe round trip. check() copies it back.
+    StreamGuard init;
+    st.status_dev = ep_zalloc<ops::ep::Status>(1, init.s);
+    TW_CUDA_CHECK(cudaStreamSynchronize(init.s));
+  }
   if (cfg.mode == EpMode::kLowLatency) {
     init_low_latency();  // ll.cu
     comm.barrier();      // every rank's flags are zero before any peer writes into them
@@ -59,7 +63,7 @@ EpBuffer::~EpBuffer() {
   for (void* p : {(void*)st.r.in_rank, (void*)st.r.send_slot, (void*)st.r.tokens_per_rank, (void*)st.r.tokens_per_expert,
                   (void*)st.depochs, (void*)st.cepochs, (void*)st.num_recv, (void*)st.recv_per_expert, (void*)st.recv_base})
     cudaFree(p);
-  if (st.status) cudaFreeHost(st.status);
+  cudaFree(st.status_dev);
   if (ll_) {
     const ops::ep::ll::Local& l = ll_->s;
     for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.rx, (void*)l.rscales, (void*)l.rcount,
@@ -223,8 +227,10 @@ int EpBuffer::num_recv(cudaStream_t stream) {
 }
 
 void EpBuffer::check(cudaStream_t stream) {
+  ops::ep::Status host{};
+  TW_CUDA_CHECK(cudaMemcpyAsync(&host, st_->status_dev, sizeof(host), cudaMemcpyDeviceToHost, stream));
   comm_.sync(stream);
-  const volatile ops::ep::Status* s = st_->status;
+  const ops::ep::Status* s = &host;
   if (s->code == 1)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
                 "EpBuffer: topk_idx[" + std::to_string(s->token) + "][" + std::to_string(s->slot) + "] = " +

@@ -38,7 +38,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRanks = 8;
 constexpr uint32_t kCombineId = 1u << 16;
 
-// What layout found wrong, host-mapped (read by EpBuffer::check after a synchronization).
+// What layout found wrong, in device memory (EpBuffer::check copies it back).
 struct Status {
   int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer)
   int rank, token, slot;

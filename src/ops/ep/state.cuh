@@ -29,8 +29,7 @@ struct EpBuffer::State {
   int* num_recv = nullptr;
   int* recv_per_expert = nullptr;
   int* recv_base = nullptr;
-  ops::ep::Status* status = nullptr;  // host-mapped
-  ops::ep::Status* status_dev = nullptr;
+  ops::ep::Status* status_dev = nullptr;  // device memory; check() reads it back
   size_t local_bytes = 0;
   bool dispatched = false;        // a dispatch ran since the buffer was made
   bool layout_changed = false;    // layout() ran after the last dispatch
