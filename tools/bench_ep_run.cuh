@@ -41,7 +41,7 @@ struct Dev {  // a device allocation
 
 class EpBench {
  public:
-  EpBench(const EpOptions& o, int P) : o_(o), P_(P), barrier_(P) { sh_.times.resize(P); }
+  EpBench(const EpOptions& o, int P) : o_(o), P_(P), barrier_(P), gen_(P, 0) { sh_.times.resize(P); }
   void run(Comm& comm);
   Shared& shared() { return sh_; }
 
@@ -55,7 +55,7 @@ class EpBench {
   const int P_;
   HostBarrier barrier_;
   StartGate gate_;
-  uint32_t gen_ = 0;
+  std::vector<uint32_t> gen_;  // per rank: the ranks of a team of threads share this object
   Shared sh_;
 };
 
@@ -69,7 +69,7 @@ void EpBench::time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated) {
   TW_CUDA_CHECK(cudaEventCreate(&e1));
   std::vector<double> t;
   for (int r = 0; r < o_.repeats; ++r) {
-    const uint32_t g = ++gen_;
+    const uint32_t g = ++gen_[me];  // every rank counts the same repeats
     if (gated) gate_.hold(s, g);
     else barrier_.arrive_and_wait("bench ep repeat start");
     TW_CUDA_CHECK(cudaEventRecord(e0, s));

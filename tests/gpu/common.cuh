@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -101,8 +102,46 @@ inline std::string ranks_skip_reason(int n) {
   return "";
 }
 
+// Device buffers freed while a team runs are freed when it ends. cudaFree synchronizes the
+// device: on a virtual team a rank blocked there while a peer's kernel spins for that rank's
+// next launch would deadlock until the peer's bounded wait gives up.
+struct DeferredFrees {
+  std::mutex mu;
+  int teams = 0;
+  std::vector<void*> ptrs;
+  static DeferredFrees& get() {
+    static DeferredFrees d;
+    return d;
+  }
+  void free(void* p) {
+    std::unique_lock<std::mutex> lk(mu);
+    if (teams > 0) ptrs.push_back(p);
+    else {
+      lk.unlock();
+      cudaFree(p);
+    }
+  }
+  void enter() {
+    std::lock_guard<std::mutex> lk(mu);
+    ++teams;
+  }
+  void leave() {  // the team's threads have joined: nothing of it is in flight
+    std::vector<void*> v;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (--teams > 0) return;
+      v.swap(ptrs);
+    }
+    for (void* p : v) cudaFree(p);
+  }
+};
+
 // fn(comm) on every rank of the test team (see the top of this file).
 inline void run_team(const std::function<void(tw::Comm&)>& fn, const tw::CommConfig& cfg = {}) {
+  struct Scope {
+    Scope() { DeferredFrees::get().enter(); }
+    ~Scope() { DeferredFrees::get().leave(); }
+  } scope;
   const int v = virtual_ranks();
   if (v > 0) tw::Comm::run_virtual(0, v, fn, cfg);
   else tw::Comm::run_local({}, fn, cfg);
@@ -150,7 +189,7 @@ struct DeviceBuffer {
   size_t bytes = 0;
   explicit DeviceBuffer(size_t n) : bytes(n) { TW_CUDA_CHECK(cudaMalloc(&p, n)); }
   ~DeviceBuffer() {
-    if (p) cudaFree(p);
+    if (p) DeferredFrees::get().free(p);
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;

@@ -156,6 +156,8 @@ TEST(Ep, LowLatencyMatchesTheReference) {
       DeviceBuffer x(std::max<size_t>(in.x.size() * 2, 16)), idx(std::max<size_t>(in.idx.size() * 8, 16)),
           w(std::max<size_t>(in.w.size() * 4, 16)), yd(y.size() * 2), out(std::max<size_t>(want_out.size() * 2, 16));
       upload(x.data(), in.x, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s), upload(yd.data(), y, s);
+      comm.sync(s);
+      comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
       for (int step = 0; step < 3; ++step) {
         const std::string at = label + "step " + std::to_string(step) + ": ";
         tw::EpLowLatencyArgs a;

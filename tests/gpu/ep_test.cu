@@ -214,6 +214,13 @@ TEST(Ep, DispatchCombineMatchTheReference) {
         a.topk_weights = static_cast<const float*>(w.data());
         const Expected want = expect_at(all, c, me, cfg.expert_alignment);
         const int n_want = (int)want.src_rank.size();
+        // Combine's buffers, for as many rows as the buffer can receive. Every allocation is made
+        // before the barrier: a faster rank's first dispatch must not spin while this rank allocates
+        // (on a virtual team the ranks share the device).
+        DeviceBuffer yd(std::max<size_t>((size_t)cfg.max_tokens_per_rank * P * c.hidden * 2, 16)),
+            ywd(std::max<size_t>((size_t)cfg.max_tokens_per_rank * P * 4, 16)), out(std::max<size_t>((size_t)in.N * c.hidden * 2, 16));
+        comm.sync(s);
+        comm.barrier();
         for (int round = 0; round < 2; ++round) {
           const tw::EpRecv r = buf.dispatch(a, s);
           buf.check(s);
@@ -255,8 +262,6 @@ TEST(Ep, DispatchCombineMatchTheReference) {
               y[(size_t)row * c.hidden + col] = y_bits(c.seed, me, row, col, c.hidden);
             yw[row] = y_weight(c.seed, me, row);
           }
-          DeviceBuffer yd(std::max<size_t>(y.size() * 2, 16)), ywd(std::max<size_t>(yw.size() * 4, 16)),
-              out(std::max<size_t>((size_t)in.N * c.hidden * 2, 16));
           upload(yd.data(), y, s), upload(ywd.data(), yw, s);
           poison(out.data(), out.bytes, s);
           buf.combine(yd.data(), weighted ? static_cast<const float*>(ywd.data()) : nullptr, out.data(), s);
@@ -330,6 +335,8 @@ TEST(Ep, BadInputWritesNothing) {
     fill(w.data(), tw::DType::kFloat32, (size_t)N * cfg.topk, Fill::kRandom, 4, me, s);
     tw::EpDispatchArgs a;
     a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    comm.sync(s);
+    comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
     const tw::EpRecv r = buf.dispatch(a, s);  // a good one: where the rows land
     buf.check(s);
     const size_t rx_bytes = (size_t)r.capacity * cfg.hidden * 2;
@@ -387,6 +394,8 @@ TEST(Ep, GraphReplayIsBitIdentical) {
     upload(idx.data(), ids, s);
     tw::EpDispatchArgs a;
     a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    comm.sync(s);
+    comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
     const tw::EpRecv r = buf.dispatch(a, s);
     buf.combine(r.x, nullptr, out.data(), s);  // y = the received rows: out = n_t x
     const int n = buf.num_recv(s);

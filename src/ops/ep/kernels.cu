@@ -167,11 +167,13 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       }
     if (nd == 0) continue;
     const char* src = p.x + (size_t)t * g.row_bytes;
-    for (int c = lane; c < chunks; c += 32) {
-      const uint4 v = ptx::ld_nc_v4(src + (size_t)c * 16);
-      for (int i = 0; i < nd; ++i)
-        ptx::st_v4(at<char>(ctx, p.win, g.off_rx + (size_t)row[i] * g.row_bytes + (size_t)c * 16, dst[i]), v);
-    }
+    char* to[kMaxRanks];
+    for (int i = 0; i < nd; ++i) to[i] = at<char>(ctx, p.win, g.off_rx + (size_t)row[i] * g.row_bytes, dst[i]);
+    warp_copy_row(
+        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+        [&](int c, uint4 v) {
+          for (int i = 0; i < nd; ++i) ptx::st_v4(to[i] + (size_t)c * 16, v);
+        });
     for (int c = lane; c < nsc; c += 32) {
       const float v = p.x_scales[(size_t)t * nsc + c];
       for (int i = 0; i < nd; ++i) *at<float>(ctx, p.win, g.off_rscale + ((size_t)row[i] * nsc + c) * 4, dst[i]) = v;
@@ -220,7 +222,9 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
     const size_t row = (size_t)g.me * g.max_tokens + slot;
     char* dst = at<char>(ctx, p.win, g.off_cy + row * g.hidden * 2, s);
     const char* src = p.y + (size_t)r * g.hidden * 2;
-    for (int c = lane; c < chunks; c += 32) ptx::st_v4(dst + (size_t)c * 16, ptx::ld_nc_v4(src + (size_t)c * 16));
+    warp_copy_row(
+        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
     if (lane == 0 && p.weights) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = p.weights[r];
   }
   release_all(ctx, p.win, g, g.off_cdone, ch, e);

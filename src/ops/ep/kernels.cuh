@@ -70,6 +70,23 @@ __device__ __forceinline__ void stamp(const trace::Ring& ring, trace::EventKind 
   if (threadIdx.x == 0) trace::emit(ring, k, id, ptx::globaltimer());
 }
 
+// A warp copies a row of `chunks` 16-byte chunks: each lane keeps kRowUnroll loads in flight
+// before it stores (one load at a time leaves a warp waiting on memory latency per chunk).
+// `load(c)` reads chunk c, `store(c, v)` writes it (to one or several destinations).
+constexpr int kRowUnroll = 4;
+template <class Load, class Store>
+__device__ __forceinline__ void warp_copy_row(int chunks, int lane, Load&& load, Store&& store) {
+  for (int c0 = lane; c0 < chunks; c0 += 32 * kRowUnroll) {
+    uint4 v[kRowUnroll];
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      if (c0 + 32 * u < chunks) v[u] = load(c0 + 32 * u);
+#pragma unroll
+    for (int u = 0; u < kRowUnroll; ++u)
+      if (c0 + 32 * u < chunks) store(c0 + 32 * u, v[u]);
+  }
+}
+
 struct Routing {  // this rank's layout (local device memory)
   uint8_t* in_rank;        // [max_tokens, P]
   int* send_slot;          // [max_tokens, P]: the token's index among those going to rank d

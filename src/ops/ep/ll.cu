@@ -131,18 +131,19 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     }
     if (nd == 0) continue;
     const char* src = p.x + (size_t)t * g.hidden * 2;
-    for (int c0 = 0; c0 < chunks; c0 += 32) {
+    if (!p.fp8) {
+      char* to[kEpMaxTopk];
+      for (int i = 0; i < nd; ++i) to[i] = at<char>(ctx, p.win, g.off_rows + g.srow(buf, row_l[i], g.me, row_p[i]) * g.row_bytes, dst[i]);
+      warp_copy_row(
+          chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+          [&](int c, uint4 v) {
+            for (int i = 0; i < nd; ++i) ptx::st_v4(to[i] + (size_t)c * 16, v);
+          });
+    }
+    for (int c0 = 0; p.fp8 && c0 < chunks; c0 += 32) {
       const int c = c0 + lane;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (c < chunks) v = ptx::ld_nc_v4(src + (size_t)c * 16);
-      if (!p.fp8) {
-        if (c < chunks)
-          for (int i = 0; i < nd; ++i)
-            ptx::st_v4(at<char>(ctx, p.win, g.off_rows + g.srow(buf, row_l[i], g.me, row_p[i]) * g.row_bytes + (size_t)c * 16,
-                                dst[i]),
-                       v);
-        continue;
-      }
       // fp8: 16 chunks of 8 columns are one 128-column group; the half-warp reduces its amax.
       const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
       float f[8], amax = 0.0f;
@@ -192,16 +193,22 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
     for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < g.L; l += gridDim.x * blockDim.x) p.s.rcount[l] = 0;
     return;
   }
-  // Expert l's rows: source 0's, then source 1's, ... A warp per (expert, source) block row.
-  for (int l = blockIdx.x; l < g.L; l += gridDim.x) {
+  // Expert l's rows: source 0's, then source 1's, ... A warp per row: row k of all (expert,
+  // source, row) in that order goes to warp k mod (grid warps), so a few busy experts still
+  // spread over every CTA.
+  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
+  int k0 = 0;  // rows of the experts and sources before this one
+  for (int l = 0; l < g.L; ++l) {
     int base = 0;
     for (int s = 0; s < g.P; ++s) {
       const int n = count_of(s, l);
-      for (int i = warp; i < n; i += kWarps) {
+      for (int i = (gw - k0 % nw + nw) % nw; i < n; i += nw) {
         const size_t from = g.srow(buf, l, s, i), to = (size_t)l * g.cap + base + i;
         const char* src = at<const char>(ctx, p.win, g.off_rows + from * g.row_bytes, g.me);
         char* dst = p.s.rx + to * g.row_bytes;
-        for (size_t c = lane; c < g.row_bytes / 16; c += 32) ptx::st_v4(dst + c * 16, ptx::ld_volatile_v4(src + c * 16));
+        warp_copy_row(
+            (int)(g.row_bytes / 16), lane, [&](int c) { return ptx::ld_volatile_v4(src + (size_t)c * 16); },
+            [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
         for (size_t c = lane; c < g.nsc; c += 32)
           p.s.rscales[to * g.nsc + c] = at<const float>(ctx, p.win, g.off_scales + (from * g.nsc + c) * 4, g.me)[0];
         if (lane == 0) {
@@ -210,8 +217,9 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
         }
       }
       base += n;
+      k0 += n;
     }
-    if (threadIdx.x == 0) p.s.rcount[l] = base;
+    if (blockIdx.x == 0 && threadIdx.x == 0) p.s.rcount[l] = base;
   }
   stamp(p.ring, trace::EventKind::kKernelEnd, blockIdx.x);
 }
@@ -223,15 +231,21 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + blockIdx.x);
   const int chunks = g.hidden / 8;
+  // Row k of all experts' rows goes to warp k mod (grid warps), as in recv.
+  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
+  int k0 = 0;
   for (int l = 0; l < g.L; ++l) {
     const int n = p.s.rcount[l];
-    for (int r = blockIdx.x * kWarps + warp; r < n; r += gridDim.x * kWarps) {
+    for (int r = (gw - k0 % nw + nw) % nw; r < n; r += nw) {
       const size_t row = (size_t)l * g.cap + r;
       const int s = p.s.rsrc[row];
       char* dst = at<char>(ctx, p.win, g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2, s);
       const char* src = p.y + row * g.hidden * 2;
-      for (int c = lane; c < chunks; c += 32) ptx::st_v4(dst + (size_t)c * 16, ptx::ld_nc_v4(src + (size_t)c * 16));
+      warp_copy_row(
+          chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+          [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
     }
+    k0 += n;
   }
   release_to_all(p, g.off_cdone, buf, e);
 }
