@@ -116,35 +116,30 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       __syncwarp();
       if (lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
     }
-  // A warp per token: the bf16 row read once (fp8: quantized per 128 columns, a half-warp per
-  // group of 16 chunks), stored once per expert it chose.
+  // A warp per (token, expert) pair, so that a decode batch of a few tokens still spreads over
+  // every warp of the grid: the token's bf16 row (read from L2 after the first of its pairs) is
+  // stored into that expert's staging row; fp8 quantizes it per 128 columns, a half-warp per
+  // group of 16 chunks.
   const int chunks = g.hidden / 8;  // 16-byte bf16 chunks
-  for (int t = blockIdx.x * kWarps + warp; t < p.s.num_tokens; t += gridDim.x * kWarps) {
-    int dst[kEpMaxTopk], row_l[kEpMaxTopk], row_p[kEpMaxTopk], j_of[kEpMaxTopk], nd = 0;
-    for (int j = 0; j < g.topk; ++j) {
-      const int pos = p.s.pos[t * g.topk + j];
-      if (pos < 0) continue;
-      const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[t * g.topk + j]
-                                   : static_cast<const int*>(p.topk_idx)[t * g.topk + j];
-      dst[nd] = (int)(id / g.L), row_l[nd] = (int)(id % g.L), row_p[nd] = pos, j_of[nd] = j;
-      ++nd;
-    }
-    if (nd == 0) continue;
+  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
+  for (int i = gw; i < p.s.num_tokens * g.topk; i += nw) {
+    const int pos = p.s.pos[i];
+    if (pos < 0) continue;  // warp-uniform: one pair per warp
+    const int t = i / g.topk, j = i % g.topk;
+    const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
+    const int dst = (int)(id / g.L);
+    const size_t r = g.srow(buf, (int)(id % g.L), g.me, pos);
     const char* src = p.x + (size_t)t * g.hidden * 2;
     if (!p.fp8) {
-      char* to[kEpMaxTopk];
-      for (int i = 0; i < nd; ++i) to[i] = at<char>(ctx, p.win, g.off_rows + g.srow(buf, row_l[i], g.me, row_p[i]) * g.row_bytes, dst[i]);
+      char* to = at<char>(ctx, p.win, g.off_rows + r * g.row_bytes, dst);
       warp_copy_row(
           chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-          [&](int c, uint4 v) {
-            for (int i = 0; i < nd; ++i) ptx::st_v4(to[i] + (size_t)c * 16, v);
-          });
+          [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
     }
     for (int c0 = 0; p.fp8 && c0 < chunks; c0 += 32) {
       const int c = c0 + lane;
       uint4 v = make_uint4(0, 0, 0, 0);
       if (c < chunks) v = ptx::ld_nc_v4(src + (size_t)c * 16);
-      // fp8: 16 chunks of 8 columns are one 128-column group; the half-warp reduces its amax.
       const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
       float f[8], amax = 0.0f;
       for (int k = 0; k < 8; ++k) {
@@ -156,17 +151,12 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       uint2 q;
       uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
       for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
-      if (c < chunks)
-        for (int i = 0; i < nd; ++i) {
-          const size_t r = g.srow(buf, row_l[i], g.me, row_p[i]);
-          *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst[i]) = q;
-          if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst[i]) = scale;
-        }
+      if (c < chunks) {
+        *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst) = q;
+        if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst) = scale;
+      }
     }
-    if (lane < nd) {
-      const size_t r = g.srow(buf, row_l[lane], g.me, row_p[lane]);
-      *at<int2>(ctx, p.win, g.off_meta + r * 8, dst[lane]) = make_int2(t, j_of[lane]);
-    }
+    if (lane == 0) *at<int2>(ctx, p.win, g.off_meta + r * 8, dst) = make_int2(t, j);
   }
   release_to_all(p, g.off_done, buf, e);
 }
