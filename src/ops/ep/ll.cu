@@ -136,24 +136,34 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
           chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
           [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
     }
-    for (int c0 = 0; p.fp8 && c0 < chunks; c0 += 32) {
-      const int c = c0 + lane;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (c < chunks) v = ptx::ld_nc_v4(src + (size_t)c * 16);
-      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v);
-      float f[8], amax = 0.0f;
-      for (int k = 0; k < 8; ++k) {
-        f[k] = __bfloat162float(h[k]);
-        amax = fmaxf(amax, fabsf(f[k]));
+    // fp8: kRowUnroll chunks per lane loaded before any is quantized (latency, as in
+    // warp_copy_row); the shuffles stay within each half-warp's 16 lanes.
+    for (int c0 = 0; p.fp8 && c0 < chunks; c0 += 32 * kRowUnroll) {
+      uint4 v[kRowUnroll];
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        const int c = c0 + 32 * u + lane;
+        v[u] = c < chunks ? ptx::ld_nc_v4(src + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
       }
-      for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-      uint2 q;
-      uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
-      for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
-      if (c < chunks) {
-        *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst) = q;
-        if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst) = scale;
+#pragma unroll
+      for (int u = 0; u < kRowUnroll; ++u) {
+        if (c0 + 32 * u >= chunks) break;  // warp-uniform
+        const int c = c0 + 32 * u + lane;
+        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v[u]);
+        float f[8], amax = 0.0f;
+        for (int k = 0; k < 8; ++k) {
+          f[k] = __bfloat162float(h[k]);
+          amax = fmaxf(amax, fabsf(f[k]));
+        }
+        for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+        uint2 q;
+        uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
+        for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
+        if (c < chunks) {
+          *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst) = q;
+          if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst) = scale;
+        }
       }
     }
     if (lane == 0) *at<int2>(ctx, p.win, g.off_meta + r * 8, dst) = make_int2(t, j);
