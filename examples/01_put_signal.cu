@@ -43,6 +43,7 @@ __global__ void ring_round(const __grid_constant__ tw::DevCtx ctx, tw::DevWindow
 
 int main(int argc, char** argv) {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // before any CUDA call: virtual ranks need their own queues
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);         // and their kernels loaded up front
   const int virtual_ranks = argc > 1 ? std::atoi(argv[1]) : 0;  // 0: one rank per GPU
   std::mutex mu;
   int total_wrong = 0;

@@ -45,6 +45,7 @@ __global__ void count_wrong(const __nv_bfloat16* p, size_t n, int nranks, unsign
 
 int main(int argc, char** argv) {
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);  // before any CUDA call: virtual ranks need their own queues
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);         // and their kernels loaded up front
   int virtual_ranks = 0;  // 0: one rank per GPU
   std::vector<size_t> sizes;
   for (int i = 1; i < argc; ++i) {

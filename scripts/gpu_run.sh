@@ -44,6 +44,8 @@ LOG=$OUT/run.log
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 # A hardware queue per stream: virtual teams need it (Comm::run_virtual refuses otherwise).
 export CUDA_DEVICE_MAX_CONNECTIONS=${CUDA_DEVICE_MAX_CONNECTIONS:-32}
+# Kernels loaded up front: a lazy first load waits for the device, where a virtual peer may spin.
+export CUDA_MODULE_LOADING=${CUDA_MODULE_LOADING:-EAGER}
 VENV_NCCL=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
 export LD_LIBRARY_PATH=$DIST/lib${VENV_NCCL:+:$VENV_NCCL}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}:/usr/local/cuda/lib64  # cuBLASLt for bench gemm
 export TILEWIRE_COMMIT=$(cat "$DIST/COMMIT" 2>/dev/null || echo unknown)

@@ -163,6 +163,7 @@ int main(int argc, char** argv) {
   // Before any CUDA call: `--virtual P` runs need a hardware queue per rank's stream
   // (Comm::run_virtual checks it; an explicit setting in the environment wins).
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);  // and kernels loaded up front (Comm::run_virtual checks it)
   try {
     return run(argc, argv);
   } catch (const tw::Error& e) {

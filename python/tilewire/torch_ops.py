@@ -12,7 +12,6 @@ comm_id is Comm.id (the communicator's handle in this process). Registered once,
 the methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
 matters for small all-reduces).
 """
-from __future__ import annotations
 
 _COMMS: dict = {}
 _registered = False

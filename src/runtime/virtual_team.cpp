@@ -129,6 +129,19 @@ void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const s
                    ") set in the environment before the process first uses CUDA, so that the ranks' streams get "
                    "their own hardware queues and cannot wait behind each other's kernels");
   }
+  // Lazy module loading (CUDA's default) loads a kernel at its first launch, and the load waits
+  // for the device: a rank launching a kernel for the first time while a peer's kernel spins for
+  // that rank's next launch stalls until the peer's bounded wait gives up (measured: the EP
+  // dispatch at 2 and 3 ranks, whichever rank first launched the layout kernel). Like the queue
+  // count, the mode is fixed when the process first uses CUDA.
+  if (nranks > 1) {
+    const char* m = std::getenv("CUDA_MODULE_LOADING");
+    TW_REQUIRE(m != nullptr && std::string(m) == "EAGER", kUnsupported,
+               "run_virtual: " + std::to_string(nranks) + " ranks need CUDA_MODULE_LOADING=EAGER (it is " +
+                   (m ? std::string(m) : std::string("unset: lazy")) +
+                   ") set in the environment before the process first uses CUDA: a kernel's lazy first load waits "
+                   "for the device, where a peer rank's kernel may be waiting for this rank");
+  }
   auto team = std::make_shared<VirtualTeam>(nranks, device, (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_HOST_TIMEOUT_MS")));
   run_threads(
       nranks,

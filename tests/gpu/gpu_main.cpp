@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   // Before any CUDA call: virtual teams (TILEWIRE_TEST_VIRTUAL) need a hardware queue per rank's
   // stream (Comm::run_virtual checks it).
   setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);  // and kernels loaded up front (Comm::run_virtual checks it)
   ::testing::InitGoogleTest(&argc, argv);  // removes the --gtest_* flags it knows
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   int skip_code = 0;

@@ -123,8 +123,10 @@ class Comm {
   // as in run_local (a failed rank aborts the team: peers' host collectives and bounded device
   // waits then fail instead of waiting for it). Needs CUDA_DEVICE_MAX_CONNECTIONS >= min(32, 4P)
   // in the environment before the process first uses CUDA (each rank's stream its own hardware
-  // queue; otherwise a rank's kernel can wait in a queue behind a peer kernel that waits for it);
-  // refused with kUnsupported otherwise.
+  // queue; otherwise a rank's kernel can wait in a queue behind a peer kernel that waits for it)
+  // and, for P > 1, CUDA_MODULE_LOADING=EAGER (a lazy first load of a kernel waits for the
+  // device, where a peer's kernel may be waiting for this rank); refused with kUnsupported
+  // otherwise.
   static void run_virtual(int device, int nranks, const std::function<void(Comm&)>& fn,
                           const CommConfig& cfg = {});
   // Same, rank r made with per_rank[r] (nranks = per_rank.size()): for tests of ranks that
