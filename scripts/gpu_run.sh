@@ -21,7 +21,8 @@
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (bench_ep.jsonl: one JSON line per run)
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
-#                 nanobind, scikit-build-core and torch), then tests/python under torchrun on every GPU
+#                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
+#                 torchrun on every GPU
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -148,6 +149,10 @@ if [ "$MODE" = python ]; then
   REPO=$PWD
   cd "$PYLIB"  # not the checkout: `import tilewire` must find the installed package
   PYTHONPATH=$PYLIB run 300 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider "$REPO/tests/python"
+  for ex in tp_mlp moe_layer; do
+    step "examples/python/$ex.py under torchrun, $ngpu processes"
+    PYTHONPATH=$PYLIB run 120 torchrun --nproc-per-node "$ngpu" "$REPO/examples/python/$ex.py"
+  done
   cd "$REPO"
 fi
 
