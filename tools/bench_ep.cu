@@ -264,6 +264,7 @@ struct Shared {
   std::vector<Row> rows;
   double ceiling_gbps = 0;
   unsigned long long wrong = 0;
+  int sms = 0;  // CTAs of each EP kernel
 };
 
 double pct(std::vector<double> v, double p) {

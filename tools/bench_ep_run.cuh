@@ -51,6 +51,14 @@ class EpBench {
   // those repeats start at a host barrier instead (`gated` false).
   template <class Op>
   void time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated = true);
+  // The NCCL pipeline on the routing of idx (layout() of `lb`, a high-throughput buffer): counts
+  // exchanged (all-gather, read back), rows permuted per destination, all-to-all-v (grouped
+  // send/recv); back: all-to-all-v of the received rows, unpermute (fp32 sum in rank order).
+  // Compared with tilewire's received rows and combined output where given (non-null).
+  // y: the bf16 rows combine sends back (at least P x tokens of them).
+  void nccl_baseline(Comm& comm, cudaStream_t s, EpBuffer& lb, const void* x, size_t row, const void* idx, const void* y,
+                     const void* tw_rows, size_t tw_row_bytes, const void* tw_out, Row& nd, Row& nc,
+                     unsigned long long* bad);
   const EpOptions& o_;
   const int P_;
   HostBarrier barrier_;
@@ -101,6 +109,60 @@ void EpBench::time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated) {
   barrier_.arrive_and_wait("bench ep rows");
 }
 
+void EpBench::nccl_baseline(Comm& comm, cudaStream_t s, EpBuffer& lb, const void* x, size_t row, const void* idx,
+                            const void* y, const void* tw_rows, size_t tw_row_bytes, const void* tw_out, Row& nd, Row& nc,
+                            unsigned long long* bad) {
+  const int me = comm.rank(), P = comm.nranks(), N = o_.tokens, H = o_.hidden;
+  const EpLayoutView lv = lb.layout_view();
+  std::vector<int> mine(P), all((size_t)P * P), off(P), roff(P);
+  Dev offd(P * 4), sendb((size_t)N * P * row), recvb((size_t)P * N * row), back((size_t)N * P * H * 2),
+      nout((size_t)N * H * 2);
+  auto counts = [&] {
+    lb.layout(idx, EpIndex::kInt64, N, s);
+    TW_CUDA_CHECK(cudaMemcpyAsync(mine.data(), lv.tokens_per_rank, P * 4, cudaMemcpyDeviceToHost, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, mine.data(), P * 4, cudaMemcpyHostToDevice, s));
+    TW_NCCL_CHECK(ncclAllGather(offd.p, sendb.p, P, ncclInt32, comm.nccl(), s));
+    TW_CUDA_CHECK(cudaMemcpyAsync(all.data(), sendb.p, (size_t)P * P * 4, cudaMemcpyDeviceToHost, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  };
+  auto dispatch = [&] {
+    counts();
+    int o = 0, ro = 0;
+    for (int d = 0; d < P; ++d) off[d] = o, o += all[(size_t)me * P + d], roff[d] = ro, ro += all[(size_t)d * P + me];
+    TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, off.data(), P * 4, cudaMemcpyHostToDevice, s));
+    permute<<<1024, 256, 0, s>>>(static_cast<const char*>(x), row, lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P,
+                                 sendb.as<char>());
+    TW_NCCL_CHECK(ncclGroupStart());
+    for (int d = 0; d < P; ++d) {
+      TW_NCCL_CHECK(ncclSend(sendb.as<char>() + (size_t)off[d] * row, (size_t)all[(size_t)me * P + d] * row, ncclUint8, d,
+                             comm.nccl(), s));
+      TW_NCCL_CHECK(ncclRecv(recvb.as<char>() + (size_t)roff[d] * row, (size_t)all[(size_t)d * P + me] * row, ncclUint8, d,
+                             comm.nccl(), s));
+    }
+    TW_NCCL_CHECK(ncclGroupEnd());
+  };
+  auto combine = [&] {
+    const char* src = static_cast<const char*>(y);
+    TW_NCCL_CHECK(ncclGroupStart());
+    for (int d = 0; d < P; ++d) {
+      TW_NCCL_CHECK(ncclSend(src + (size_t)roff[d] * H * 2, (size_t)all[(size_t)d * P + me] * H * 2, ncclUint8, d,
+                             comm.nccl(), s));
+      TW_NCCL_CHECK(ncclRecv(back.as<char>() + (size_t)off[d] * H * 2, (size_t)all[(size_t)me * P + d] * H * 2, ncclUint8,
+                             d, comm.nccl(), s));
+    }
+    TW_NCCL_CHECK(ncclGroupEnd());
+    unpermute<<<1024, 256, 0, s>>>(back.as<__nv_bfloat16>(), lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P, H,
+                                   nout.as<__nv_bfloat16>());
+  };
+  dispatch();
+  if (tw_rows) count_diff<<<1024, 256, 0, s>>>(recvb.as<uint8_t>(), static_cast<const uint8_t*>(tw_rows), tw_row_bytes, bad);
+  combine();
+  if (tw_out) count_diff<<<1024, 256, 0, s>>>(nout.as<uint8_t>(), static_cast<const uint8_t*>(tw_out), (size_t)N * H * 2, bad);
+  time(comm, s, nd, dispatch, /*gated=*/false);
+  time(comm, s, nc, combine);
+}
+
 void EpBench::run(Comm& comm) {
   const int me = comm.rank(), P = comm.nranks(), N = o_.tokens, H = o_.hidden, L = o_.experts / P;
   const bool ll = o_.mode == EpMode::kLowLatency, fp8 = o_.payload == EpPayload::kFp8E4M3;
@@ -110,6 +172,7 @@ void EpBench::run(Comm& comm) {
   cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = o_.topk, cfg.num_experts = o_.experts;
   cfg.payload = o_.payload, cfg.mode = o_.mode, cfg.num_sms = o_.sms;
   EpBuffer buf(comm, cfg);
+  if (me == 0) sh_.sms = buf.num_sms();
   const size_t row = ep_row_bytes(cfg), nsc = ep_scale_bytes(cfg) / 4;
   Dev x((size_t)N * H * 2), x8((size_t)N * H), sc((size_t)N * (H / 128) * 4 + 16), idx((size_t)N * o_.topk * 8),
       w((size_t)N * o_.topk * 4), out((size_t)N * H * 2), wrong(8);
@@ -155,45 +218,7 @@ void EpBench::run(Comm& comm) {
     time(comm, s, comb, [&] { buf.combine(y.p, nullptr, out.p, s); });
     check_ht_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), lv.token_in_rank, N, H, P, me, bad);
     if (comm.nccl() != nullptr) {  // the NCCL pipeline, checked against tilewire's rows and output
-      std::vector<int> off(P), roff(P);
-      Dev offd(P * 4), sendb((size_t)N * P * row), recvb((size_t)P * N * row), backb((size_t)N * P * H * 2), nout((size_t)N * H * 2);
-      auto counts = [&](std::vector<int>& c_all) {
-        buf.layout(idx.p, EpIndex::kInt64, N, s);
-        TW_CUDA_CHECK(cudaMemcpyAsync(mine.data(), lv.tokens_per_rank, P * 4, cudaMemcpyDeviceToHost, s));
-        TW_CUDA_CHECK(cudaStreamSynchronize(s));
-        TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, mine.data(), P * 4, cudaMemcpyHostToDevice, s));
-        TW_NCCL_CHECK(ncclAllGather(offd.p, sendb.p, P, ncclInt32, comm.nccl(), s));
-        TW_CUDA_CHECK(cudaMemcpyAsync(c_all.data(), sendb.p, (size_t)P * P * 4, cudaMemcpyDeviceToHost, s));
-        TW_CUDA_CHECK(cudaStreamSynchronize(s));
-      };
-      auto nccl_dispatch = [&] {
-        counts(all);
-        int o = 0, ro = 0;
-        for (int d = 0; d < P; ++d) off[d] = o, o += all[(size_t)me * P + d], roff[d] = ro, ro += all[(size_t)d * P + me];
-        TW_CUDA_CHECK(cudaMemcpyAsync(offd.p, off.data(), P * 4, cudaMemcpyHostToDevice, s));
-        permute<<<1024, 256, 0, s>>>(static_cast<const char*>(a.x), row, lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P, sendb.as<char>());
-        TW_NCCL_CHECK(ncclGroupStart());
-        for (int d = 0; d < P; ++d) {
-          TW_NCCL_CHECK(ncclSend(sendb.as<char>() + (size_t)off[d] * row, (size_t)all[(size_t)me * P + d] * row, ncclUint8, d, comm.nccl(), s));
-          TW_NCCL_CHECK(ncclRecv(recvb.as<char>() + (size_t)roff[d] * row, (size_t)all[(size_t)d * P + me] * row, ncclUint8, d, comm.nccl(), s));
-        }
-        TW_NCCL_CHECK(ncclGroupEnd());
-      };
-      auto nccl_combine = [&] {
-        TW_NCCL_CHECK(ncclGroupStart());
-        for (int d = 0; d < P; ++d) {
-          TW_NCCL_CHECK(ncclSend(y.as<char>() + (size_t)roff[d] * H * 2, (size_t)all[(size_t)d * P + me] * H * 2, ncclUint8, d, comm.nccl(), s));
-          TW_NCCL_CHECK(ncclRecv(backb.as<char>() + (size_t)off[d] * H * 2, (size_t)all[(size_t)me * P + d] * H * 2, ncclUint8, d, comm.nccl(), s));
-        }
-        TW_NCCL_CHECK(ncclGroupEnd());
-        unpermute<<<1024, 256, 0, s>>>(backb.as<__nv_bfloat16>(), lv.token_in_rank, lv.send_slot, offd.as<int>(), N, P, H, nout.as<__nv_bfloat16>());
-      };
-      nccl_dispatch();
-      count_diff<<<1024, 256, 0, s>>>(recvb.as<uint8_t>(), static_cast<const uint8_t*>(r.x), (size_t)n * row, bad);
-      nccl_combine();
-      count_diff<<<1024, 256, 0, s>>>(nout.as<uint8_t>(), out.as<uint8_t>(), (size_t)N * H * 2, bad);
-      time(comm, s, nd, nccl_dispatch, /*gated=*/false);
-      time(comm, s, nc, nccl_combine);
+      nccl_baseline(comm, s, buf, a.x, row, idx.p, y.p, r.x, (size_t)n * row, out.p, nd, nc, bad);
       buf.dispatch(a, s);  // the layout the bench's dispatch rows came from again (the NCCL path re-ran it)
     }
     TW_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -239,6 +264,15 @@ void EpBench::run(Comm& comm) {
       comb.max_us = std::max(0.0, comb.max_us - disp.med_us);
     }
     check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
+    if (comm.nccl() != nullptr) {
+      // The same tokens through NCCL, a row per (token, destination rank) as a host-sized
+      // all-to-all-v moves them (the routing from a high-throughput buffer's layout); its rows
+      // are in another order than the expert-major ones, so only timed.
+      EpConfig hc = cfg;
+      hc.mode = EpMode::kHighThroughput;
+      EpBuffer lb(comm, hc);
+      nccl_baseline(comm, s, lb, x.p, row, idx.p, y.p, nullptr, 0, nullptr, nd, nc, bad);
+    }
     TW_CUDA_CHECK(cudaStreamSynchronize(s));
     unsigned long long dev_bad = 0;
     TW_CUDA_CHECK(cudaMemcpy(&dev_bad, bad, 8, cudaMemcpyDeviceToHost));
@@ -318,9 +352,9 @@ int bench_ep(const std::vector<std::string>& argv) {
   Shared& sh = bench.shared();
   const char* mode = o.mode == EpMode::kLowLatency ? "ll" : "ht";
   const char* pay = o.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16";
-  std::printf("# tilewire bench ep: %d %s ranks, mode %s, %d tokens/rank, hidden %d, top-%d of %d experts, %s routing, %s\n", P,
-              o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU", mode, o.tokens, o.hidden, o.topk, o.experts,
-              o.skewed ? "skewed" : "uniform", pay);
+  std::printf("# tilewire bench ep: %d %s ranks, mode %s, %d tokens/rank, hidden %d, top-%d of %d experts, %s routing, %s, %d SMs\n",
+              P, o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU", mode, o.tokens, o.hidden, o.topk,
+              o.experts, o.skewed ? "skewed" : "uniform", pay, sh.sms);
   std::printf("# times: per call, median / p99 / max over %d repeats of %d calls, slowest rank; logical GB/s: rows received incl.\n"
               "#   the own rank x payload bytes (DeepEP's convention); wire GB/s: rows from other ranks x the bytes that cross\n"
               "#   NVLink; ceiling: %s\n",
@@ -339,7 +373,7 @@ int bench_ep(const std::vector<std::string>& argv) {
     json << "{\"bench\": \"ep\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false") << ", \"mode\": \""
          << mode << "\", \"payload\": \"" << pay << "\", \"tokens\": " << o.tokens << ", \"hidden\": " << o.hidden
          << ", \"topk\": " << o.topk << ", \"experts\": " << o.experts << ", \"routing\": \"" << (o.skewed ? "skewed" : "uniform")
-         << "\", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
+         << "\", \"sms\": " << sh.sms << ", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
     for (size_t i = 0; i < sh.rows.size(); ++i) {
       const Row& r = sh.rows[i];
       json << (i ? ", " : "") << "{\"op\": \"" << r.what << "\", \"ran\": " << (r.ran ? "true" : "false") << ", \"median_us\": " << r.med_us
