@@ -688,6 +688,28 @@ Comm::CallOrder::~CallOrder() {
   }
 }
 
+int Comm::reserve_signals(int n, const char* owner) {
+  require_usable(owner);
+  // Highest free range below the clock-sync index: walk the reserved ranges from the top.
+  int top = ctx_.signal_count - 1;
+  for (auto it = signal_ranges_.rbegin(); it != signal_ranges_.rend(); ++it)
+    if (it->first + it->second > top - n) top = std::min(top, it->first);
+  const int base = top - n;
+  TW_REQUIRE(n > 0 && base >= 0, kInvalidArgument,
+             std::string(owner) + ": needs " + std::to_string(n) + " signals, " + std::to_string(std::max(0, top)) +
+                 " are free below the reserved ones (CommConfig::signal_count " + std::to_string(ctx_.signal_count) + ")");
+  uint64_t lo = (uint64_t)base, hi = (uint64_t)base;
+  allreduce_host(&lo, 1, HostReduce::kMin);
+  allreduce_host(&hi, 1, HostReduce::kMax);
+  TW_REQUIRE(lo == hi, kState,
+             std::string(owner) + ": ranks reserved different signal ranges (from " + std::to_string(lo) + " to " +
+                 std::to_string(hi) + "): they made or destroyed their objects in different orders");
+  signal_ranges_[base] = n;
+  return base;
+}
+
+void Comm::release_signals(int base) noexcept { signal_ranges_.erase(base); }
+
 void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   TW_REQUIRE(!aborted(), kState, "host collective: the communicator was aborted; create a new one");
   if (team_) {

@@ -119,6 +119,40 @@ TEST(EpPlan, HighThroughputWindowRegionsAreDisjoint) {
     }
 }
 
+TEST(EpPlan, GinStagingRegionsAreDisjointAndMirrorTheReceiveRegions) {
+  for (int P : {2, 9, 16})
+    for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {
+      EpConfig c = good();
+      c.payload = pay, c.num_experts = 16 * P, c.max_tokens_per_rank = 700;
+      const auto lsa = tw::ops::ep::geometry(c, P, 1, 24, false);
+      const auto g = tw::ops::ep::geometry(c, P, 1, 24, true);
+      const size_t cap = (size_t)P * 700, flags = (size_t)P * 24 * 8;
+      EXPECT_FALSE(lsa.gin);
+      EXPECT_TRUE(g.gin);
+      // The receive regions are where the LSA path has them: a GIN put lands on the same offsets.
+      EXPECT_EQ(g.off_rx, lsa.off_rx);
+      EXPECT_EQ(g.off_cy, lsa.off_cy);
+      EXPECT_GT(g.total, lsa.total);
+      EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
+                               {g.off_cdone, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
+                               {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
+                               {g.off_rscale, cap * tw::ep_scale_bytes(c)}, {g.off_rx, cap * tw::ep_row_bytes(c)},
+                               {g.off_cw, cap * 4}, {g.off_cy, cap * c.hidden * 2}, {g.off_sslots, P * g.slot_bytes},
+                               {g.off_srsrc, cap * 4}, {g.off_srtok, cap * 4}, {g.off_sridx, cap * c.topk * 4},
+                               {g.off_srw, cap * c.topk * 4}, {g.off_srscale, cap * tw::ep_scale_bytes(c)},
+                               {g.off_srx, cap * tw::ep_row_bytes(c)}, {g.off_scw, cap * 4},
+                               {g.off_scy, cap * c.hidden * 2}},
+                              g.total),
+                "")
+          << "P = " << P;
+      // Four signals per source, one per phase, none shared.
+      tw::ops::ep::Geometry s = g;
+      s.sig = 100;
+      EXPECT_EQ(s.signal(tw::ops::ep::Geometry::kSigCounts, 0), 100);
+      EXPECT_EQ(s.signal(tw::ops::ep::Geometry::kSigCombineRows, P - 1), 100 + 4 * P - 1);
+    }
+}
+
 TEST(EpPlan, LowLatencyWindowRegionsAreDisjoint) {
   for (int P : {1, 2, 3, 8})
     for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {

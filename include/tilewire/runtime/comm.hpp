@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -214,6 +215,13 @@ class Comm {
     int exceptions_ = 0;
     bool outer_ = false;
   };
+  // `n` consecutive signal indices for one object's protocol (the EP buffer's GIN path), taken
+  // from the top of [0, signal_count - 1): the last index is clock sync's, and user code counts
+  // from 0. Collective (the caller is, as every rank makes the same objects in the same order):
+  // ranks that would get different indices throw kState on every rank. kInvalidArgument when
+  // they do not fit (CommConfig::signal_count). release_signals(base) gives them back (local).
+  int reserve_signals(int n, const char* owner);
+  void release_signals(int base) noexcept;
   // Host collectives on host memory, synchronous (NCCL on a private stream, or the virtual
   // team's rendezvous). Every rank passes the same n / bytes. Collective.
   void allreduce_host(uint64_t* values, size_t n, HostReduce op);
@@ -257,6 +265,7 @@ class Comm {
                           const std::function<void(Comm&)>& fn, const std::function<void()>& on_fail);
   friend class Window;
 
+  std::map<int, int> signal_ranges_;  // reserve_signals: base -> count
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   int device_ = -1;
   int sm_count_ = 0;

@@ -15,9 +15,18 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   comm.require_usable("EpBuffer");
   const Status s = check_ep_config(cfg, comm.nranks(), comm.sm_count());
   TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
-  TW_REQUIRE(comm.all_lsa(), kUnsupported,
-             "EpBuffer: every rank must be load/store reachable (LSA team " + std::to_string(comm.lsa_size()) + " of " +
-                 std::to_string(comm.nranks()) + "); the GIN path across nodes is not built yet");
+  // Peers outside the LSA team (other nodes) are reached with NCCL GIN puts and signals: the
+  // high-throughput kernels have that path (it has not run here: no GIN-capable NIC), the
+  // low-latency ones do not yet.
+  const bool gin = !comm.all_lsa();
+  TW_REQUIRE(!gin || comm.gin_available(), kUnsupported,
+             "EpBuffer: " + std::to_string(comm.nranks() - comm.lsa_size()) +
+                 " ranks are outside this rank's LSA team and need GIN, which this communicator lacks (no GIN-capable "
+                 "NIC, or CommConfig::want_gin false)");
+  TW_REQUIRE(!gin || cfg.mode == EpMode::kHighThroughput, kUnsupported,
+             "EpBuffer: the low-latency mode needs every rank in the LSA team (LSA team " +
+                 std::to_string(comm.lsa_size()) + " of " + std::to_string(comm.nranks()) +
+                 "); across nodes only the high-throughput mode has a GIN path");
   TW_REQUIRE(comm.nranks() <= ops::ep::kMaxRanks, kUnsupported,
              "EpBuffer: " + std::to_string(comm.nranks()) + " ranks; the kernels are built for at most " +
                  std::to_string(ops::ep::kMaxRanks));
@@ -37,7 +46,7 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
     return;
   }
   const int P = comm.nranks(), N = cfg.max_tokens_per_rank;
-  st.g = ops::ep::geometry(cfg, P, comm.rank(), sms_);
+  st.g = ops::ep::geometry(cfg, P, comm.rank(), sms_, gin);
   st.win = comm.alloc_window(st.g.total);
   StreamGuard init;
   const cudaStream_t s0 = init.s;
@@ -53,6 +62,12 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 8 * (size_t)sms_;
   // The flags and counts start at 0 on every rank before any peer writes into them.
   TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
+  if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
+    st.g.sig = comm.reserve_signals(4 * P, "EpBuffer");
+    st.sig0 = ep_zalloc<uint64_t>(4 * (size_t)P, s0);
+    ops::ep::read_signals<<<1, 128, 0, s0>>>(comm.dev_ctx(), st.g.sig, 4 * P, st.sig0);
+    TW_CUDA_CHECK(cudaGetLastError());
+  }
   comm.sync(s0);
   comm.barrier();
 }
@@ -64,6 +79,10 @@ EpBuffer::~EpBuffer() {
                   (void*)st.depochs, (void*)st.cepochs, (void*)st.num_recv, (void*)st.recv_per_expert, (void*)st.recv_base})
     cudaFree(p);
   cudaFree(st.status_dev);
+  if (st.sig0) {
+    cudaFree(st.sig0);
+    comm_.release_signals(st.g.sig);
+  }
   if (ll_) {
     const ops::ep::ll::Local& l = ll_->s;
     for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.rx, (void*)l.rscales, (void*)l.rcount,
@@ -151,6 +170,7 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   p.alignment = cfg_.expert_alignment;
   p.status = st.status_dev;
   p.ring = st.ring;
+  p.sig0 = st.sig0;
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   comm_.check_launch("ep dispatch launch");
   comm_.launched("ep dispatch");
@@ -196,6 +216,7 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   p.num_recv = st.num_recv;
   p.recv_base = st.recv_base;
   p.ring = st.ring;
+  p.sig0 = st.sig0;
   ops::ep::combine_push<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   comm_.check_launch("ep combine launch");
   comm_.launched("ep combine");

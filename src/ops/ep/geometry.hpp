@@ -23,15 +23,28 @@ struct Geometry {
   size_t off_slots, off_done, off_cstart, off_cdone;
   size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
   size_t off_cy, off_cw;
+  // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
+  // a GIN peer is first stored here, laid out as the receiver's regions but indexed
+  // [destination][slot] (dispatch) or by receive row (combine); 0 when gin is false.
+  bool gin;
+  size_t off_sslots;                                                     // [P] count slots
+  size_t off_srsrc, off_srtok, off_sridx, off_srw, off_srscale, off_srx;  // [P][max_tokens]
+  size_t off_scy, off_scw;                                               // [capacity]
+  int sig;  // first of 4P signals (Comm::reserve_signals): kSigCounts.. per source, see below
   size_t total;
 
   // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L].
   TW_EP_HD size_t slot(int src) const { return off_slots + (size_t)src * slot_bytes; }
   TW_EP_HD size_t flag(size_t base, int src, int ch) const { return base + ((size_t)src * G + ch) * 8; }
+  // GIN signals at a receiver, one counter per (phase, source), cumulative over calls: a
+  // source's call e has landed when the counter reaches e times the adds per call.
+  enum Phase { kSigCounts = 0, kSigRows = 1, kSigCombineStart = 2, kSigCombineRows = 3 };
+  TW_EP_HD int signal(Phase ph, int src) const { return sig + (int)ph * P + src; }
 };
 
-// The window of the high-throughput mode for P ranks (this rank `me`) and G channels.
-Geometry geometry(const EpConfig& c, int P, int me, int G);
+// The window of the high-throughput mode for P ranks (this rank `me`) and G channels; `gin`
+// adds the staging regions of the GIN path.
+Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin = false);
 
 namespace ll {
 // Low latency.

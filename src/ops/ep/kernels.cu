@@ -7,6 +7,8 @@
 #include <cub/block/block_scan.cuh>
 
 #include "kernels.cuh"
+#include "tilewire/device/put.cuh"
+#include "tilewire/device/signal.cuh"
 #include "tilewire/device/wait.cuh"
 
 namespace tw::ops::ep {
@@ -16,27 +18,67 @@ __device__ __forceinline__ long long topk_at(const void* idx, bool idx64, size_t
   return idx64 ? static_cast<const long long*>(idx)[i] : (long long)static_cast<const int*>(idx)[i];
 }
 
-// Thread q < P of the CTA waits for peer q's flag `base`[q][ch] >= e in this rank's window (and
-// records when q's rows landed: kChunkRecv, id = id0 + q); then the whole CTA is ordered after
-// those acquires.
-__device__ void wait_all(const DevCtx& ctx, const DevWindow& w, const Geometry& g, size_t base, int ch, uint64_t e,
-                         const char* what, const trace::Ring& ring, uint32_t id0) {
-  if (threadIdx.x < g.P) {
-    dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, w, g.flag(base, threadIdx.x, ch), g.me), e,
-                   cuda::memory_order_acquire, what);
-    trace::emit(ring, trace::EventKind::kChunkRecv, id0 + threadIdx.x, ptx::globaltimer());
+// The GIN counter a source's call e has filled when it reaches sig0 + per_call x e (counters are
+// cumulative; sig0 holds their values when the buffer was made).
+__device__ __forceinline__ uint64_t gin_target(const Common& p, Geometry::Phase ph, int src, uint64_t per_call,
+                                               uint64_t e) {
+  return p.sig0[(int)ph * p.g.P + src] + per_call * e;
+}
+
+// Every source q (thread q, strided) has finished this channel: an LSA source's flag
+// base[q][ch] >= e in this rank's window, a GIN source's counter of phase `ph` reached its
+// per_call adds for call e (kChunkRecv, id = id0 + q, when it did); then the whole CTA is ordered
+// after those acquires.
+__device__ void wait_all(const Common& p, size_t base, int ch, uint64_t e, Geometry::Phase ph,
+                         uint64_t per_call, const char* what, const trace::Ring& ring, uint32_t id0) {
+  const Geometry& g = p.g;
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
+    if (dev::is_lsa_peer(p.ctx, q))
+      dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.flag(base, q, ch), g.me), e,
+                     cuda::memory_order_acquire, what);
+    else
+      dev::wait_signal(dev::Thread{}, p.ctx, g.signal(ph, q), gin_target(p, ph, q, per_call, e),
+                       cuda::memory_order_acquire, what);
+    trace::emit(ring, trace::EventKind::kChunkRecv, id0 + q, ptx::globaltimer());
   }
   __syncthreads();
 }
 
-// This CTA's stores are published, then thread q < P releases flag `base`[me][ch] = e at peer q.
-__device__ void release_all(const DevCtx& ctx, const DevWindow& w, const Geometry& g, size_t base, int ch, uint64_t e) {
+// This CTA's stores are published, then flag base[me][ch] = e is released at every LSA peer
+// (GIN peers are told by the puts' signals).
+__device__ void release_all(const Common& p, size_t base, int ch, uint64_t e) {
+  const Geometry& g = p.g;
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(ctx, w, g.flag(base, g.me, ch), threadIdx.x), e);
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x)
+    if (dev::is_lsa_peer(p.ctx, q)) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.flag(base, g.me, ch), q), e);
+}
+
+// Warp-wide: `puts` GIN puts of this rank's window [src_off + i x bytes) to peer's window, each
+// adding 1 to the peer's counter `sig`, then what is missing of `per_call` as one signal (puts of
+// nothing are not issued), so the peer's counter always grows by per_call.
+struct GinPut {
+  size_t dst_off, src_off, bytes;
+};
+template <int N>
+__device__ void gin_puts(const Common& p, int peer, const GinPut (&puts)[N], int sig, int per_call) {
+  int issued = 0;
+  for (int i = 0; i < N; ++i) {
+    if (puts[i].bytes == 0) continue;
+    dev::put_signal(dev::Warp{}, p.ctx, peer, p.win, puts[i].dst_off, p.win, puts[i].src_off, puts[i].bytes, sig, 1);
+    ++issued;
+  }
+  if (issued < per_call)
+    dev::signal(dev::Warp{}, p.ctx, peer, sig, (uint64_t)(per_call - issued), dev::SignalOp::kAdd,
+                cuda::memory_order_release);
 }
 
 }  // namespace
+
+// The GIN counters' values now (buffer creation: nothing of the buffer is in flight yet).
+__global__ void read_signals(DevCtx ctx, int base, int n, uint64_t* out) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = dev::read_signal(ctx, base + i, cuda::memory_order_relaxed);
+}
 
 // ------------------------------------------------------------------------------ layout
 // One thread per token: which ranks it goes to, and the per-expert counts (integer atomics: the
@@ -84,39 +126,59 @@ __global__ void layout_scan(Routing r, int P) {
 }
 
 // ---------------------------------------------------------------------------- dispatch
+// GIN adds per call to a peer's counters: the count slot (1 put), a CTA's rows (6 regions:
+// source rank, source token, top-k ids, weights, scales, payload), combine's start (1 signal)
+// and a CTA's combined rows (2 regions: rows, weights).
+constexpr int kRowPuts = 6, kCombinePuts = 2;
+
 __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ DispatchParams p) {
   const Geometry& g = p.g;
   const DevCtx& ctx = p.ctx;
   const int P = g.P, me = g.me, ch = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t e = next_epoch(p.epochs);
   stamp(p.ring, trace::EventKind::kKernelStart, ch);
-  __shared__ int counts[kMaxRanks][kMaxRanks];  // counts[q][d]: tokens rank q sends to rank d
-  __shared__ int base_to[kMaxRanks];            // this rank's first row at rank d
+  __shared__ int base_to[kMaxRanks];  // this rank's first row at rank d
   __shared__ int bad;
+  char* const mine = at<char>(ctx, p.win, 0, me);  // this rank's window
+  const auto count_at = [&](int q, int d) { return reinterpret_cast<const int*>(mine + g.slot(q) + 16)[d]; };
 
-  // 1. CTA 0 publishes this rank's counts (and its layout's verdict) to every rank.
+  // 1. CTA 0 publishes this rank's counts (and its layout's verdict) to every rank: stored into
+  //    an LSA peer's slot, or staged here and put to a GIN peer's.
   if (ch == 0) {
     for (int d = warp; d < P; d += kWarps) {
-      char* s = at<char>(ctx, p.win, g.slot(me), d);
+      const bool lsa = dev::is_lsa_peer(ctx, d);
+      char* s = lsa ? at<char>(ctx, p.win, g.slot(me), d) : mine + g.off_sslots + (size_t)d * g.slot_bytes;
       if (lane == 0) *reinterpret_cast<int*>(s + 8) = *reinterpret_cast<volatile int*>(&p.status->code) == 1 ? 1 : 0;
       for (int q = lane; q < P; q += 32) reinterpret_cast<int*>(s + 16)[q] = p.r.tokens_per_rank[q];
       for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[P + l] = p.r.tokens_per_expert[d * g.L + l];
       __threadfence_system();
       __syncwarp();
-      if (lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
+      if (lsa) {
+        if (lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
+      } else {
+        if (lane == 0) *reinterpret_cast<uint64_t*>(s) = e;
+        __syncwarp();
+        const GinPut slot[1] = {{g.slot(me), (size_t)(s - mine), g.slot_bytes}};
+        gin_puts(p, d, slot, g.signal(Geometry::kSigCounts, me), 1);
+      }
     }
   }
   // 2. Every CTA: every rank's counts (this rank's slot q holds rank q's).
-  if (threadIdx.x < P)
-    dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(threadIdx.x), me), e, cuda::memory_order_acquire,
-                   "ep.dispatch.counts");
+  for (int q = threadIdx.x; q < P; q += blockDim.x) {
+    if (dev::is_lsa_peer(ctx, q))
+      dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(q), me), e, cuda::memory_order_acquire,
+                     "ep.dispatch.counts");
+    else
+      dev::wait_signal(dev::Thread{}, ctx, g.signal(Geometry::kSigCounts, q), gin_target(p, Geometry::kSigCounts, q, 1, e),
+                       cuda::memory_order_acquire, "ep.dispatch.counts");
+  }
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
-  if (threadIdx.x < P * P) {
-    const int q = threadIdx.x / P, d = threadIdx.x % P;
-    const char* s = at<char>(ctx, p.win, g.slot(q), me);
-    counts[q][d] = reinterpret_cast<const int*>(s + 16)[d];
-    if (d == 0 && *reinterpret_cast<const int*>(s + 8) != 0) atomicMax(&bad, q + 1);
+  for (int d = threadIdx.x; d < P; d += blockDim.x) {
+    int b = 0;
+    for (int q = 0; q < me; ++q) b += count_at(q, d);
+    base_to[d] = b;
+    if (*reinterpret_cast<const int*>(mine + g.slot(d) + 8) != 0) atomicMax(&bad, d + 1);
   }
   __syncthreads();
   if (bad) {  // some rank's routing was invalid: every rank writes no rows (they all see it)
@@ -129,45 +191,60 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     }
     // Still the done exchange: it keeps every rank's next call from rewriting a count slot that
     // a slower peer is still reading.
-    release_all(ctx, p.win, g, g.off_done, ch, e);
-    wait_all(ctx, p.win, g, g.off_done, ch, e, "ep.dispatch.rows", trace::Ring{}, 0);
+    release_all(p, g.off_done, ch, e);
+    for (int d = warp; d < P; d += kWarps)
+      if (!dev::is_lsa_peer(ctx, d)) {
+        const GinPut none[1] = {{0, 0, 0}};
+        gin_puts(p, d, none, g.signal(Geometry::kSigRows, me), kRowPuts);
+      }
+    wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", trace::Ring{}, 0);
     return;
-  }
-  if (threadIdx.x < P) {
-    int b = 0;
-    for (int q = 0; q < me; ++q) b += counts[q][threadIdx.x];
-    base_to[threadIdx.x] = b;
   }
   if (ch == 0) {
     if (threadIdx.x == 0) {
       int n = 0;
       for (int q = 0; q < P; ++q) {
         p.recv_base[q] = n;
-        n += counts[q][me];
+        n += count_at(q, me);
       }
       *p.num_recv = n;
     }
     for (int l = threadIdx.x; l < g.L; l += kThreads) {
       int n = 0;
-      for (int q = 0; q < P; ++q) n += reinterpret_cast<const int*>(at<char>(ctx, p.win, g.slot(q), me) + 16)[P + l];
+      for (int q = 0; q < P; ++q) n += count_at(q, P + l);
       p.recv_per_expert[l] = (n + p.alignment - 1) / p.alignment * p.alignment;
     }
   }
   __syncthreads();
 
-  // 3. Rows: a warp per token, its row loaded once and stored to every destination.
+  // 3. Rows to LSA peers: a warp per token, its row loaded once and stored to every LSA
+  //    destination (a token reaches at most top-k ranks).
   stamp(p.ring, trace::EventKind::kChunkSend, ch);
   const int chunks = (int)(g.row_bytes / 16), nsc = (int)(g.scale_bytes / 4);
+  const auto row_meta = [&](int t, int d, int row, char* base, size_t off_ridx, size_t off_rw, size_t off_rsrc,
+                            size_t off_rtok) {  // lanes < topk: ids and weights; lane 0: source
+    if (lane < g.topk) {
+      const long long id = topk_at(p.topk_idx, p.idx64, (size_t)t * g.topk + lane);
+      const bool here = id >= 0 && id / g.L == d;
+      const size_t k = (size_t)row * g.topk + lane;
+      *reinterpret_cast<int32_t*>(base + off_ridx + k * 4) = here ? (int32_t)(id % g.L) : -1;
+      *reinterpret_cast<float*>(base + off_rw + k * 4) = here ? p.topk_weights[(size_t)t * g.topk + lane] : 0.0f;
+    }
+    if (lane == 0) {
+      *reinterpret_cast<int32_t*>(base + off_rsrc + (size_t)row * 4) = me;
+      *reinterpret_cast<int32_t*>(base + off_rtok + (size_t)row * 4) = t;
+    }
+  };
   for (int t = ch * kWarps + warp; t < p.r.num_tokens; t += gridDim.x * kWarps) {
-    int dst[kMaxRanks], row[kMaxRanks], nd = 0;
-    for (int d = 0; d < P; ++d)
-      if (p.r.in_rank[(size_t)t * P + d]) {
+    int dst[kEpMaxTopk], row[kEpMaxTopk], nd = 0;
+    for (int d = 0; d < P && nd < kEpMaxTopk; ++d)
+      if (p.r.in_rank[(size_t)t * P + d] && dev::is_lsa_peer(ctx, d)) {
         dst[nd] = d;
         row[nd++] = base_to[d] + p.r.send_slot[(size_t)t * P + d];
       }
     if (nd == 0) continue;
     const char* src = p.x + (size_t)t * g.row_bytes;
-    char* to[kMaxRanks];
+    char* to[kEpMaxTopk];
     for (int i = 0; i < nd; ++i) to[i] = at<char>(ctx, p.win, g.off_rx + (size_t)row[i] * g.row_bytes, dst[i]);
     warp_copy_row(
         chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
@@ -178,31 +255,55 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       const float v = p.x_scales[(size_t)t * nsc + c];
       for (int i = 0; i < nd; ++i) *at<float>(ctx, p.win, g.off_rscale + ((size_t)row[i] * nsc + c) * 4, dst[i]) = v;
     }
-    if (lane < g.topk) {
-      const long long id = topk_at(p.topk_idx, p.idx64, (size_t)t * g.topk + lane);
-      const float w = p.topk_weights[(size_t)t * g.topk + lane];
-      for (int i = 0; i < nd; ++i) {
-        const bool here = id >= 0 && id / g.L == dst[i];
-        const size_t k = (size_t)row[i] * g.topk + lane;
-        *at<int32_t>(ctx, p.win, g.off_ridx + k * 4, dst[i]) = here ? (int32_t)(id % g.L) : -1;
-        *at<float>(ctx, p.win, g.off_rw + k * 4, dst[i]) = here ? w : 0.0f;
-      }
-    }
-    if (lane == 0)
-      for (int i = 0; i < nd; ++i) {
-        *at<int32_t>(ctx, p.win, g.off_rsrc + (size_t)row[i] * 4, dst[i]) = me;
-        *at<int32_t>(ctx, p.win, g.off_rtok + (size_t)row[i] * 4, dst[i]) = t;
-      }
+    for (int i = 0; i < nd; ++i)
+      row_meta(t, dst[i], row[i], at<char>(ctx, p.win, 0, dst[i]), g.off_ridx, g.off_rw, g.off_rsrc, g.off_rtok);
   }
-  // 4. This channel's rows are out; then every source's rows of this channel are in.
-  release_all(ctx, p.win, g, g.off_done, ch, e);
-  wait_all(ctx, p.win, g, g.off_done, ch, e, "ep.dispatch.rows", p.ring, 0);
+  // 3b. Rows to GIN peers: this CTA's contiguous tokens [lo, hi), whose rows for rank d are the
+  //     contiguous slots [send_slot(lo), send_slot(hi)) of d's block, staged here at
+  //     [d][slot] and put in one piece per region.
+  if (g.gin) {
+    const int N = p.r.num_tokens, lo = (int)((long long)N * ch / gridDim.x), hi = (int)((long long)N * (ch + 1) / gridDim.x);
+    for (int t = lo + warp; t < hi; t += kWarps)
+      for (int d = 0; d < P; ++d) {
+        if (!p.r.in_rank[(size_t)t * P + d] || dev::is_lsa_peer(ctx, d)) continue;
+        const int srow = d * g.max_tokens + p.r.send_slot[(size_t)t * P + d];
+        const char* src = p.x + (size_t)t * g.row_bytes;
+        char* to = mine + g.off_srx + (size_t)srow * g.row_bytes;
+        warp_copy_row(
+            chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+            [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
+        for (int c = lane; c < nsc; c += 32)
+          *reinterpret_cast<float*>(mine + g.off_srscale + ((size_t)srow * nsc + c) * 4) = p.x_scales[(size_t)t * nsc + c];
+        row_meta(t, d, srow, mine, g.off_sridx, g.off_srw, g.off_srsrc, g.off_srtok);
+      }
+    __threadfence_system();
+    __syncthreads();
+    for (int d = warp; d < P; d += kWarps) {
+      if (dev::is_lsa_peer(ctx, d)) continue;
+      const auto slot_of = [&](int t) { return t < N ? p.r.send_slot[(size_t)t * P + d] : p.r.tokens_per_rank[d]; };
+      const size_t s0 = (size_t)slot_of(lo), n = (size_t)slot_of(hi) - s0;
+      const size_t from = (size_t)d * g.max_tokens + s0, at_d = (size_t)base_to[d] + s0;
+      const GinPut puts[kRowPuts] = {
+          {g.off_rsrc + at_d * 4, g.off_srsrc + from * 4, n * 4},
+          {g.off_rtok + at_d * 4, g.off_srtok + from * 4, n * 4},
+          {g.off_ridx + at_d * g.topk * 4, g.off_sridx + from * g.topk * 4, n * g.topk * 4},
+          {g.off_rw + at_d * g.topk * 4, g.off_srw + from * g.topk * 4, n * g.topk * 4},
+          {g.off_rscale + at_d * g.scale_bytes, g.off_srscale + from * g.scale_bytes, n * g.scale_bytes},
+          {g.off_rx + at_d * g.row_bytes, g.off_srx + from * g.row_bytes, n * g.row_bytes}};
+      gin_puts(p, d, puts, g.signal(Geometry::kSigRows, me), kRowPuts);
+    }
+  }
+  // 4. This channel's rows are out; then every source's rows of this channel are in (a GIN
+  //    source's: all its channels').
+  release_all(p, g.off_done, ch, e);
+  wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", p.ring, 0);
   stamp(p.ring, trace::EventKind::kKernelEnd, ch);
 }
 
 // ----------------------------------------------------------------------------- combine
 // Each received row goes back to its source, at the row it has in that source's stream to this
-// rank: the source's combine area [this rank][slot].
+// rank: the source's combine area [this rank][slot]. To an LSA source a warp per row stores it;
+// to a GIN source CTA ch stages its contiguous share of that source's rows here and puts them.
 __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__ CombineParams p) {
   const Geometry& g = p.g;
   const DevCtx& ctx = p.ctx;
@@ -212,14 +313,22 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   // Every rank has started this combine, so its combine area is free (the last reduce ran
   // before this kernel on its stream).
   __syncthreads();
-  if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.flag(g.off_cstart, g.me, ch), threadIdx.x), e);
-  wait_all(ctx, p.win, g, g.off_cstart, ch, e, "ep.combine.start", trace::Ring{}, 0);
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
+    if (dev::is_lsa_peer(ctx, q))
+      ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.flag(g.off_cstart, g.me, ch), q), e);
+    else
+      dev::signal(dev::Thread{}, ctx, q, g.signal(Geometry::kSigCombineStart, g.me), 1, dev::SignalOp::kAdd,
+                  cuda::memory_order_release);
+  }
+  wait_all(p, g.off_cstart, ch, e, Geometry::kSigCombineStart, gridDim.x, "ep.combine.start", trace::Ring{}, 0);
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + ch);
   const int n = *p.num_recv, chunks = (int)(g.hidden * 2 / 16);
-  const int32_t* src_rank = at<int32_t>(ctx, p.win, g.off_rsrc, g.me);
+  char* const mine = at<char>(ctx, p.win, 0, g.me);
+  const int32_t* src_rank = reinterpret_cast<const int32_t*>(mine + g.off_rsrc);
   for (int r = ch * kWarps + warp; r < n; r += gridDim.x * kWarps) {
-    const int s = src_rank[r], slot = r - p.recv_base[s];
-    const size_t row = (size_t)g.me * g.max_tokens + slot;
+    const int s = src_rank[r];
+    if (!dev::is_lsa_peer(ctx, s)) continue;
+    const size_t row = (size_t)g.me * g.max_tokens + (r - p.recv_base[s]);
     char* dst = at<char>(ctx, p.win, g.off_cy + row * g.hidden * 2, s);
     const char* src = p.y + (size_t)r * g.hidden * 2;
     warp_copy_row(
@@ -227,8 +336,40 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
         [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
     if (lane == 0 && p.weights) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = p.weights[r];
   }
-  release_all(ctx, p.win, g, g.off_cdone, ch, e);
-  wait_all(ctx, p.win, g, g.off_cdone, ch, e, "ep.combine.rows", p.ring, kCombineId);
+  if (g.gin) {
+    const size_t rb = (size_t)g.hidden * 2;
+    const auto share = [&](int s, int& lo, int& hi) {  // this CTA's rows of source s's block
+      const int b = p.recv_base[s], cnt = (s + 1 < g.P ? p.recv_base[s + 1] : n) - b;
+      lo = b + (int)((long long)cnt * ch / gridDim.x), hi = b + (int)((long long)cnt * (ch + 1) / gridDim.x);
+    };
+    for (int s = 0; s < g.P; ++s) {
+      if (dev::is_lsa_peer(ctx, s)) continue;
+      int lo, hi;
+      share(s, lo, hi);
+      for (int r = lo + warp; r < hi; r += kWarps) {
+        const char* src = p.y + (size_t)r * rb;
+        char* to = mine + g.off_scy + (size_t)r * rb;
+        warp_copy_row(
+            chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+            [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
+        if (lane == 0 && p.weights) *reinterpret_cast<float*>(mine + g.off_scw + (size_t)r * 4) = p.weights[r];
+      }
+    }
+    __threadfence_system();
+    __syncthreads();
+    for (int s = warp; s < g.P; s += kWarps) {
+      if (dev::is_lsa_peer(ctx, s)) continue;
+      int lo, hi;
+      share(s, lo, hi);
+      const size_t at_s = (size_t)g.me * g.max_tokens + (lo - p.recv_base[s]), cnt = (size_t)(hi - lo);
+      const GinPut puts[kCombinePuts] = {{g.off_cy + at_s * rb, g.off_scy + (size_t)lo * rb, cnt * rb},
+                                         {g.off_cw + at_s * 4, g.off_scw + (size_t)lo * 4, p.weights ? cnt * 4 : 0}};
+      gin_puts(p, s, puts, g.signal(Geometry::kSigCombineRows, g.me), kCombinePuts);
+    }
+  }
+  release_all(p, g.off_cdone, ch, e);
+  wait_all(p, g.off_cdone, ch, e, Geometry::kSigCombineRows, (uint64_t)kCombinePuts * gridDim.x, "ep.combine.rows", p.ring,
+           kCombineId);
   stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + ch);
 }
 

@@ -35,7 +35,7 @@ namespace tw::ops::ep {
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
-constexpr int kMaxRanks = 8;
+constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA team is at most 8 of them
 constexpr uint32_t kCombineId = 1u << 16;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
@@ -96,10 +96,14 @@ struct Routing {  // this rank's layout (local device memory)
   int num_tokens;
 };
 
-struct DispatchParams {
+struct Common {  // what every high-throughput kernel of a rank shares
   DevCtx ctx;
   DevWindow win;
   Geometry g;
+  const uint64_t* sig0;  // [4P]: the GIN counters' values when the buffer was made (g.gin only)
+};
+
+struct DispatchParams : Common {
   Routing r;
   const char* x;
   const float* x_scales;
@@ -115,10 +119,7 @@ struct DispatchParams {
   trace::Ring ring;
 };
 
-struct CombineParams {
-  DevCtx ctx;
-  DevWindow win;
-  Geometry g;
+struct CombineParams : Common {
   const char* y;
   const float* weights;
   uint32_t* epochs;        // [G]
@@ -139,6 +140,7 @@ struct ReduceParams {
 __global__ void layout_count(const void* topk_idx, bool idx64, int N, int topk, int E, int L, int P, Routing r, int me,
                              Status* status);
 __global__ void layout_scan(Routing r, int P);
+__global__ void read_signals(DevCtx ctx, int base, int n, uint64_t* out);
 __global__ void dispatch(const __grid_constant__ DispatchParams p);
 __global__ void combine_push(const __grid_constant__ CombineParams p);
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p);

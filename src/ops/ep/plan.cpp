@@ -49,7 +49,7 @@ constexpr size_t kAlign = 256;
 size_t up(size_t v, size_t a = kAlign) { return (v + a - 1) / a * a; }
 }  // namespace
 
-Geometry geometry(const EpConfig& c, int P, int me, int G) {
+Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   Geometry g{};
   g.P = P;
   g.me = me;
@@ -82,6 +82,18 @@ Geometry geometry(const EpConfig& c, int P, int me, int G) {
   g.off_rx = take(cap * g.row_bytes);
   g.off_cw = take(cap * 4);
   g.off_cy = take(cap * (size_t)c.hidden * 2);
+  g.gin = gin;
+  if (gin) {
+    g.off_sslots = take((size_t)P * g.slot_bytes);
+    g.off_srsrc = take(cap * 4);
+    g.off_srtok = take(cap * 4);
+    g.off_sridx = take(cap * c.topk * 4);
+    g.off_srw = take(cap * c.topk * 4);
+    g.off_srscale = take(cap * g.scale_bytes);
+    g.off_srx = take(cap * g.row_bytes);
+    g.off_scw = take(cap * 4);
+    g.off_scy = take(cap * (size_t)c.hidden * 2);
+  }
   g.total = o;
   return g;
 }

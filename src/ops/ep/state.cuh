@@ -30,6 +30,7 @@ struct EpBuffer::State {
   int* recv_per_expert = nullptr;
   int* recv_base = nullptr;
   ops::ep::Status* status_dev = nullptr;  // device memory; check() reads it back
+  uint64_t* sig0 = nullptr;               // GIN: the counters' values at creation ([4P])
   size_t local_bytes = 0;
   bool dispatched = false;        // a dispatch ran since the buffer was made
   bool layout_changed = false;    // layout() ran after the last dispatch
