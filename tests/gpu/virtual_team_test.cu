@@ -58,6 +58,32 @@ TEST(VirtualTeam, HostCollectives) {
   for (int r = 0; r < P; ++r) EXPECT_EQ(bad[r], 0) << "rank " << r;
 }
 
+// Signal ranges for objects' protocols: from the top (below clock sync's last index), disjoint,
+// a released range reused, too many refused; ranks whose reservations differ fail on every rank.
+TEST(VirtualTeam, SignalReservations) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<std::string> bad(P);
+  tw::CommConfig cfg;
+  cfg.signal_count = 64;
+  run_team(
+      [&](tw::Comm& comm) {
+        std::string& w = bad[comm.rank()];
+        const int a = comm.reserve_signals(10, "test a"), b = comm.reserve_signals(20, "test b");
+        if (a != 63 - 10 || b != a - 20) w += "a " + std::to_string(a) + ", b " + std::to_string(b) + "; ";
+        comm.release_signals(a);
+        if (const int c = comm.reserve_signals(5, "test c"); c != 63 - 5) w += "c " + std::to_string(c) + "; ";
+        if (!throws_tw([&] { comm.reserve_signals(40, "test d"); }, tw::Errc::kInvalidArgument, {"test d", "40 signals"}))
+          w += "40 more were not refused; ";
+        // Rank 0 asks for fewer than its peers: the ranges start at different indices.
+        if (P > 1 && !throws_tw([&] { comm.reserve_signals(comm.rank() == 0 ? 2 : 3, "test f"); }, tw::Errc::kState,
+                                {"test f", "different"}))
+          w += "differing reservations were not refused; ";
+      },
+      cfg);
+  for (int r = 0; r < P; ++r) EXPECT_EQ(bad[r], "") << "rank " << r;
+}
+
 TEST(VirtualTeam, SmBudget) {
   TW_SKIP_UNLESS_GPUS(1);
   int sms = 0;
