@@ -169,3 +169,29 @@ def test_ep_low_latency_identity_experts(comm):
     want = (sel.sum(dim=1, keepdim=True) * x.float()).to(torch.bfloat16)
     assert torch.equal(out, want)
     buf.close()
+
+
+def test_reduce_scatter_and_all_gather_match_torch_distributed(comm):
+    P, n = comm.nranks, 1 << 16
+    x = seeded(n * P, comm.rank, 8)
+    want = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    dist.reduce_scatter_tensor(want, x.clone())
+    got = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    comm.reduce_scatter(x, got)
+    assert torch.equal(got, want)
+    y = seeded(n, comm.rank, 9)
+    want_g = torch.empty(n * P, dtype=torch.bfloat16, device="cuda")
+    dist.all_gather_into_tensor(want_g, y)
+    got_g = torch.empty(n * P, dtype=torch.bfloat16, device="cuda")
+    comm.all_gather(y, got_g)
+    assert torch.equal(got_g, want_g)
+
+
+def test_gemm_both_b_layouts_match_torch(comm):
+    g = torch.Generator(device="cuda").manual_seed(3)
+    A = torch.randn(300, 256, device="cuda", generator=g).to(torch.bfloat16)
+    B_nk = torch.randn(520, 256, device="cuda", generator=g).to(torch.bfloat16)
+    ref = A.float() @ B_nk.float().T
+    tol = 0.02 * ref.abs().max().item()
+    assert (tilewire.gemm(A, B_nk, "nk").float() - ref).abs().max().item() <= tol
+    assert (tilewire.gemm(A, B_nk.T.contiguous(), "kn").float() - ref).abs().max().item() <= tol
