@@ -10,10 +10,10 @@
 #include <utility>
 #include <string>
 
-#include "../../runtime/cublaslt.hpp"
 #include "../gemm/launch.hpp"
 #include "../gemm/plan.hpp"
 #include "../gemm/scratch.hpp"
+#include "../gemm/team_gemm.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
 #include "tilewire/ops/allreduce.hpp"
@@ -109,41 +109,6 @@ int resident_reserved_sms(int num_sms, int reserved, int clusters) {
   const int want = (num_sms - reserved) / gemm_impl::kClusterM;
   const int use = std::min(want, clusters);
   return num_sms - use * gemm_impl::kClusterM;
-}
-
-// The sequential path's GEMM: cuBLASLt (one algorithm per device and shape, chosen once, 32 MiB of
-// per-stream scratch), so that where fusion does not pay the op costs what cuBLASLt + tw::allreduce
-// costs a user. False when cuBLASLt cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire: the
-// caller runs tw::gemm instead.
-bool sequential_gemm_cublaslt(const GemmArgs& g, cudaStream_t stream) {
-  static const bool wanted = env::get_string("TILEWIRE_SEQUENTIAL_GEMM") != "tilewire";
-  if (!wanted) return false;
-  static std::mutex mu;
-  static bool unavailable = false;
-  static std::map<int, std::unique_ptr<lt::LtHandle>> handles;
-  static std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;  // dev, M, N, K, B layout
-  constexpr size_t kWorkspace = size_t(32) << 20;
-  int dev = 0;
-  TW_CUDA_CHECK(cudaGetDevice(&dev));
-  const lt::LtMatmul* mm = nullptr;
-  {
-    std::lock_guard<std::mutex> lk(mu);
-    if (unavailable) return false;
-    try {
-      auto& h = handles[dev];
-      if (!h) h = std::make_unique<lt::LtHandle>();
-      auto& p = plans[{dev, g.M, g.N, g.K, int(g.b_layout)}];
-      if (!p) p = std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace);
-      mm = p.get();
-    } catch (const Error& e) {
-      if (e.code() != Errc::kUnsupported) throw;
-      unavailable = true;  // no libcublasLt here (or no algorithm): tw::gemm from now on
-      return false;
-    }
-  }
-  gemm_impl::ScratchLease ws = gemm_impl::lease_scratch(stream, kWorkspace);
-  mm->run(g.A, g.B, g.C, ws.data(), stream);
-  return true;
 }
 
 // What a workspace last held, per rank (the host's record: every rank makes the same calls, so
@@ -292,22 +257,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
       bool first = false;  // the next fused call on this workspace re-initializes its flags
       (void)must_reinit(comm.find_window(a.workspace, lay.total, "workspace"), kHeldSequential, stream, false, &first);
     }
-    // On a virtual team the GEMM must keep to the rank's SM budget: a stream-K GEMM's CTAs wait
-    // for each other, and could not all start while peers' all-reduce CTAs spin on the other
-    // SMs (measured: cuBLASLt + one-shot deadlocked at 3 to 8 virtual ranks). cuBLASLt sizes its
-    // own grid, so there the sequential GEMM is tilewire's, with the SMs outside the budget
-    // reserved.
-    if (!(g.dtype == DType::kBFloat16 && !comm.is_virtual() && sequential_gemm_cublaslt(g, stream))) {
-      GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
-      gc.reserved_sms = cfg.reserved_sms;
-      if (comm.is_virtual()) {
-        int dev = 0, sms = 0;
-        TW_CUDA_CHECK(cudaGetDevice(&dev));
-        TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-        gc.reserved_sms += sms - comm.sm_count();
-      }
-      gemm(g, gc, stream);
-    }
+    gemm_impl::team_gemm(comm, g, cfg.reserved_sms, stream);
     AllReduceArgs ar;
     ar.send = g.C;
     ar.recv = a.C;

@@ -1,0 +1,67 @@
+// The sequential paths' GEMM (team_gemm.hpp).
+#include "team_gemm.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "../../runtime/cublaslt.hpp"
+#include "scratch.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::gemm_impl {
+namespace {
+
+// False when cuBLASLt cannot be loaded (or has no algorithm) or TILEWIRE_SEQUENTIAL_GEMM=tilewire.
+bool cublaslt_gemm(const GemmArgs& g, cudaStream_t stream) {
+  static const bool wanted = env::get_string("TILEWIRE_SEQUENTIAL_GEMM") != "tilewire";
+  if (!wanted) return false;
+  static std::mutex mu;
+  static bool unavailable = false;
+  static std::map<int, std::unique_ptr<lt::LtHandle>> handles;
+  // device, M, N, K, B layout, dtype
+  static std::map<std::tuple<int, int, int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;
+  constexpr size_t kWorkspace = size_t(32) << 20;
+  int dev = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  const lt::LtMatmul* mm = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(mu);
+    if (unavailable) return false;
+    try {
+      auto& h = handles[dev];
+      if (!h) h = std::make_unique<lt::LtHandle>();
+      auto& p = plans[{dev, g.M, g.N, g.K, int(g.b_layout), int(g.dtype)}];
+      if (!p) p = std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace, g.dtype);
+      mm = p.get();
+    } catch (const Error& e) {
+      if (e.code() != Errc::kUnsupported) throw;
+      unavailable = true;  // no libcublasLt here (or no algorithm): tw::gemm from now on
+      return false;
+    }
+  }
+  ScratchLease ws = lease_scratch(stream, kWorkspace);
+  mm->run(g.A, g.B, g.C, ws.data(), stream);
+  return true;
+}
+
+}  // namespace
+
+void team_gemm(const Comm& comm, const GemmArgs& g, int reserved_sms, cudaStream_t stream) {
+  const bool lt_dtype = g.dtype == DType::kBFloat16 || g.dtype == DType::kFloat16;
+  if (lt_dtype && !comm.is_virtual() && cublaslt_gemm(g, stream)) return;
+  GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
+  gc.reserved_sms = reserved_sms;
+  if (comm.is_virtual()) {
+    int dev = 0, sms = 0;
+    TW_CUDA_CHECK(cudaGetDevice(&dev));
+    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    gc.reserved_sms += sms - comm.sm_count();
+  }
+  gemm(g, gc, stream);
+}
+
+}  // namespace tw::gemm_impl

@@ -1,0 +1,235 @@
+// tw::gemm_reducescatter and tw::allgather_gemm (tilewire/ops/gemm_scatter_gather.hpp): the
+// checks, the workspace layout and the sequential path. The fused kernels are not built yet.
+//
+// Workspace (one rank; same layout and offset on every rank):
+//   gemm_reducescatter   [0, P S N e)       the partial A_r B_r, padded to P S rows (the rows past M
+//                                           are never read into an output)
+//                        [.., + S N e)      the shard's sum when this rank holds fewer than S rows
+//                                           (copied into C_shard afterwards)
+//   allgather_gemm       [0, P S K e)       the gathered A (rows past M never read by the GEMM)
+//                        [.., + S K e)      this rank's shard padded to S rows when it holds fewer
+// Reuse across calls is the collectives' own rule: reduce_scatter's exit barrier ends every
+// peer's reads of this rank's partial before the call ends here; all_gather's entry barrier
+// starts every peer's stores into the gathered A only after this rank's stream finished the
+// last GEMM that read it.
+#include "tilewire/ops/gemm_scatter_gather.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <string>
+#include <tuple>
+
+#include "../gemm/team_gemm.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+namespace {
+
+constexpr int kTileRows = 128;  // the GEMM's tile height: shards are whole tiles
+constexpr size_t kAlign = 256;
+size_t up(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+Status fail(const char* op, const std::string& why) { return Status{false, std::string(op) + ": " + why}; }
+
+bool built_dtype(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16; }
+
+// The path a call runs (kAuto: sequential until the fused kernels exist).
+TpPath resolve(const TpConfig& cfg) { return cfg.path == TpPath::kAuto ? TpPath::kSequential : cfg.path; }
+
+Status check_common(const char* op, int M, int rank, int P, DType dtype, const void* ws, const TpConfig& cfg) {
+  if (P < 1 || rank < 0 || rank >= P) return fail(op, "rank " + std::to_string(rank) + " of " + std::to_string(P));
+  if (M <= 0) return fail(op, "M = " + std::to_string(M) + " (must be > 0)");
+  if (!built_dtype(dtype))
+    return fail(op, std::string("dtype ") + dtype_name(dtype) + " is not built (bfloat16 or float16, A, B and C alike)");
+  if (resolve(cfg) == TpPath::kFused)
+    return fail(op, "the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+  if (cfg.reserved_sms < 0) return fail(op, "reserved_sms " + std::to_string(cfg.reserved_sms) + " < 0");
+  if (ws == nullptr) return fail(op, "workspace is null");
+  if (reinterpret_cast<uintptr_t>(ws) % 16 != 0) return fail(op, "workspace is not 16-byte aligned");
+  return Status{};
+}
+
+// [p, p + bytes) and [q, q + qbytes) share a byte.
+bool overlap(const void* p, size_t bytes, const void* q, size_t qbytes) {
+  const auto a = reinterpret_cast<uintptr_t>(p), b = reinterpret_cast<uintptr_t>(q);
+  return p && q && bytes && qbytes && a < b + qbytes && b < a + bytes;
+}
+
+std::string at(const Comm& comm, const void* p, size_t bytes, const char* what) {
+  const WindowRef w = comm.find_window(p, bytes, what);
+  return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
+}
+
+}  // namespace
+
+const char* tp_path_name(TpPath p) {
+  switch (p) {
+    case TpPath::kAuto: return "auto";
+    case TpPath::kSequential: return "sequential";
+    case TpPath::kFused: return "fused";
+  }
+  return "?";
+}
+
+int shard_rows(int M, int P) {
+  if (M <= 0 || P <= 0) return 0;
+  const int per = (M + P - 1) / P;
+  return (per + kTileRows - 1) / kTileRows * kTileRows;
+}
+
+int shard_rows_of(int M, int P, int r) {
+  const long long S = shard_rows(M, P), lo = S * r, hi = std::min<long long>(M, S * (r + 1));
+  return hi > lo ? (int)(hi - lo) : 0;
+}
+
+size_t gemm_reducescatter_workspace_size(int M, int N, DType dtype, int P) {
+  const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
+  return up((size_t)P * S * N * e) + up(S * N * e);
+}
+
+size_t allgather_gemm_workspace_size(int M, int K, DType dtype, int P) {
+  const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
+  return up((size_t)P * S * K * e) + up(S * K * e);
+}
+
+// ------------------------------------------------------------------------ reduce-scatter
+Status check_gemm_reducescatter_args(const GemmReduceScatterArgs& a, int rank, int P, const TpConfig& cfg) {
+  const char* op = "gemm_reducescatter";
+  if (Status s = check_common(op, a.M, rank, P, a.dtype, a.workspace, cfg); !s) return s;
+  const int rows = shard_rows_of(a.M, P, rank);
+  // The GEMM's view: the partial, all P S rows of it (M rows computed), into the workspace.
+  GemmArgs g{a.A, a.B, a.workspace, a.M, a.N, a.K_local, a.dtype, a.b_layout};
+  if (Status s = can_implement(g); !s) return fail(op, s.reason);
+  if (rows > 0 && a.C_shard == nullptr) return fail(op, "C_shard is null (rank " + std::to_string(rank) + " holds " +
+                                                            std::to_string(rows) + " rows)");
+  if (rows > 0 && reinterpret_cast<uintptr_t>(a.C_shard) % 16 != 0) return fail(op, "C_shard is not 16-byte aligned");
+  const size_t e = dtype_size(a.dtype), ws = gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, P);
+  const size_t c_bytes = (size_t)rows * a.N * e;
+  for (auto [p, bytes, what] : {std::tuple{a.A, (size_t)a.M * a.K_local * e, "A"},
+                                std::tuple{a.B, (size_t)a.N * a.K_local * e, "B"}})
+    if (overlap(a.workspace, ws, p, bytes) || overlap(a.C_shard, c_bytes, p, bytes))
+      return fail(op, std::string(what) + " overlaps the workspace or C_shard");
+  if (overlap(a.workspace, ws, a.C_shard, c_bytes)) return fail(op, "C_shard overlaps the workspace");
+  return Status{};
+}
+
+Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg) {
+  const char* op = "gemm_reducescatter";
+  if (Status s = check_gemm_reducescatter_args(a, comm.rank(), comm.nranks(), cfg); !s) return s;
+  if (!comm.all_lsa())
+    return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
+                        std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
+  try {
+    (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
+  } catch (const Error& e) {
+    return fail(op, e.what());
+  }
+  return Status{};
+}
+
+void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg, cudaStream_t stream) {
+  const char* op = "gemm_reducescatter";
+  comm.require_usable(op);
+  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported,
+             std::string(op) + ": the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+  const Status st = can_implement(comm, a, cfg);
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
+  const size_t e = dtype_size(a.dtype), part_bytes = up((size_t)P * S * a.N * e);
+  if (comm.checks_calls()) {
+    const auto num = [](long long v) { return std::to_string(v); };
+    comm.agree_on_call(op, {{"M", num(a.M)},
+                            {"N", num(a.N)},
+                            {"K_local", num(a.K_local)},
+                            {"dtype", dtype_name(a.dtype)},
+                            {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
+                            {"path", tp_path_name(resolve(cfg))},
+                            {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
+  }
+  const Comm::CallOrder order(comm, stream);
+  char* partial = static_cast<char*>(a.workspace);
+  gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, partial, a.M, a.N, a.K_local, a.dtype, a.b_layout}, cfg.reserved_sms,
+                       stream);
+  // A rank with fewer than S rows takes its shard's sum into the workspace, then its rows.
+  void* recv = rows == S ? a.C_shard : partial + part_bytes;
+  reduce_scatter(comm, partial, recv, (size_t)S * a.N, a.dtype, stream);
+  if (rows < S && rows > 0)
+    TW_CUDA_CHECK(cudaMemcpyAsync(a.C_shard, recv, (size_t)rows * a.N * e, cudaMemcpyDeviceToDevice, stream));
+}
+
+// ------------------------------------------------------------------------ all-gather
+Status check_allgather_gemm_args(const AllGatherGemmArgs& a, int rank, int P, const TpConfig& cfg) {
+  const char* op = "allgather_gemm";
+  if (Status s = check_common(op, a.M, rank, P, a.dtype, a.workspace, cfg); !s) return s;
+  const int rows = shard_rows_of(a.M, P, rank);
+  GemmArgs g{a.workspace, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout};
+  if (Status s = can_implement(g); !s) return fail(op, s.reason);
+  if (rows > 0 && a.A_shard == nullptr) return fail(op, "A_shard is null (rank " + std::to_string(rank) + " holds " +
+                                                            std::to_string(rows) + " rows)");
+  if (rows > 0 && reinterpret_cast<uintptr_t>(a.A_shard) % 16 != 0) return fail(op, "A_shard is not 16-byte aligned");
+  if (a.A_gathered != nullptr && reinterpret_cast<uintptr_t>(a.A_gathered) % 16 != 0)
+    return fail(op, "A_gathered is not 16-byte aligned");
+  const size_t e = dtype_size(a.dtype), ws = allgather_gemm_workspace_size(a.M, a.K, a.dtype, P);
+  const size_t c_bytes = (size_t)a.M * a.N_local * e, ag_bytes = (size_t)a.M * a.K * e;
+  for (auto [p, bytes, what] : {std::tuple{(const void*)a.C, c_bytes, "C"},
+                                std::tuple{(const void*)a.A_gathered, ag_bytes, "A_gathered"}}) {
+    if (overlap(a.workspace, ws, p, bytes)) return fail(op, std::string(what) + " overlaps the workspace");
+    if (overlap(a.A_shard, (size_t)rows * a.K * e, p, bytes) || overlap(a.B, (size_t)a.N_local * a.K * e, p, bytes))
+      return fail(op, std::string(what) + " overlaps A_shard or B");
+  }
+  if (overlap(a.C, c_bytes, a.A_gathered, ag_bytes)) return fail(op, "C overlaps A_gathered");
+  return Status{};
+}
+
+Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
+  const char* op = "allgather_gemm";
+  if (Status s = check_allgather_gemm_args(a, comm.rank(), comm.nranks(), cfg); !s) return s;
+  if (!comm.all_lsa())
+    return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
+                        std::to_string(comm.nranks()) + "): its all-gather is LSA only");
+  try {
+    (void)comm.find_window(a.workspace, allgather_gemm_workspace_size(a.M, a.K, a.dtype, comm.nranks()), "workspace");
+  } catch (const Error& e) {
+    return fail(op, e.what());
+  }
+  return Status{};
+}
+
+void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
+  const char* op = "allgather_gemm";
+  comm.require_usable(op);
+  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported,
+             std::string(op) + ": the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+  const Status st = can_implement(comm, a, cfg);
+  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
+  const size_t e = dtype_size(a.dtype), gathered_bytes = up((size_t)P * S * a.K * e);
+  if (comm.checks_calls()) {
+    const auto num = [](long long v) { return std::to_string(v); };
+    comm.agree_on_call(op, {{"M", num(a.M)},
+                            {"N_local", num(a.N_local)},
+                            {"K", num(a.K)},
+                            {"dtype", dtype_name(a.dtype)},
+                            {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
+                            {"path", tp_path_name(resolve(cfg))},
+                            {"workspace", at(comm, a.workspace, gathered_bytes, "workspace")}});
+  }
+  const Comm::CallOrder order(comm, stream);
+  char* gathered = static_cast<char*>(a.workspace);
+  // A rank with fewer than S rows sends its shard padded to S rows (the padding is never read).
+  const void* send = a.A_shard;
+  if (rows < S) {
+    char* pad = gathered + gathered_bytes;
+    if (rows > 0) TW_CUDA_CHECK(cudaMemcpyAsync(pad, a.A_shard, (size_t)rows * a.K * e, cudaMemcpyDeviceToDevice, stream));
+    send = pad;
+  }
+  all_gather(comm, send, gathered, (size_t)S * a.K, a.dtype, stream);
+  gemm_impl::team_gemm(comm, GemmArgs{gathered, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, cfg.reserved_sms,
+                       stream);
+  if (a.A_gathered != nullptr)
+    TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, gathered, (size_t)a.M * a.K * e, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace tw

@@ -1,0 +1,110 @@
+// The sequence-parallel ops' host logic (tilewire/ops/gemm_scatter_gather.hpp): the shard rule
+// and every refusal of check_*_args, with their reasons. No GPU needed.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tilewire/ops/gemm_scatter_gather.hpp"
+
+namespace {
+
+using tw::AllGatherGemmArgs;
+using tw::DType;
+using tw::GemmReduceScatterArgs;
+using tw::TpConfig;
+using tw::TpPath;
+
+// Fake, 256-byte aligned and far apart: the checks only look at the addresses.
+void* addr(uintptr_t gib) { return reinterpret_cast<void*>(gib << 30); }
+
+TEST(TpShards, WholeTilesEveryRowOnce) {
+  EXPECT_EQ(tw::shard_rows(8192, 8), 1024);
+  EXPECT_EQ(tw::shard_rows(4096, 2), 2048);
+  EXPECT_EQ(tw::shard_rows(1000, 8), 128);  // ceil(125) -> 128: ranks 0..6 hold 128, rank 7 104
+  EXPECT_EQ(tw::shard_rows_of(1000, 8, 7), 1000 - 7 * 128);
+  EXPECT_EQ(tw::shard_rows(100, 4), 128);   // one tile: rank 0 holds every row, the others none
+  EXPECT_EQ(tw::shard_rows_of(100, 4, 0), 100);
+  EXPECT_EQ(tw::shard_rows_of(100, 4, 1), 0);
+  for (int P : {1, 2, 3, 4, 5, 8})
+    for (int M : {1, 127, 128, 129, 1000, 3000, 4096, 8191, 16384}) {
+      const int S = tw::shard_rows(M, P);
+      EXPECT_EQ(S % 128, 0);
+      EXPECT_GE((long long)S * P, M) << "M " << M << " P " << P;
+      EXPECT_LT((long long)(S - 128) * P, M) << "M " << M << " P " << P << ": a smaller S would do";
+      int sum = 0;
+      for (int r = 0; r < P; ++r) sum += tw::shard_rows_of(M, P, r);
+      EXPECT_EQ(sum, M) << "M " << M << " P " << P;
+      if (M % (128 * P) == 0) {
+        EXPECT_EQ(S, M / P);
+      }
+    }
+}
+
+TEST(TpShards, WorkspaceHoldsThePaddedPartialOrGatheredA) {
+  const size_t S = 1024;
+  EXPECT_GE(tw::gemm_reducescatter_workspace_size(8192, 4096, DType::kBFloat16, 8), 8 * S * 4096 * 2 + S * 4096 * 2);
+  EXPECT_GE(tw::allgather_gemm_workspace_size(8192, 4096, DType::kFloat16, 8), 8 * S * 4096 * 2);
+}
+
+GemmReduceScatterArgs good_rs() {
+  GemmReduceScatterArgs a;
+  a.A = addr(1), a.B = addr(2), a.C_shard = addr(3), a.workspace = addr(4);
+  a.M = 4096, a.N = 4096, a.K_local = 1024;
+  return a;
+}
+
+AllGatherGemmArgs good_ag() {
+  AllGatherGemmArgs a;
+  a.A_shard = addr(1), a.B = addr(2), a.C = addr(3), a.workspace = addr(4);
+  a.M = 4096, a.N_local = 2048, a.K = 4096;
+  return a;
+}
+
+void refused(const tw::Status& s, const std::string& needle) {
+  EXPECT_FALSE(s.ok) << "expected a refusal naming '" << needle << "'";
+  EXPECT_NE(s.reason.find(needle), std::string::npos) << s.reason;
+}
+
+TEST(TpArgs, ReduceScatterRefusals) {
+  EXPECT_TRUE(tw::check_gemm_reducescatter_args(good_rs(), 0, 4, {}).ok);
+  GemmReduceScatterArgs a = good_rs();
+  a.dtype = DType::kFloat32;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, {}), "dtype float");
+  a = good_rs(), a.M = 0;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, {}), "M = 0");
+  a = good_rs(), a.K_local = 1001;  // rows of A not 16-byte multiples
+  EXPECT_FALSE(tw::check_gemm_reducescatter_args(a, 0, 4, {}).ok);
+  a = good_rs(), a.workspace = nullptr;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, {}), "workspace is null");
+  a = good_rs(), a.C_shard = nullptr;
+  refused(tw::check_gemm_reducescatter_args(a, 1, 4, {}), "C_shard is null");
+  a = good_rs(), a.M = 100, a.C_shard = nullptr;  // rank 1 holds no rows of M = 100 on 4 ranks
+  EXPECT_TRUE(tw::check_gemm_reducescatter_args(a, 1, 4, {}).ok);
+  a = good_rs(), a.C_shard = static_cast<char*>(a.workspace) + 4096;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, {}), "overlaps the workspace");
+  a = good_rs();
+  TpConfig fused;
+  fused.path = TpPath::kFused;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, fused), "not built");
+  refused(tw::check_gemm_reducescatter_args(a, 4, 4, {}), "rank 4 of 4");
+}
+
+TEST(TpArgs, AllGatherGemmRefusals) {
+  EXPECT_TRUE(tw::check_allgather_gemm_args(good_ag(), 0, 4, {}).ok);
+  AllGatherGemmArgs a = good_ag();
+  a.b_layout = tw::BLayout::kKN;
+  EXPECT_TRUE(tw::check_allgather_gemm_args(a, 3, 4, {}).ok);
+  a = good_ag(), a.A_shard = nullptr;
+  refused(tw::check_allgather_gemm_args(a, 0, 4, {}), "A_shard is null");
+  a = good_ag(), a.A_gathered = static_cast<char*>(a.C) + 256;
+  refused(tw::check_allgather_gemm_args(a, 0, 4, {}), "C overlaps A_gathered");
+  a = good_ag(), a.A_gathered = static_cast<char*>(addr(5)) + 8;
+  refused(tw::check_allgather_gemm_args(a, 0, 4, {}), "A_gathered is not 16-byte aligned");
+  a = good_ag(), a.C = static_cast<char*>(a.workspace) + 512;
+  EXPECT_FALSE(tw::check_allgather_gemm_args(a, 0, 4, {}).ok);
+  a = good_ag(), a.dtype = DType::kFloat32;
+  EXPECT_FALSE(tw::check_allgather_gemm_args(a, 0, 4, {}).ok);
+}
+
+}  // namespace
