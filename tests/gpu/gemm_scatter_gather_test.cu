@@ -1,0 +1,239 @@
+// gemm_reducescatter and allgather_gemm (ops/gemm_scatter_gather.hpp) on the test team (real
+// ranks or TILEWIRE_TEST_VIRTUAL), against host references built from the same seeded inputs:
+//   * reduce-scatter: every element of every rank's shard; small integers bitwise (the GEMM is
+//     exact in fp32, so each rounded partial and the one rounding of their sum are known),
+//     random values within one ulp of the fp64 sum plus each partial's rounding;
+//   * all-gather + GEMM: the gathered A bitwise against the shards, C bitwise where the inputs
+//     make the GEMM exact, else within the fp32-accumulation bound;
+//   * M not a multiple of P or of 128 (ranks with fewer rows, or none), both B layouts, bf16 and
+//     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
+//     and bad input refused on every rank with nothing written.
+#include <chrono>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/gemm_scatter_gather.hpp"
+
+namespace {
+using tw::BLayout;
+using tw::DType;
+using namespace tw_test;
+
+struct TpCase {
+  int M, N, K;
+  DType dtype;
+  BLayout b;
+  Fill fill;
+};
+
+std::string label(const TpCase& c) {
+  return std::to_string(c.M) + "x" + std::to_string(c.N) + "x" + std::to_string(c.K) + " " + tw::dtype_name(c.dtype) +
+         (c.b == BLayout::kNK ? " NK" : " KN") + (c.fill == Fill::kSmallInt ? " ints" : " random");
+}
+
+// Host value of element i of a seeded buffer (the device fill's value, exact in the dtype).
+double value(const TpCase& c, uint64_t seed, int rank, size_t i) {
+  return (double)input_value(c.fill, seed, rank, i, c.dtype);
+}
+
+// B's element (n, k) of rank q in either layout: B_nk[n][k] or B_kn[k][n].
+double b_at(const TpCase& c, uint64_t seed, int q, int n, int k, int N, int K) {
+  return value(c, seed, q, c.b == BLayout::kNK ? (size_t)n * K + k : (size_t)k * N + n);
+}
+
+double round_to(DType t, double v) { return from_bits(t, to_bits(t, (float)v)); }
+
+int sig_bits(DType t) { return mantissa_bits(t) + 1; }
+
+TEST(GemmReduceScatter, ShardsMatchTheReference) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  const std::vector<TpCase> cases = {
+      {1024, 512, 16, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},  // integers: the bits are known
+      {1000, 384, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},   // M neither P- nor 128-aligned
+      {3000, 256, 128, DType::kFloat16, BLayout::kNK, Fill::kRandom},
+      {100, 256, 64, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},   // one tile: rank 0 holds all
+  };
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    size_t ws_bytes = 0;
+    for (const TpCase& c : cases) ws_bytes = std::max(ws_bytes, tw::gemm_reducescatter_workspace_size(c.M, c.N, c.dtype, P));
+    tw::Window ws = comm.alloc_window(ws_bytes);
+    for (const TpCase& c : cases) {
+      const size_t e = tw::dtype_size(c.dtype);
+      const int S = tw::shard_rows(c.M, P), rows = tw::shard_rows_of(c.M, P, me);
+      DeviceBuffer A((size_t)c.M * c.K * e), B((size_t)c.N * c.K * e), C(std::max<size_t>((size_t)rows * c.N * e, 16));
+      comm.sync(s);
+      comm.barrier();  // allocations before any rank's collective (a virtual team shares the device)
+      for (int call = 0; call < 2; ++call) {  // back to back on one workspace, new data
+        const uint64_t sa = 100 + 10 * call, sb = 200 + 10 * call;
+        fill(A.data(), c.dtype, (size_t)c.M * c.K, c.fill, sa, me, s);
+        fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
+        poison(C.data(), C.bytes, s);
+        if (call == 1 && me == P - 1) {  // the last rank late: the others' collective waits for it
+          comm.sync(s);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        tw::GemmReduceScatterArgs a{A.data(), B.data(), C.data(), c.M, c.N, c.K, c.dtype, c.b, ws.data()};
+        tw::gemm_reducescatter(comm, a, {}, s);
+        const Bytes got = to_host(C.data(), (size_t)rows * c.N * e, s);
+        // Every rank's A rows of this shard and its B, as doubles (the reference's inputs).
+        std::vector<std::vector<double>> Aq(P), Bq(P);
+        for (int q = 0; q < P; ++q) {
+          Aq[q].resize((size_t)rows * c.K), Bq[q].resize((size_t)c.N * c.K);
+          for (size_t i = 0; i < Aq[q].size(); ++i) Aq[q][i] = value(c, sa, q, (size_t)me * S * c.K + i);
+          for (int n = 0; n < c.N; ++n)
+            for (int k = 0; k < c.K; ++k) Bq[q][(size_t)n * c.K + k] = b_at(c, sb, q, n, k, c.N, c.K);
+        }
+        size_t bad = 0;
+        std::string first;
+        for (int i = 0; i < rows; ++i)
+          for (int n = 0; n < c.N; ++n) {
+            double exact = 0, rounded = 0, bound = 0;
+            for (int q = 0; q < P; ++q) {
+              double part = 0;
+              for (int k = 0; k < c.K; ++k) part += Aq[q][(size_t)i * c.K + k] * Bq[q][(size_t)n * c.K + k];
+              exact += part;
+              rounded += round_to(c.dtype, part);
+              bound += ulp(part, sig_bits(c.dtype));
+            }
+            const double g = from_bits(c.dtype, elem(got, c.dtype, (size_t)i * c.N + n));
+            // Integers: the GEMM's fp32 accumulation is exact, so the op's bits are known: each
+            // partial rounded, the sum (exact in fp32) rounded once. Random: within one ulp of
+            // the exact sum plus each partial's rounding.
+            const bool ok = c.fill == Fill::kSmallInt
+                                ? g == round_to(c.dtype, rounded)
+                                : std::fabs(g - exact) <= ulp(exact, sig_bits(c.dtype)) + bound;
+            if (!ok && bad++ == 0)
+              first = "row " + std::to_string(me * S + i) + " col " + std::to_string(n) + ": got " + std::to_string(g) +
+                      ", exact " + std::to_string(exact) + ", rounded partials " + std::to_string(rounded);
+          }
+        if (bad)
+          wrong[me] += label(c) + " call " + std::to_string(call) + ": " + std::to_string(bad) + " of " +
+                       std::to_string((size_t)rows * c.N) + " wrong, first " + first + "; ";
+        comm.barrier();
+      }
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  const std::vector<TpCase> cases = {
+      {1024, 512, 64, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},  // exact GEMM: C bitwise
+      {1000, 384, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},
+      {3000, 256, 128, DType::kFloat16, BLayout::kNK, Fill::kSmallInt},
+      {100, 512, 64, DType::kFloat16, BLayout::kKN, Fill::kRandom},
+  };
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    size_t ws_bytes = 0;
+    for (const TpCase& c : cases) ws_bytes = std::max(ws_bytes, tw::allgather_gemm_workspace_size(c.M, c.K, c.dtype, P));
+    tw::Window ws = comm.alloc_window(ws_bytes);
+    for (const TpCase& c : cases) {
+      const size_t e = tw::dtype_size(c.dtype);
+      const int S = tw::shard_rows(c.M, P), rows = tw::shard_rows_of(c.M, P, me);
+      DeviceBuffer A(std::max<size_t>((size_t)rows * c.K * e, 16)), B((size_t)c.N * c.K * e), C((size_t)c.M * c.N * e),
+          G((size_t)c.M * c.K * e);
+      comm.sync(s);
+      comm.barrier();
+      for (int call = 0; call < 2; ++call) {
+        const uint64_t sa = 300 + 10 * call, sb = 400 + 10 * call;
+        // Shard r's rows are rows r S.. of one seeded [M, K] matrix (seed sa, "rank" 0), so the
+        // gathered A is that matrix.
+        fill(A.data(), c.dtype, (size_t)rows * c.K, c.fill, sa, 0, s, (size_t)me * S * c.K);
+        fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
+        poison(C.data(), C.bytes, s);
+        poison(G.data(), G.bytes, s);
+        if (call == 1 && me == 0) {
+          comm.sync(s);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+        tw::AllGatherGemmArgs a{A.data(), B.data(), C.data(), G.data(), c.M, c.N, c.K, c.dtype, c.b, ws.data()};
+        tw::allgather_gemm(comm, a, {}, s);
+        const Bytes g = to_host(G.data(), G.bytes, s), got = to_host(C.data(), C.bytes, s);
+        if (std::string d = compare_exact(g, host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0), c.dtype,
+                                          (size_t)c.M * c.K);
+            !d.empty())
+          wrong[me] += label(c) + " call " + std::to_string(call) + ": gathered A: " + d + "; ";
+        std::vector<double> Ah((size_t)c.M * c.K), Bh((size_t)c.N * c.K);
+        for (size_t i = 0; i < Ah.size(); ++i) Ah[i] = value(c, sa, 0, i);
+        for (int n = 0; n < c.N; ++n)
+          for (int k = 0; k < c.K; ++k) Bh[(size_t)n * c.K + k] = b_at(c, sb, me, n, k, c.N, c.K);
+        size_t bad = 0;
+        std::string first;
+        for (int m = 0; m < c.M; ++m)
+          for (int n = 0; n < c.N; ++n) {
+            double exact = 0, mag = 0;
+            for (int k = 0; k < c.K; ++k) {
+              const double p = Ah[(size_t)m * c.K + k] * Bh[(size_t)n * c.K + k];
+              exact += p, mag += std::fabs(p);
+            }
+            const double v = from_bits(c.dtype, elem(got, c.dtype, (size_t)m * c.N + n));
+            // Integers: fp32 accumulation is exact, one rounding: bitwise. Random: + K fp32 ulps.
+            const bool ok = c.fill == Fill::kSmallInt ? v == round_to(c.dtype, exact)
+                                                      : std::fabs(v - exact) <= ulp(exact, sig_bits(c.dtype)) +
+                                                                                     c.K * std::ldexp(mag, -23);
+            if (!ok && bad++ == 0)
+              first = "row " + std::to_string(m) + " col " + std::to_string(n) + ": got " + std::to_string(v) +
+                      ", exact " + std::to_string(exact);
+          }
+        if (bad)
+          wrong[me] += label(c) + " call " + std::to_string(call) + ": C " + std::to_string(bad) + " wrong, first " +
+                       first + "; ";
+        comm.barrier();
+      }
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+// Bad input: refused on every rank with the reason, nothing written (outputs stay poisoned).
+TEST(GemmScatterGather, BadInputWritesNothing) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    const int M = 512, N = 256, K = 128;
+    tw::Window ws = comm.alloc_window(tw::gemm_reducescatter_workspace_size(M, N, DType::kBFloat16, P) +
+                                      tw::allgather_gemm_workspace_size(M, K, DType::kBFloat16, P));
+    DeviceBuffer A((size_t)M * K * 2), B((size_t)N * K * 2), C((size_t)M * N * 2), small(4096);
+    poison(C.data(), C.bytes, s);
+    const auto expect = [&](const char* what, const std::function<void()>& f, tw::Errc code,
+                            std::vector<const char*> needles) {
+      if (const ::testing::AssertionResult r = throws_tw(f, code, needles); !r) wrong[me] += std::string(what) + ": " + r.message() + "; ";
+    };
+    tw::GemmReduceScatterArgs rs{A.data(), B.data(), C.data(), M, N, K, DType::kBFloat16, BLayout::kNK, ws.data()};
+    tw::GemmReduceScatterArgs r2 = rs;
+    r2.dtype = DType::kFloat32;
+    expect("rs dtype", [&] { tw::gemm_reducescatter(comm, r2, {}, s); }, tw::Errc::kInvalidArgument, {"float"});
+    r2 = rs, r2.workspace = small.data();  // not in a window
+    expect("rs workspace", [&] { tw::gemm_reducescatter(comm, r2, {}, s); }, tw::Errc::kInvalidArgument, {"workspace"});
+    tw::TpConfig fused;
+    fused.path = tw::TpPath::kFused;
+    expect("rs fused", [&] { tw::gemm_reducescatter(comm, rs, fused, s); }, tw::Errc::kUnsupported, {"not built"});
+    tw::AllGatherGemmArgs ag{A.data(), B.data(), C.data(), nullptr, M, N, K, DType::kBFloat16, BLayout::kNK, ws.data()};
+    tw::AllGatherGemmArgs a2 = ag;
+    a2.C = static_cast<char*>(ws.data()) + 256;
+    expect("ag C in workspace", [&] { tw::allgather_gemm(comm, a2, {}, s); }, tw::Errc::kInvalidArgument, {"overlaps"});
+    a2 = ag, a2.K = 100;  // 200-byte rows: not 16-byte multiples
+    expect("ag K", [&] { tw::allgather_gemm(comm, a2, {}, s); }, tw::Errc::kInvalidArgument, {"allgather_gemm"});
+    const Bytes c = to_host(C.data(), C.bytes, s);
+    if (std::string d = check_fill(c, 0, c.size(), kPoison, "C"); !d.empty()) wrong[me] += d;
+    comm.barrier();
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
+}  // namespace
