@@ -20,6 +20,9 @@
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (bench_ep.jsonl: one JSON line per run)
+#   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
+#                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
+#                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU
@@ -32,7 +35,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python) ;;
+  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -136,6 +139,23 @@ if [ "$MODE" = ep ]; then
     done
   done
   rm -f "$OUT/ep.json"
+fi
+
+if [ "$MODE" = tp ]; then
+  header
+  TP_TESTS='GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'
+  for p in ${VIRTUAL_P:-0 2 3 4 8}; do
+    step "GEMM + RS / AG + GEMM tests, ${p} virtual ranks (0: the real GPU)"
+    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter="$TP_TESTS" --gtest_output=json:"$OUT/gpu_tests_tp_p$p.json"
+  done
+  step "memcheck on them, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter="$TP_TESTS"
+  for op in gemm-rs ag-gemm; do
+    step "bench $op --sweep llama --virtual 4, and -m 4096 on the real GPU"
+    run 200 "$TW" bench $op --sweep llama --virtual 4 -R 3 --iters 5 --json "$OUT/bench_${op}_virtual4.json"
+    run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --json "$OUT/bench_${op}_p1.json"
+  done
 fi
 
 if [ "$MODE" = python ]; then

@@ -31,6 +31,12 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv);
 // options (--help). 0: every row and count checked correct; 1: some were not.
 int bench_ep(const std::vector<std::string>& argv);
 
+// `tilewire bench gemm-rs` / `tilewire bench ag-gemm` (op_name): tw::gemm_reducescatter /
+// tw::allgather_gemm against tilewire's GEMM alone, cuBLASLt alone, cuBLASLt + NCCL in sequence
+// and chunked on two streams, on all local GPUs or --virtual P (bench_tp.cu). Own options
+// (--help). 0: every checked element correct; 1: some were not.
+int bench_tp(const std::string& op_name, const std::vector<std::string>& argv);
+
 // `tilewire trace summarize FILE.json [--json] [--plot OUT.png]` (trace_cmd.cpp): the metrics of a
 // trace file (tw::trace::save_trace_file); --plot runs scripts/plot_trace.py. 0, or throws.
 int trace_command(const std::vector<std::string>& args);

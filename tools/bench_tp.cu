@@ -1,0 +1,485 @@
+// tools/bench_tp.cu — `tilewire bench gemm-rs` and `tilewire bench ag-gemm`: the two GEMMs of
+// sequence-parallel tensor parallelism (ops/gemm_scatter_gather.hpp) against the unfused ways to
+// get the same result, every row from the same run.
+//
+//   gemm-rs   C_shard = shard r of sum_q A_q [M, K_local] B_q         (B [N, K_local] or [K_local, N])
+//   ag-gemm   C = [A_shard(0); ...; A_shard(P-1)] [M, K] B_r          (B [N_local, K] or [K, N_local])
+//
+// Rows, per shape, every rank:
+//   (a) tw-gemm   tilewire's GEMM alone on the local shape (the op's lower bound)
+//   (b) cublas    cuBLASLt alone on the local shape
+//   (c) seq       cuBLASLt then ncclReduceScatter / ncclAllGather then cuBLASLt (one stream)
+//   (d) chunked   two streams: gemm-rs in c column chunks (chunk j's GEMM on s1, its
+//                 ncclReduceScatter on s2, c in --chunks that divide N; B [N, K] only); ag-gemm one
+//                 chunk per source shard (ncclBroadcast of shard q on s2, the GEMM of its rows on s1)
+//   (e) op        tw::gemm_reducescatter / tw::allgather_gemm (TpPath::kAuto)
+//   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
+// With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
+// sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events
+// after a host barrier; the slowest rank's median. Inputs: seeded uniform in [-1, 1).
+//
+// #wrong, after the timing, on both backends: gemm-rs: every rank's cuBLASLt partial p_q in a
+// window; each element of this rank's shard against ref = sum_q p_q (fp32, read through the LSA
+// team), |C - ref| <= (P + 4) 2^-8 mag + P K 2^-24, mag = sum_q |p_q| (the op's partials may
+// round one ulp apart from cuBLASLt's and the sum rounds once). ag-gemm: the gathered A bitwise
+// against the shards (read from the peers' windows), C against cuBLASLt on it within
+// 2^-7 |ref| + K 2^-20 (accumulation order; |a b| < 1).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench_args.hpp"  // median, parse_virtual_ranks
+#include "bench_gate.hpp"  // HostBarrier
+#include "commands.hpp"
+#include "runtime/cublaslt.hpp"
+#include "tilewire/device/peer.cuh"
+#include "tilewire/ops/gemm.hpp"
+#include "tilewire/ops/gemm_scatter_gather.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::cli {
+namespace {
+
+enum class TpOp { kGemmRs, kAgGemm };
+
+struct TpOptions {
+  TpOp op = TpOp::kGemmRs;
+  std::vector<int> M = {4096};
+  int N = 8192, K = 4096;  // gemm-rs: N, K_local; ag-gemm: N_local, K (the local GEMM's N and K)
+  bool llama = false;      // --sweep llama
+  DType dtype = DType::kBFloat16;
+  BLayout b = BLayout::kNK;
+  std::vector<int> chunks = {2, 4, 8};
+  int iters = 10, repeats = 5, virtual_ranks = 0;
+  std::string json_path;
+  bool help = false;
+};
+
+const char* kUsage =
+    "usage: tilewire bench gemm-rs|ag-gemm [options]\n"
+    "  -m M[,M..]          rows of the full A / C (default 4096)\n"
+    "  -n N                gemm-rs: N; ag-gemm: N_local (default 8192)\n"
+    "  -k K                gemm-rs: K_local; ag-gemm: K (default 4096)\n"
+    "  --sweep llama       M in {1024 .. 16384} x the Llama 3 8B FFN (14336 / 4096), 70B FFN\n"
+    "                      (28672 / 8192) and 70B attention output (8192 / 8192), sharded over the ranks\n"
+    "  --dtype bf16|fp16   --layout nk|kn   --chunks c[,c..] (default 2,4,8)\n"
+    "  --iters N  -R N     --virtual P (P ranks on GPU 0: correctness only)   --json FILE\n";
+
+std::vector<int> int_list(const std::string& s, const char* what) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string w;
+  while (std::getline(ss, w, ',')) {
+    char* end = nullptr;
+    const long x = std::strtol(w.c_str(), &end, 10);
+    TW_REQUIRE(!w.empty() && *end == 0 && x > 0 && x < (1L << 30), kInvalidArgument,
+               std::string("bench: ") + what + " takes positive integers, got '" + s + "'");
+    v.push_back((int)x);
+  }
+  return v;
+}
+
+TpOptions parse(TpOp op, const std::vector<std::string>& argv) {
+  TpOptions o;
+  o.op = op;
+  for (size_t i = 0; i < argv.size(); ++i) {
+    const std::string& a = argv[i];
+    if (a == "-h" || a == "--help") {
+      o.help = true;
+      continue;
+    }
+    TW_REQUIRE(i + 1 < argv.size(), kInvalidArgument, "bench: " + a + " needs a value (--help)");
+    const std::string& v = argv[++i];
+    if (a == "-m") o.M = int_list(v, "-m");
+    else if (a == "-n") o.N = int_list(v, "-n").at(0);
+    else if (a == "-k") o.K = int_list(v, "-k").at(0);
+    else if (a == "--sweep") {
+      TW_REQUIRE(v == "llama", kInvalidArgument, "bench: --sweep takes llama, got '" + v + "'");
+      o.llama = true;
+    } else if (a == "--dtype") {
+      TW_REQUIRE(v == "bf16" || v == "fp16", kInvalidArgument, "bench: --dtype takes bf16 or fp16, got '" + v + "'");
+      o.dtype = v == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+    } else if (a == "--layout") {
+      TW_REQUIRE(v == "nk" || v == "kn", kInvalidArgument, "bench: --layout takes nk or kn, got '" + v + "'");
+      o.b = v == "nk" ? BLayout::kNK : BLayout::kKN;
+    } else if (a == "--chunks") o.chunks = int_list(v, "--chunks");
+    else if (a == "--iters") o.iters = int_list(v, "--iters").at(0);
+    else if (a == "-R") o.repeats = int_list(v, "-R").at(0);
+    else if (a == "--virtual") o.virtual_ranks = parse_virtual_ranks(a, v);
+    else if (a == "--json") o.json_path = v;
+    else TW_REQUIRE(false, kInvalidArgument, "bench: unknown option " + a + " (--help)");
+  }
+  return o;
+}
+
+struct Shape {
+  int M, N, K;  // the local GEMM's N and K
+  std::string name;
+};
+
+// The shapes of a run on P ranks: the Llama sweep sharded as tensor parallelism shards it
+// (gemm-rs: the row-parallel layer, N = the model width, K_local = F / P; ag-gemm: the
+// column-parallel layer, N_local = F / P, K = the width), or -m x -n x -k.
+std::vector<Shape> shapes(const TpOptions& o, int P) {
+  std::vector<Shape> v;
+  if (!o.llama) {
+    for (int m : o.M) v.push_back({m, o.N, o.K, ""});
+    return v;
+  }
+  struct Layer {
+    const char* name;
+    int F, D;
+  };
+  for (const Layer& l : {Layer{"8B FFN", 14336, 4096}, Layer{"70B FFN", 28672, 8192}, Layer{"70B attn out", 8192, 8192}})
+    for (int m : {1024, 2048, 4096, 8192, 16384}) {
+      if (l.F % P) continue;  // not shardable over P ranks
+      v.push_back(o.op == TpOp::kGemmRs ? Shape{m, l.D, l.F / P, l.name} : Shape{m, l.F / P, l.D, l.name});
+    }
+  return v;
+}
+
+struct Dev {
+  void* p = nullptr;
+  explicit Dev(size_t bytes) { TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 256))); }
+  ~Dev() { cudaFree(p); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+};
+
+__device__ __forceinline__ float to_f(const __nv_bfloat16* p, size_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ float to_f(const __half* p, size_t i) { return __half2float(p[i]); }
+
+// Seeded uniform in [-1, 1), the same on every run.
+template <class T>
+__global__ void fill_uniform(T* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = (seed + 1) * 0x9E3779B97F4A7C15ull + i;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const float u = (float)((z >> 40) & 0xFFFFFF) / 8388608.0f - 1.0f;
+    p[i] = T(u);
+  }
+}
+
+// gemm-rs: element (i, n) of this rank's shard against the sum of every rank's partial, read in
+// the partials' window at row r S + i.
+template <class T>
+__global__ void check_rs(DevCtx ctx, DevWindow pw, const T* C, int rows, int N, int S, int K, unsigned long long* bad) {
+  const int P = ctx.nranks, r = ctx.rank;
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)rows * N; e += (size_t)gridDim.x * blockDim.x) {
+    const size_t at = (size_t)r * S * N + e;
+    float ref = 0, mag = 0;
+    for (int q = 0; q < P; ++q) {
+      const float v = to_f(dev::lsa_ptr<const T>(ctx, pw, 0, q), at);
+      ref += v, mag += fabsf(v);
+    }
+    const float c = to_f(C, e);
+    if (!(fabsf(c - ref) <= (P + 4) * 0.00390625f * mag + P * K * 5.96e-8f)) atomicAdd(bad, 1ull);
+  }
+}
+
+// ag-gemm: the gathered A against the shards in the peers' windows (bitwise), C against ref.
+template <class T>
+__global__ void check_ag(DevCtx ctx, DevWindow sw, const T* G, int M, int K, int S, const T* C, const T* ref, size_t nc,
+                         unsigned long long* bad) {
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < (size_t)M * K; e += (size_t)gridDim.x * blockDim.x) {
+    const int q = (int)(e / K / S);
+    const T want = dev::lsa_ptr<const T>(ctx, sw, 0, q)[e - (size_t)q * S * K];
+    if (*reinterpret_cast<const uint16_t*>(&G[e]) != *reinterpret_cast<const uint16_t*>(&want)) atomicAdd(bad, 1ull);
+  }
+  for (size_t e = blockIdx.x * (size_t)blockDim.x + threadIdx.x; e < nc; e += (size_t)gridDim.x * blockDim.x) {
+    const float c = to_f(C, e), r = to_f(ref, e);
+    if (!(fabsf(c - r) <= 0.0078125f * fabsf(r) + K * 9.54e-7f)) atomicAdd(bad, 1ull);
+  }
+}
+
+struct Row {
+  std::string what;
+  bool ran = false;
+  double us = 0;
+};
+
+struct Shared {
+  std::mutex mu;
+  std::vector<std::vector<double>> t;  // [rank] median per row of the shape being timed
+  unsigned long long wrong = 0;
+};
+
+class TpBench {
+ public:
+  TpBench(const TpOptions& o, int P) : o_(o), P_(P), barrier_(P) { sh_.t.assign(P, {}); }
+  void run(Comm& comm);
+  std::vector<std::pair<Shape, std::vector<Row>>> results;  // rank 0's
+  Shared& shared() { return sh_; }
+
+ private:
+  template <class Op>
+  double time(Comm& comm, cudaStream_t s, Op op);
+  template <class T>
+  void shape(Comm& comm, const Shape& sh);
+  const TpOptions& o_;
+  const int P_;
+  HostBarrier barrier_;
+  Shared sh_;
+};
+
+template <class Op>
+double TpBench::time(Comm& comm, cudaStream_t s, Op op) {
+  op();
+  comm.sync(s);
+  cudaEvent_t e0, e1;
+  TW_CUDA_CHECK(cudaEventCreate(&e0));
+  TW_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<double> t;
+  for (int r = 0; r < o_.repeats; ++r) {
+    barrier_.arrive_and_wait("bench tp repeat");
+    TW_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < o_.iters; ++i) op();
+    TW_CUDA_CHECK(cudaEventRecord(e1, s));
+    comm.sync(s);
+    float ms = 0;
+    TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    t.push_back(ms * 1e3 / o_.iters);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return median(t);
+}
+
+template <class T>
+void TpBench::shape(Comm& comm, const Shape& sh) {
+  const int me = comm.rank(), P = comm.nranks(), M = sh.M, N = sh.N, K = sh.K;
+  const int S = shard_rows(M, P), rows = shard_rows_of(M, P, me);
+  const bool rs = o_.op == TpOp::kGemmRs;
+  const size_t e = sizeof(T);
+  cudaStream_t s1 = nullptr, s2 = nullptr;
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  lt::LtHandle lth;
+  const size_t lt_ws_bytes = lt::LtMatmul::kDefaultWorkspace;
+  Dev lt_ws(lt_ws_bytes), bad(8);
+  // Operands: gemm-rs A [M, K], B, partial [P S, N] (a window: the check reads it), C_shard;
+  // ag-gemm A_shard [S, K] (a window: the check reads it), gathered [P S, K], B, C [M, N].
+  const size_t a_rows = rs ? (size_t)M : (size_t)S;
+  Dev A(a_rows * K * e), B((size_t)N * K * e), C((size_t)(rs ? S : M) * N * e), ref((size_t)M * N * e),
+      gathered((size_t)P * S * K * e);
+  Window part = comm.alloc_window(std::max<size_t>((size_t)P * S * N * e, 256));
+  Window shard = comm.alloc_window(std::max<size_t>((size_t)S * K * e, 256));
+  const size_t ws_bytes = rs ? gemm_reducescatter_workspace_size(M, N, o_.dtype, P) : allgather_gemm_workspace_size(M, K, o_.dtype, P);
+  Window ws = comm.alloc_window(ws_bytes);
+  const uint64_t seed = 1000ull * me + 7;
+  fill_uniform<T><<<1024, 256, 0, s1>>>(static_cast<T*>(rs ? A.p : shard.data()), a_rows * K, seed);
+  fill_uniform<T><<<1024, 256, 0, s1>>>(static_cast<T*>(B.p), (size_t)N * K, seed + 1);
+  TW_CUDA_CHECK(cudaMemsetAsync(bad.p, 0, 8, s1));
+  const void* A_local = rs ? A.p : shard.data();
+  // The local GEMM: gemm-rs on A [M, K], ag-gemm on the gathered A [M, K].
+  const void* gemm_a = rs ? A.p : gathered.p;
+  lt::LtMatmul full(lth.get(), M, N, K, o_.b, lt_ws_bytes, o_.dtype);
+  GemmArgs tg{gemm_a, B.p, rs ? part.data() : C.p, M, N, K, o_.dtype, o_.b};
+  std::vector<Row> rows_out = {{"(a) tw-gemm"}, {"(b) cublas"}, {"(c) seq cublas+nccl"}, {"(d) chunked"},
+                               {"(e) op (auto)"}, {"(f) nccl collective"}};
+  std::vector<double> t(rows_out.size(), -1);
+  comm.sync(s1);
+  comm.barrier();
+  GemmConfig gc;  // on a virtual team tilewire's GEMM keeps to the rank's SM budget, as the op's does
+  if (comm.is_virtual()) {
+    int dev = 0, sms = 0;
+    TW_CUDA_CHECK(cudaGetDevice(&dev));
+    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    gc.reserved_sms = sms - comm.sm_count();
+  }
+  t[0] = time(comm, s1, [&] { gemm(tg, gc, s1); });
+  t[1] = time(comm, s1, [&] { full.run(gemm_a, B.p, rs ? part.data() : C.p, lt_ws.p, s1); });
+  ncclComm_t nc = comm.nccl();
+  const ncclDataType_t nt = o_.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat16;
+  if (nc != nullptr) {
+    if (rs) {
+      const auto coll = [&] { TW_NCCL_CHECK(ncclReduceScatter(part.data(), ref.p, (size_t)S * N, nt, ncclSum, nc, s1)); };
+      t[2] = time(comm, s1, [&] {
+        full.run(A.p, B.p, part.data(), lt_ws.p, s1);
+        coll();
+      });
+      t[5] = time(comm, s1, coll);
+      // (d): column chunks of B [N, K] (contiguous rows of B); each chunk's partial [P S, Nc].
+      double best = -1;
+      for (int c : o_.chunks) {
+        if (o_.b != BLayout::kNK || N % c || (N / c) * e % 16) continue;
+        const int Nc = N / c;
+        lt::LtMatmul part_mm(lth.get(), M, Nc, K, o_.b, lt_ws_bytes, o_.dtype);
+        Dev chunk_part((size_t)c * P * S * Nc * e), chunk_out((size_t)c * S * Nc * e);
+        std::vector<cudaEvent_t> ev(c);
+        for (auto& x : ev) TW_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
+        cudaEvent_t joined;
+        TW_CUDA_CHECK(cudaEventCreateWithFlags(&joined, cudaEventDisableTiming));
+        const double tc = time(comm, s1, [&] {
+          for (int j = 0; j < c; ++j) {
+            char* pj = static_cast<char*>(chunk_part.p) + (size_t)j * P * S * Nc * e;
+            part_mm.run(A.p, static_cast<const char*>(B.p) + (size_t)j * Nc * K * e, pj, lt_ws.p, s1);
+            TW_CUDA_CHECK(cudaEventRecord(ev[j], s1));
+            TW_CUDA_CHECK(cudaStreamWaitEvent(s2, ev[j], 0));
+            TW_NCCL_CHECK(ncclReduceScatter(pj, static_cast<char*>(chunk_out.p) + (size_t)j * S * Nc * e, (size_t)S * Nc,
+                                            nt, ncclSum, nc, s2));
+          }
+          TW_CUDA_CHECK(cudaEventRecord(joined, s2));
+          TW_CUDA_CHECK(cudaStreamWaitEvent(s1, joined, 0));
+        });
+        if (best < 0 || tc < best) best = tc, rows_out[3].what = "(d) chunked, " + std::to_string(c) + " column chunks";
+        for (auto& x : ev) cudaEventDestroy(x);
+        cudaEventDestroy(joined);
+      }
+      t[3] = best;
+    } else {
+      const auto coll = [&] { TW_NCCL_CHECK(ncclAllGather(shard.data(), gathered.p, (size_t)S * K, nt, nc, s1)); };
+      t[2] = time(comm, s1, [&] {
+        coll();
+        full.run(gathered.p, B.p, C.p, lt_ws.p, s1);
+      });
+      t[5] = time(comm, s1, coll);
+      // (d): shard q broadcast on s2, the GEMM of its rows on s1 once it landed.
+      std::vector<std::unique_ptr<lt::LtMatmul>> blk(P);
+      for (int q = 0; q < P; ++q)
+        if (int rq = shard_rows_of(M, P, q); rq > 0) blk[q] = std::make_unique<lt::LtMatmul>(lth.get(), rq, N, K, o_.b, lt_ws_bytes, o_.dtype);
+      std::vector<cudaEvent_t> ev(P);
+      for (auto& x : ev) TW_CUDA_CHECK(cudaEventCreateWithFlags(&x, cudaEventDisableTiming));
+      cudaEvent_t start;
+      TW_CUDA_CHECK(cudaEventCreateWithFlags(&start, cudaEventDisableTiming));
+      t[3] = time(comm, s1, [&] {
+        TW_CUDA_CHECK(cudaEventRecord(start, s1));
+        TW_CUDA_CHECK(cudaStreamWaitEvent(s2, start, 0));
+        for (int q = 0; q < P; ++q) {
+          char* gq = static_cast<char*>(gathered.p) + (size_t)q * S * K * e;
+          TW_NCCL_CHECK(ncclBroadcast(shard.data(), gq, (size_t)S * K, nt, q, nc, s2));
+          TW_CUDA_CHECK(cudaEventRecord(ev[q], s2));
+        }
+        for (int q = 0; q < P; ++q) {
+          TW_CUDA_CHECK(cudaStreamWaitEvent(s1, ev[q], 0));
+          if (blk[q])
+            blk[q]->run(static_cast<char*>(gathered.p) + (size_t)q * S * K * e, B.p,
+                        static_cast<char*>(C.p) + (size_t)q * S * N * e, lt_ws.p, s1);
+        }
+      });
+      rows_out[3].what = "(d) chunked, a chunk per source shard";
+      for (auto& x : ev) cudaEventDestroy(x);
+      cudaEventDestroy(start);
+    }
+  }
+  // (e) the op, then the check (on its last output).
+  if (rs) {
+    GemmReduceScatterArgs a{A.p, B.p, C.p, M, N, K, o_.dtype, o_.b, ws.data()};
+    t[4] = time(comm, s1, [&] { gemm_reducescatter(comm, a, {}, s1); });
+    full.run(A.p, B.p, part.data(), lt_ws.p, s1);  // this rank's partial for the check
+    comm.sync(s1);
+    comm.barrier();  // every rank's partial is in its window
+    check_rs<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), part.dev(), static_cast<const T*>(C.p), rows, N, S, K,
+                                      static_cast<unsigned long long*>(bad.p));
+  } else {
+    AllGatherGemmArgs a{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
+    t[4] = time(comm, s1, [&] { allgather_gemm(comm, a, {}, s1); });
+    full.run(gathered.p, B.p, ref.p, lt_ws.p, s1);  // cuBLASLt on the op's gathered A
+    comm.sync(s1);
+    comm.barrier();
+    check_ag<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), shard.dev(), static_cast<const T*>(gathered.p), M, K, S,
+                                      static_cast<const T*>(C.p), static_cast<const T*>(ref.p), (size_t)M * N,
+                                      static_cast<unsigned long long*>(bad.p));
+  }
+  unsigned long long nbad = 0;
+  TW_CUDA_CHECK(cudaMemcpyAsync(&nbad, bad.p, 8, cudaMemcpyDeviceToHost, s1));
+  comm.sync(s1);
+  {
+    std::lock_guard<std::mutex> lk(sh_.mu);
+    sh_.t[me] = t;
+    sh_.wrong += nbad;
+  }
+  barrier_.arrive_and_wait("bench tp results");
+  if (me == 0) {
+    for (size_t i = 0; i < rows_out.size(); ++i) {
+      double worst = -1;
+      for (int q = 0; q < P; ++q) worst = std::max(worst, sh_.t[q][i]);
+      rows_out[i].ran = worst >= 0;
+      rows_out[i].us = worst;
+    }
+    results.push_back({sh, rows_out});
+  }
+  barrier_.arrive_and_wait("bench tp rows");
+  comm.barrier();  // nothing of this shape in flight anywhere before its windows go
+  cudaStreamDestroy(s1);
+  cudaStreamDestroy(s2);
+}
+
+void TpBench::run(Comm& comm) {
+  for (const Shape& sh : shapes(o_, comm.nranks())) {
+    if (o_.dtype == DType::kBFloat16) shape<__nv_bfloat16>(comm, sh);
+    else shape<__half>(comm, sh);
+  }
+}
+
+}  // namespace
+
+int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
+  const TpOp op = op_name == "gemm-rs" ? TpOp::kGemmRs : TpOp::kAgGemm;
+  const TpOptions o = parse(op, argv);
+  if (o.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  int ngpu = 0;
+  TW_REQUIRE(cudaGetDeviceCount(&ngpu) == cudaSuccess && ngpu > 0, kUnsupported, "bench " + op_name + ": no CUDA GPU");
+  const int P = o.virtual_ranks > 0 ? o.virtual_ranks : ngpu;
+  TpBench bench(o, P);
+  auto body = [&](Comm& comm) { bench.run(comm); };
+  if (o.virtual_ranks > 0) Comm::run_virtual(0, P, body);
+  else Comm::run_local({}, body);
+  const bool rs = op == TpOp::kGemmRs;
+  std::printf("# tilewire bench %s: %d %s ranks, %s, B %s; times: per call, median of %d repeats of %d calls, slowest rank\n",
+              op_name.c_str(), P, o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU",
+              dtype_name(o.dtype), o.b == BLayout::kNK ? "nk" : "kn", o.repeats, o.iters);
+  std::printf("# %s; op/gemm = (e)/(a); speedup = min((c), (d)) / (e); overlap = ((a) + (f) - (e)) / min((a), (f))\n",
+              rs ? "M x N x K_local, C_shard = rows of shard r of sum_q A_q B_q" : "M x N_local x K, C = gathered A x B_r");
+  std::ofstream json;
+  if (!o.json_path.empty()) {
+    json.open(o.json_path, std::ios::out | std::ios::trunc);
+    TW_REQUIRE(json.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
+    json << "{\"bench\": \"" << op_name << "\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false")
+         << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"layout\": \"" << (o.b == BLayout::kNK ? "nk" : "kn")
+         << "\", \"wrong\": " << bench.shared().wrong << ", \"shapes\": [";
+  }
+  bool first = true;
+  for (const auto& [sh, rows] : bench.results) {
+    std::printf("  %s%6d x %6d x %6d\n", sh.name.empty() ? "" : (sh.name + "  ").c_str(), sh.M, sh.N, sh.K);
+    for (const Row& r : rows)
+      if (r.ran) std::printf("    %-44s %10.1f us\n", r.what.c_str(), r.us);
+      else std::printf("    %-44s %10s\n", r.what.c_str(), "n/a");
+    const double a = rows[0].us, c = rows[2].ran ? rows[2].us : -1, d = rows[3].ran ? rows[3].us : -1, e = rows[4].us,
+                 f = rows[5].ran ? rows[5].us : -1;
+    const double best = c > 0 && d > 0 ? std::min(c, d) : std::max(c, d);
+    std::printf("    op/gemm %.3f", e / a);
+    if (best > 0) std::printf("   speedup %.3f", best / e);
+    if (f > 0) std::printf("   overlap %.2f", (a + f - e) / std::min(a, f));
+    std::printf("\n");
+    if (json.is_open()) {
+      json << (first ? "" : ", ") << "{\"name\": \"" << sh.name << "\", \"M\": " << sh.M << ", \"N\": " << sh.N
+           << ", \"K\": " << sh.K << ", \"rows\": [";
+      for (size_t i = 0; i < rows.size(); ++i)
+        json << (i ? ", " : "") << "{\"op\": \"" << rows[i].what << "\", \"ran\": " << (rows[i].ran ? "true" : "false")
+             << ", \"us\": " << rows[i].us << "}";
+      json << "]}";
+      first = false;
+    }
+  }
+  if (json.is_open()) json << "]}\n";
+  std::printf("# #wrong %llu%s\n", bench.shared().wrong, bench.shared().wrong ? "  <-- WRONG RESULTS" : "");
+  return bench.shared().wrong == 0 ? 0 : 1;
+}
+
+}  // namespace tw::cli
