@@ -14,6 +14,7 @@
 //                 chunk per source shard (ncclBroadcast of shard q on s2, the GEMM of its rows on s1)
 //   (e) op        tw::gemm_reducescatter / tw::allgather_gemm (TpPath::kAuto)
 //   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
+//   (g) fused     gemm-rs with TpPath::kFused, where it can run (bf16, sm_90, resident)
 // With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
 // sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events
 // after a host barrier; the slowest rank's median. Inputs: seeded uniform in [-1, 1).
@@ -288,7 +289,7 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
   lt::LtMatmul full(lth.get(), M, N, K, o_.b, lt_ws_bytes, o_.dtype);
   GemmArgs tg{gemm_a, B.p, rs ? part.data() : C.p, M, N, K, o_.dtype, o_.b};
   std::vector<Row> rows_out = {{"(a) tw-gemm"}, {"(b) cublas"}, {"(c) seq cublas+nccl"}, {"(d) chunked"},
-                               {"(e) op (auto)"}, {"(f) nccl collective"}};
+                               {"(e) op (auto: sequential)"}, {"(f) nccl collective"}, {"(g) op fused"}};
   std::vector<double> t(rows_out.size(), -1);
   comm.sync(s1);
   comm.barrier();
@@ -374,17 +375,33 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
       cudaEventDestroy(start);
     }
   }
-  // (e) the op, then the check (on its last output).
+  // (e) the op, (g) its fused path where built, each followed by the check of its last output.
   if (rs) {
     GemmReduceScatterArgs a{A.p, B.p, C.p, M, N, K, o_.dtype, o_.b, ws.data()};
+    const auto check = [&] {
+      full.run(A.p, B.p, part.data(), lt_ws.p, s1);  // this rank's partial for the check
+      comm.sync(s1);
+      comm.barrier();  // every rank's partial is in its window
+      check_rs<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), part.dev(), static_cast<const T*>(C.p), rows, N, S, K,
+                                        static_cast<unsigned long long*>(bad.p));
+      comm.sync(s1);
+      comm.barrier();  // every rank's check read the partials before they are overwritten
+    };
+    const size_t c_bytes = std::max<size_t>((size_t)rows * N * e, 256);
+    TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));  // NaN: an output never written is wrong
     t[4] = time(comm, s1, [&] { gemm_reducescatter(comm, a, {}, s1); });
-    full.run(A.p, B.p, part.data(), lt_ws.p, s1);  // this rank's partial for the check
-    comm.sync(s1);
-    comm.barrier();  // every rank's partial is in its window
-    check_rs<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), part.dev(), static_cast<const T*>(C.p), rows, N, S, K,
-                                      static_cast<unsigned long long*>(bad.p));
+    check();
+    TpConfig fused;
+    fused.path = TpPath::kFused;
+    if (can_implement(comm, a, fused).ok) {
+      TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));
+      t[6] = time(comm, s1, [&] { gemm_reducescatter(comm, a, fused, s1); });
+      check();
+    }
   } else {
     AllGatherGemmArgs a{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
+    TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, (size_t)M * N * e, s1));
+    TW_CUDA_CHECK(cudaMemsetAsync(gathered.p, 0xFF, (size_t)P * S * K * e, s1));
     t[4] = time(comm, s1, [&] { allgather_gemm(comm, a, {}, s1); });
     full.run(gathered.p, B.p, ref.p, lt_ws.p, s1);  // cuBLASLt on the op's gathered A
     comm.sync(s1);
@@ -444,7 +461,7 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
   std::printf("# tilewire bench %s: %d %s ranks, %s, B %s; times: per call, median of %d repeats of %d calls, slowest rank\n",
               op_name.c_str(), P, o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU",
               dtype_name(o.dtype), o.b == BLayout::kNK ? "nk" : "kn", o.repeats, o.iters);
-  std::printf("# %s; op/gemm = (e)/(a); speedup = min((c), (d)) / (e); overlap = ((a) + (f) - (e)) / min((a), (f))\n",
+  std::printf("# %s; e = the faster of (e), (g); op/gemm = e/(a); speedup = min((c), (d)) / e; overlap = ((a) + (f) - e) / min((a), (f))\n",
               rs ? "M x N x K_local, C_shard = rows of shard r of sum_q A_q B_q" : "M x N_local x K, C = gathered A x B_r");
   std::ofstream json;
   if (!o.json_path.empty()) {
@@ -460,8 +477,8 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
     for (const Row& r : rows)
       if (r.ran) std::printf("    %-44s %10.1f us\n", r.what.c_str(), r.us);
       else std::printf("    %-44s %10s\n", r.what.c_str(), "n/a");
-    const double a = rows[0].us, c = rows[2].ran ? rows[2].us : -1, d = rows[3].ran ? rows[3].us : -1, e = rows[4].us,
-                 f = rows[5].ran ? rows[5].us : -1;
+    const double a = rows[0].us, c = rows[2].ran ? rows[2].us : -1, d = rows[3].ran ? rows[3].us : -1,
+                 e = rows[6].ran ? std::min(rows[4].us, rows[6].us) : rows[4].us, f = rows[5].ran ? rows[5].us : -1;
     const double best = c > 0 && d > 0 ? std::min(c, d) : std::max(c, d);
     std::printf("    op/gemm %.3f", e / a);
     if (best > 0) std::printf("   speedup %.3f", best / e);

@@ -5,6 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include <algorithm>
+#include <vector>
+
+#include "ops/gemm_allreduce/plan.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -44,6 +48,26 @@ TEST(TpShards, WholeTilesEveryRowOnce) {
 TEST(TpShards, WorkspaceHoldsThePaddedPartialOrGatheredA) {
   const size_t S = 1024;
   EXPECT_GE(tw::gemm_reducescatter_workspace_size(8192, 4096, DType::kBFloat16, 8), 8 * S * 4096 * 2 + S * 4096 * 2);
+  // ... and the fused path's flags and staging: (P - 1) partial tiles of every owned tile.
+  for (int P : {2, 4, 8})
+    for (int M : {1000, 4096, 8192}) {
+      const int Sm = tw::shard_rows(M, P);
+      const auto lay = tw::gemm_allreduce_impl::make_scatter_layout(M, 4096, P, tw::gemm_impl::Raster::kAlongM, 2, Sm);
+      EXPECT_GE(tw::gemm_reducescatter_workspace_size(M, 4096, DType::kBFloat16, P), lay.total);
+      EXPECT_EQ(lay.owned_max, Sm / 128 * 16);
+      // Every tile has one owner, the rank whose rows it holds, and a slot of its own there.
+      std::vector<std::vector<int>> seen(P);
+      for (int t = 0; t < lay.T; ++t) {
+        const int o = lay.owner(t), tm = lay.tile_m_of(t);
+        EXPECT_EQ(o, tm * 128 / Sm) << "tile " << t;
+        EXPECT_LT(lay.owned_slot(t), lay.owned_max);
+        seen[o].push_back(lay.owned_slot(t));
+      }
+      for (auto& v : seen) {
+        std::sort(v.begin(), v.end());
+        EXPECT_TRUE(std::adjacent_find(v.begin(), v.end()) == v.end()) << "two tiles share a slot";
+      }
+    }
   EXPECT_GE(tw::allgather_gemm_workspace_size(8192, 4096, DType::kFloat16, 8), 8 * S * 4096 * 2);
 }
 
@@ -86,7 +110,10 @@ TEST(TpArgs, ReduceScatterRefusals) {
   a = good_rs();
   TpConfig fused;
   fused.path = TpPath::kFused;
-  refused(tw::check_gemm_reducescatter_args(a, 0, 4, fused), "not built");
+  EXPECT_TRUE(tw::check_gemm_reducescatter_args(a, 0, 4, fused).ok);  // bf16: the owner kernel
+  a.dtype = DType::kFloat16;
+  refused(tw::check_gemm_reducescatter_args(a, 0, 4, fused), "bfloat16 only");
+  a = good_rs();
   refused(tw::check_gemm_reducescatter_args(a, 4, 4, {}), "rank 4 of 4");
 }
 
@@ -105,6 +132,9 @@ TEST(TpArgs, AllGatherGemmRefusals) {
   EXPECT_FALSE(tw::check_allgather_gemm_args(a, 0, 4, {}).ok);
   a = good_ag(), a.dtype = DType::kFloat32;
   EXPECT_FALSE(tw::check_allgather_gemm_args(a, 0, 4, {}).ok);
+  TpConfig fused;
+  fused.path = TpPath::kFused;
+  refused(tw::check_allgather_gemm_args(good_ag(), 0, 4, fused), "not built");
 }
 
 }  // namespace

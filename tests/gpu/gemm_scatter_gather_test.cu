@@ -5,6 +5,7 @@
 //     random values within one ulp of the fp64 sum plus each partial's rounding;
 //   * all-gather + GEMM: the gathered A bitwise against the shards, C bitwise where the inputs
 //     make the GEMM exact, else within the fp32-accumulation bound;
+//   * both paths of gemm_reducescatter (bf16: sequential and fused, alternating on one workspace),
 //   * M not a multiple of P or of 128 (ranks with fewer rows, or none), both B layouts, bf16 and
 //     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
 //     and bad input refused on every rank with nothing written.
@@ -70,17 +71,25 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
       DeviceBuffer A((size_t)c.M * c.K * e), B((size_t)c.N * c.K * e), C(std::max<size_t>((size_t)rows * c.N * e, 16));
       comm.sync(s);
       comm.barrier();  // allocations before any rank's collective (a virtual team shares the device)
-      for (int call = 0; call < 2; ++call) {  // back to back on one workspace, new data
+      // Back to back on one workspace, new data each call, the paths alternating (bf16: the fused
+      // path too; its flags must survive the sequential path's partial written over them).
+      const std::vector<tw::TpPath> paths =
+          c.dtype == DType::kBFloat16
+              ? std::vector<tw::TpPath>{tw::TpPath::kSequential, tw::TpPath::kFused, tw::TpPath::kFused, tw::TpPath::kSequential}
+              : std::vector<tw::TpPath>{tw::TpPath::kSequential, tw::TpPath::kSequential};
+      for (int call = 0; call < (int)paths.size(); ++call) {
         const uint64_t sa = 100 + 10 * call, sb = 200 + 10 * call;
         fill(A.data(), c.dtype, (size_t)c.M * c.K, c.fill, sa, me, s);
         fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
         poison(C.data(), C.bytes, s);
-        if (call == 1 && me == P - 1) {  // the last rank late: the others' collective waits for it
+        if (call % 2 == 1 && me == P - 1) {  // the last rank late: the others' waits must hold
           comm.sync(s);
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
         tw::GemmReduceScatterArgs a{A.data(), B.data(), C.data(), c.M, c.N, c.K, c.dtype, c.b, ws.data()};
-        tw::gemm_reducescatter(comm, a, {}, s);
+        tw::TpConfig cfg;
+        cfg.path = paths[call];
+        tw::gemm_reducescatter(comm, a, cfg, s);
         const Bytes got = to_host(C.data(), (size_t)rows * c.N * e, s);
         // Every rank's A rows of this shard and its B, as doubles (the reference's inputs).
         std::vector<std::vector<double>> Aq(P), Bq(P);
@@ -114,7 +123,8 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
                       ", exact " + std::to_string(exact) + ", rounded partials " + std::to_string(rounded);
           }
         if (bad)
-          wrong[me] += label(c) + " call " + std::to_string(call) + ": " + std::to_string(bad) + " of " +
+          wrong[me] += label(c) + " call " + std::to_string(call) + " (" + tw::tp_path_name(paths[call]) + "): " +
+                       std::to_string(bad) + " of " +
                        std::to_string((size_t)rows * c.N) + " wrong, first " + first + "; ";
         comm.barrier();
       }
@@ -222,8 +232,10 @@ TEST(GemmScatterGather, BadInputWritesNothing) {
     expect("rs workspace", [&] { tw::gemm_reducescatter(comm, r2, {}, s); }, tw::Errc::kInvalidArgument, {"workspace"});
     tw::TpConfig fused;
     fused.path = tw::TpPath::kFused;
-    expect("rs fused", [&] { tw::gemm_reducescatter(comm, rs, fused, s); }, tw::Errc::kUnsupported, {"not built"});
+    r2 = rs, r2.dtype = DType::kFloat16;
+    expect("rs fused fp16", [&] { tw::gemm_reducescatter(comm, r2, fused, s); }, tw::Errc::kUnsupported, {"bfloat16 only"});
     tw::AllGatherGemmArgs ag{A.data(), B.data(), C.data(), nullptr, M, N, K, DType::kBFloat16, BLayout::kNK, ws.data()};
+    expect("ag fused", [&] { tw::allgather_gemm(comm, ag, fused, s); }, tw::Errc::kUnsupported, {"not built"});
     tw::AllGatherGemmArgs a2 = ag;
     a2.C = static_cast<char*>(ws.data()) + 256;
     expect("ag C in workspace", [&] { tw::allgather_gemm(comm, a2, {}, s); }, tw::Errc::kInvalidArgument, {"overlaps"});

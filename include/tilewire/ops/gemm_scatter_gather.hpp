@@ -15,14 +15,17 @@
 //   kSequential  the GEMM (cuBLASLt as a user would run it, tw::gemm where it cannot be loaded and
 //                on a virtual team: src/ops/gemm/team_gemm.hpp) into the workspace, then
 //                tw::reduce_scatter; or tw::all_gather into the workspace, then the GEMM;
-//   kFused       the communication inside the GEMM, per tile: not built yet (refused with
-//                kUnsupported);
-//   kAuto        the sequential path, until the fused kernels exist and `tilewire bench gemm-rs`
-//                / `ag-gemm` say where they pay.
+//   kFused       the communication inside the GEMM, per tile. gemm_reducescatter (bf16): the
+//                fused all-reduce's owner kernel with each tile owned by the rank whose rows it
+//                holds: the other ranks push their bf16 partial of it from the GEMM's epilogue, the
+//                owner sums the P partials in rank order in its epilogue and stores the tile into
+//                its own C_shard (no broadcast). allgather_gemm: not built (kUnsupported);
+//   kAuto        the sequential path, until `tilewire bench gemm-rs` / `ag-gemm` say where the
+//                fused path pays.
 //
-// Numerics. gemm_reducescatter: each rank's partial is rounded to the dtype (the GEMM's output),
-// the P partials are summed in fp32 in rank order and rounded once: deterministic, the same bits
-// on every run. allgather_gemm: the gathered A is the shards' bits; C is the GEMM of it.
+// Numerics. gemm_reducescatter: each rank's partial is rounded to the dtype (the GEMM's output;
+// the fused path rounds the owner's own partial too), the P partials are summed in fp32 in rank
+// order and rounded once: deterministic, the same bits on every run of a path. allgather_gemm: the gathered A is the shards' bits; C is the GEMM of it.
 //
 // Buffers: A, B, C_shard, A_shard, C and A_gathered may be any device memory. The workspace lies
 // inside a window (Comm::alloc_window) at the same offset on every rank, holds at least

@@ -129,7 +129,7 @@ std::mutex ws_mu;
 std::map<uint64_t, WorkspaceRecord> ws_records;
 
 uint64_t layout_signature(const Layout& l) {
-  const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P,
+  const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P, (uint64_t)l.shard_tm,
                         (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes,
                         l.arrive_off, l.done_off, l.staging_off, l.peer_done_off, l.total};
   uint64_t h = 1469598103934665603ull;
@@ -334,5 +334,60 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     throw;
   }
 }
+
+// ------------------------------------------------- gemm_reducescatter's fused path and records
+namespace gemm_allreduce_impl {
+
+void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream) {
+  bool first = false;
+  (void)must_reinit(comm.find_window(workspace, bytes, "workspace"), kHeldSequential, stream, false, &first);
+}
+
+Status scatter_can_fuse(const Comm& comm, BLayout b) {
+  DeviceInfo d;
+  return device_info(comm, GemmAllReduceAlgo::kOwner, b, &d);
+}
+
+// The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
+// gemm_allreduce's owner path, C the rank's shard (local memory), no C window.
+void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
+                         cudaStream_t stream) {
+  DeviceInfo d;
+  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, &d);
+  TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
+  GemmAllReduceConfig cfg;
+  cfg.reserved_sms = reserved_sms;
+  LaunchParams p;
+  p.gemm = g;
+  p.gemm_cfg = as_gemm_config(cfg);
+  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, cfg.reserved_sms, d.clusters);
+  p.num_sms = d.num_sms;
+  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
+  p.sched = gemm_impl::make_schedule(g.M, g.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM, p.raster,
+                                     p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
+                                     d.num_sms - p.gemm_cfg.reserved_sms, 0);
+  p.lay = make_scatter_layout(g.M, g.N, comm.lsa_size(), p.raster, 2, shard_rows);
+  p.final_ctas = final_wait_ctas(p.sched);
+  p.ctx = comm.dev_ctx();
+  const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");
+  p.ws_win = ww.win, p.ws_off = ww.offset;
+  p.c_win = ww.win, p.c_off = 0;  // unused: finals stay on their owner
+  p.ws = workspace;
+  bool first_use = false;
+  try {
+    if (must_reinit(ww, layout_signature(p.lay), stream, true, &first_use)) {
+      launch_reinit(p.ctx, static_cast<char*>(workspace), p.lay, first_use, stream);
+      comm.launched("gemm_reducescatter reinit");
+    }
+    launch(GemmAllReduceAlgo::kOwner, g.b_layout, p, stream);
+    comm.launched("gemm_reducescatter launch");
+  } catch (...) {
+    forget(ww);
+    comm.check_fault();
+    throw;
+  }
+}
+
+}  // namespace gemm_allreduce_impl
 
 }  // namespace tw

@@ -165,11 +165,16 @@ struct AllReduceHook {
         for (int j = 0; j < kChunk * kE; ++j) v.acc(c0 * kE + j) = s[j];
       }
       // v.acc now holds the fp32 sum; StoreCDirect rounds it once to bf16 and stores the tile.
+      if (lay.shard_tm > 0) {
+        // Reduce-scatter: into this rank's C shard only, whose row 0 is row me x shard rows of C.
+        gemm_impl::StoreCDirect<E>{C - (long long)me * lay.shard_tm * kBlkM * ldc, ldc}(v);
+      } else {
 #pragma unroll 1
-      for (int k = 1; k <= lay.P; ++k) {
-        const int q = (me + k) % lay.P;  // peers first, own copy last
-        E* base = q == me ? C : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
-        gemm_impl::StoreCDirect<E>{base, ldc}(v);
+        for (int k = 1; k <= lay.P; ++k) {
+          const int q = (me + k) % lay.P;  // peers first, own copy last
+          E* base = q == me ? C : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
+          gemm_impl::StoreCDirect<E>{base, ldc}(v);
+        }
       }
       bar();
       if (tid < lay.P) ptx::st_release_sys(remote_flag(lay.done_flag(t), tid), tag);

@@ -30,6 +30,10 @@
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 
+namespace tw {
+class Comm;
+}
+
 namespace tw::gemm_allreduce_impl {
 
 using gemm_impl::Raster;
@@ -47,6 +51,8 @@ struct Layout {
   bool relay = false;     // relay algorithm (relay_hook.cuh)
   int split = 0;          // relay: S = floor(units / 2), rank 1's first unit order index
   int P = 1;              // LSA team size (all ranks)
+  int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
+                          // the rank whose rows it holds; 0: the all-reduce's owner t % P
   int tiles_m = 0, tiles_n = 0;
   int T = 0;              // tiles
   int owned_max = 0;      // ceil(T / P): the most tiles one rank owns
@@ -60,8 +66,14 @@ struct Layout {
   TW_HD constexpr int tile_index(int tm, int tn) const {
     return raster == Raster::kAlongM ? tn * tiles_m + tm : tm * tiles_n + tn;
   }
-  TW_HD constexpr int owner(int t) const { return t % P; }
-  TW_HD constexpr int owned_slot(int t) const { return t / P; }  // j: t = j*P + owner(t)
+  TW_HD constexpr int tile_m_of(int t) const { return raster == Raster::kAlongM ? t % tiles_m : t / tiles_n; }
+  TW_HD constexpr int tile_n_of(int t) const { return raster == Raster::kAlongM ? t / tiles_m : t % tiles_n; }
+  TW_HD constexpr int owner(int t) const { return shard_tm ? tile_m_of(t) / shard_tm : t % P; }
+  // j: the owner's j-th tile (all-reduce: t = j*P + owner(t); reduce-scatter: row-major within
+  // the owner's shard of tile rows).
+  TW_HD constexpr int owned_slot(int t) const {
+    return shard_tm ? (tile_m_of(t) - owner(t) * shard_tm) * tiles_n + tile_n_of(t) : t / P;
+  }
   // Staging slot of source rank q for owned tile t (q != owner(t)).
   TW_HD constexpr size_t staging(int t, int q) const {
     const int o = owner(t);
@@ -154,6 +166,20 @@ TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int parti
   return l;
 }
 
+// Reduce-scatter (gemm_reducescatter's fused path, the owner algorithm of hook.cuh): the same
+// sections, tiles owned by shard: rank o owns the tile rows [o shard_tm, (o + 1) shard_tm), which
+// hold its rows of C (shard_rows = shard_tm x 128, ops/gemm_scatter_gather.hpp), and stores its
+// finals into its own C shard only.
+TW_HD constexpr Layout make_scatter_layout(int M, int N, int P, Raster raster, int partial_bytes, int shard_rows) {
+  Layout l = make_layout(M, N, P, raster, partial_bytes);
+  l.shard_tm = shard_rows / kBlkM;
+  l.owned_max = l.shard_tm * l.tiles_n;
+  l.done_off = align_up(l.arrive_off + 8 * (size_t)l.owned_max * (size_t)l.P, 256);
+  l.staging_off = align_up(l.done_off + 8 * (size_t)l.T, kSectionAlign);
+  l.total = l.staging_off + (size_t)l.owned_max * (size_t)(l.P - 1) * l.slot_bytes;
+  return l;
+}
+
 // CTAs that run the final wait (hook.cuh): in every cluster group with work, the CTA at x = 0
 // (its tile of the last work is always inside C) and the one at x = 1 when its tile of the group's
 // last work is inside C too (not the padding CTA of an odd tiles_m). The last of them to finish
@@ -191,5 +217,15 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
 // the built kernels (bf16; B [K, N] not with exchange), the workspace pointer and its overlaps, the partial precision.
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
+
+// gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in gemm_allreduce.cpp: it shares
+// the owner kernel, the workspace records and the residency rules. g: A, B, C = this rank's shard
+// (M the full rows); the workspace >= make_scatter_layout(...).total bytes in a window.
+void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
+                         cudaStream_t stream);
+// Whether the owner kernel for B layout b can run here (sm_90, resident within the SM budget).
+Status scatter_can_fuse(const Comm& comm, BLayout b);
+// A sequential path wrote its data over this workspace: the next fused call re-initializes it.
+void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream);
 
 }  // namespace tw::gemm_allreduce_impl

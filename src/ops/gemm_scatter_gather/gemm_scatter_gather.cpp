@@ -1,5 +1,7 @@
 // tw::gemm_reducescatter and tw::allgather_gemm (tilewire/ops/gemm_scatter_gather.hpp): the
-// checks, the workspace layout and the sequential path. The fused kernels are not built yet.
+// checks, the workspace layout and the sequential path; gemm_reducescatter's fused path is the
+// fused all-reduce's owner kernel with tiles owned by shard (gemm_allreduce.cpp,
+// fused_reducescatter). allgather_gemm's fused path is not built yet.
 //
 // Workspace (one rank; same layout and offset on every rank):
 //   gemm_reducescatter   [0, P S N e)       the partial A_r B_r, padded to P S rows (the rows past M
@@ -21,6 +23,7 @@
 #include <tuple>
 
 #include "../gemm/team_gemm.hpp"
+#include "../gemm_allreduce/plan.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -35,8 +38,16 @@ Status fail(const char* op, const std::string& why) { return Status{false, std::
 
 bool built_dtype(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16; }
 
-// The path a call runs (kAuto: sequential until the fused kernels exist).
+// The path a call runs. kAuto: sequential until measurements say where fusion pays.
 TpPath resolve(const TpConfig& cfg) { return cfg.path == TpPath::kAuto ? TpPath::kSequential : cfg.path; }
+
+// Whether op's fused path exists for dtype: gemm_reducescatter's for bf16 (the owner kernel of
+// the fused all-reduce, tiles owned by shard); allgather_gemm's is not built.
+std::string fused_missing(const char* op, DType dtype) {
+  if (std::string(op) == "allgather_gemm") return "the fused path is not built yet (TpPath::kSequential or kAuto)";
+  if (dtype != DType::kBFloat16) return "the fused path is built for bfloat16 only (TpPath::kSequential or kAuto)";
+  return "";
+}
 
 Status check_common(const char* op, int M, int rank, int P, DType dtype, const void* ws, const TpConfig& cfg) {
   if (P < 1 || rank < 0 || rank >= P) return fail(op, "rank " + std::to_string(rank) + " of " + std::to_string(P));
@@ -44,7 +55,7 @@ Status check_common(const char* op, int M, int rank, int P, DType dtype, const v
   if (!built_dtype(dtype))
     return fail(op, std::string("dtype ") + dtype_name(dtype) + " is not built (bfloat16 or float16, A, B and C alike)");
   if (resolve(cfg) == TpPath::kFused)
-    return fail(op, "the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+    if (const std::string why = fused_missing(op, dtype); !why.empty()) return fail(op, why);
   if (cfg.reserved_sms < 0) return fail(op, "reserved_sms " + std::to_string(cfg.reserved_sms) + " < 0");
   if (ws == nullptr) return fail(op, "workspace is null");
   if (reinterpret_cast<uintptr_t>(ws) % 16 != 0) return fail(op, "workspace is not 16-byte aligned");
@@ -86,7 +97,11 @@ int shard_rows_of(int M, int P, int r) {
 
 size_t gemm_reducescatter_workspace_size(int M, int N, DType dtype, int P) {
   const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
-  return up((size_t)P * S * N * e) + up(S * N * e);
+  const size_t sequential = up((size_t)P * S * N * e) + up(S * N * e);
+  if (M <= 0 || N <= 0 || P <= 0) return sequential;
+  // The fused path's flags and staging (its size does not depend on the raster).
+  const size_t fused = gemm_allreduce_impl::make_scatter_layout(M, N, P, gemm_impl::Raster::kAlongM, 2, (int)S).total;
+  return std::max(sequential, fused);
 }
 
 size_t allgather_gemm_workspace_size(int M, int K, DType dtype, int P) {
@@ -121,6 +136,8 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
   if (!comm.all_lsa())
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
+  if (resolve(cfg) == TpPath::kFused)
+    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout); !s) return fail(op, s.reason);
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
@@ -132,8 +149,8 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
 void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "gemm_reducescatter";
   comm.require_usable(op);
-  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported,
-             std::string(op) + ": the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+  TW_REQUIRE(resolve(cfg) != TpPath::kFused || fused_missing(op, a.dtype).empty(), kUnsupported,
+             std::string(op) + ": " + fused_missing(op, a.dtype));
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
@@ -149,6 +166,14 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                             {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
   }
   const Comm::CallOrder order(comm, stream);
+  if (resolve(cfg) == TpPath::kFused) {
+    // A rank that holds no rows owns no tile: the hook never stores through its C.
+    void* c = rows > 0 ? a.C_shard : a.workspace;
+    gemm_allreduce_impl::fused_reducescatter(comm, GemmArgs{a.A, a.B, c, a.M, a.N, a.K_local, a.dtype, a.b_layout}, S,
+                                             cfg.reserved_sms, a.workspace, stream);
+    return;
+  }
+  gemm_allreduce_impl::note_sequential_use(comm, a.workspace, part_bytes, stream);  // the partial covers the flags
   char* partial = static_cast<char*>(a.workspace);
   gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, partial, a.M, a.N, a.K_local, a.dtype, a.b_layout}, cfg.reserved_sms,
                        stream);
@@ -200,8 +225,7 @@ Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfi
 void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "allgather_gemm";
   comm.require_usable(op);
-  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported,
-             std::string(op) + ": the fused path is not built yet (TpPath::kSequential or kAuto run the GEMM and the collective)");
+  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported, std::string(op) + ": " + fused_missing(op, a.dtype));
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
@@ -217,6 +241,7 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
                             {"workspace", at(comm, a.workspace, gathered_bytes, "workspace")}});
   }
   const Comm::CallOrder order(comm, stream);
+  gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
   char* gathered = static_cast<char*>(a.workspace);
   // A rank with fewer than S rows sends its shard padded to S rows (the padding is never read).
   const void* send = a.A_shard;
