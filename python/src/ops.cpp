@@ -13,6 +13,7 @@
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/ops/gemm_scatter_gather.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace nb = nanobind;
@@ -130,6 +131,43 @@ void bind_ops(nb::module_& m) {
           const tw::GemmAllReduceConfig cfg = fused_config(path, algo, partials);
           nb::gil_scoped_release unlocked;
           tw::gemm_allreduce(c.get(), a, cfg, stream_of(stream));
+        });
+
+  // Sequence parallelism (tilewire/ops/gemm_scatter_gather.hpp); path: auto | sequential | fused.
+  const auto tp_config = [](const std::string& path, int reserved_sms) {
+    TW_REQUIRE(path == "auto" || path == "sequential" || path == "fused", kInvalidArgument,
+               "path '" + path + "' is not auto, sequential or fused");
+    tw::TpConfig cfg;
+    cfg.path = path == "auto" ? tw::TpPath::kAuto : path == "sequential" ? tw::TpPath::kSequential : tw::TpPath::kFused;
+    cfg.reserved_sms = reserved_sms;
+    return cfg;
+  };
+  m.def("shard_rows", [](int M, int P) { return tw::shard_rows(M, P); });
+  m.def("shard_rows_of", [](int M, int P, int r) { return tw::shard_rows_of(M, P, r); });
+  m.def("gemm_reducescatter_workspace_size", [](int M, int N, const std::string& dtype, int P) {
+    return tw::gemm_reducescatter_workspace_size(M, N, dtype_of(dtype), P);
+  });
+  m.def("allgather_gemm_workspace_size", [](int M, int K, const std::string& dtype, int P) {
+    return tw::allgather_gemm_workspace_size(M, K, dtype_of(dtype), P);
+  });
+  m.def("gemm_reducescatter",
+        [tp_config](PyComm& c, uintptr_t A, uintptr_t B, uintptr_t C, int M, int N, int K, const std::string& dtype,
+                    const std::string& b_layout, uintptr_t workspace, const std::string& path, uintptr_t stream) {
+          const tw::GemmReduceScatterArgs a{ptr<const void>(A), ptr<const void>(B), ptr(C), M, N, K, dtype_of(dtype),
+                                            layout_of(b_layout), ptr(workspace)};
+          const tw::TpConfig cfg = tp_config(path, 0);
+          nb::gil_scoped_release unlocked;
+          tw::gemm_reducescatter(c.get(), a, cfg, stream_of(stream));
+        });
+  m.def("allgather_gemm",
+        [tp_config](PyComm& c, uintptr_t A_shard, uintptr_t B, uintptr_t C, uintptr_t A_gathered, int M, int N, int K,
+                    const std::string& dtype, const std::string& b_layout, uintptr_t workspace, const std::string& path,
+                    uintptr_t stream) {
+          const tw::AllGatherGemmArgs a{ptr<const void>(A_shard), ptr<const void>(B), ptr(C), ptr(A_gathered), M, N, K,
+                                        dtype_of(dtype), layout_of(b_layout), ptr(workspace)};
+          const tw::TpConfig cfg = tp_config(path, 0);
+          nb::gil_scoped_release unlocked;
+          tw::allgather_gemm(c.get(), a, cfg, stream_of(stream));
         });
 
   nb::class_<PyEp>(m, "EpBuffer")

@@ -41,7 +41,7 @@ def info() -> dict:
     return _json.loads(_C.info_json())
 
 
-from .comm import Comm, gemm, init  # noqa: E402  (after the NCCL check)
+from .comm import Comm, gemm, init, shard_rows  # noqa: E402  (after the NCCL check)
 from .ep import EpBuffer  # noqa: E402
 
-__all__ = ["Comm", "EpBuffer", "gemm", "init", "info", "__version__"]
+__all__ = ["Comm", "EpBuffer", "gemm", "init", "info", "shard_rows", "__version__"]

@@ -136,6 +136,48 @@ class Comm:
                           path, algo, partials, _stream())
         return C.view(M, N).clone()
 
+    def _workspace(self, name: str, nbytes: int):
+        import torch
+        key = (name, 0, "uint8")
+        ws = self._staging.get(key)
+        if ws is None or ws.numel() < nbytes:
+            ws = self.empty((max(nbytes, 1),), torch.uint8)  # collective: every rank makes the same calls
+            self._staging[key] = ws
+        return ws
+
+    def gemm_reducescatter(self, A, B, b_layout: str = "nk", path: str = "auto"):
+        """Rank r's rows of sum over ranks of A_r [M, K_local] B_r: [shard_rows_of(M, P, r), N].
+        Shards are ceil(M / P) rounded up to 128 rows (tilewire.shard_rows); the workspace is kept."""
+        import torch
+        M, K = A.shape
+        N = B.shape[0] if b_layout == "nk" else B.shape[1]
+        dt = _dtype_name(A.dtype)
+        ws = self._workspace("gemm_reducescatter.ws", _C.gemm_reducescatter_workspace_size(M, N, dt, self.nranks))
+        rows = _C.shard_rows_of(M, self.nranks, self.rank)
+        C = torch.empty((rows, N), dtype=A.dtype, device=A.device)
+        _C.gemm_reducescatter(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr() if rows else 0, M, N, K, dt, b_layout,
+                              ws.data_ptr(), path, _stream())
+        return C
+
+    def allgather_gemm(self, A_shard, B, M: int, b_layout: str = "nk", return_gathered: bool = False):
+        """C [M, N_local] = the ranks' A shards gathered in rank order ([M, K]) times B_r; with
+        return_gathered, (C, the gathered A) for the backward pass."""
+        import torch
+        K = A_shard.shape[1]
+        N = B.shape[0] if b_layout == "nk" else B.shape[1]
+        dt = _dtype_name(A_shard.dtype)
+        ws = self._workspace("allgather_gemm.ws", _C.allgather_gemm_workspace_size(M, K, dt, self.nranks))
+        C = torch.empty((M, N), dtype=A_shard.dtype, device=A_shard.device)
+        G = torch.empty((M, K), dtype=A_shard.dtype, device=A_shard.device) if return_gathered else None
+        _C.allgather_gemm(self._c, A_shard.data_ptr() if A_shard.numel() else 0, B.data_ptr(), C.data_ptr(),
+                          G.data_ptr() if G is not None else 0, M, N, K, dt, b_layout, ws.data_ptr(), "auto", _stream())
+        return (C, G) if return_gathered else C
+
+
+def shard_rows(M: int, P: int) -> int:
+    """Rows per shard of gemm_reducescatter / allgather_gemm: ceil(M / P) rounded up to 128."""
+    return _C.shard_rows(M, P)
+
 
 def gemm(A, B, b_layout: str = "nk"):
     """C [M, N] = A [M, K] x B ([N, K] for "nk", [K, N] for "kn"), tilewire's Hopper GEMM."""
