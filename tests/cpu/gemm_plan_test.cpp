@@ -190,10 +190,11 @@ TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
 TEST(GemmPlan, StreamKRuleEdges) {
   using tw::gemm_impl::use_streamk;
   GemmConfig cfg;
-  // Only bf16 with B [N, K] has a stream-K kernel.
+  // bf16 and fp16 with B [N, K] have a stream-K kernel; B [K, N] has not.
   EXPECT_TRUE(use_streamk(args(128, 4096, 4096), cfg, kSms));
   EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kKN), cfg, kSms));
-  EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), cfg, kSms));
+  EXPECT_TRUE(use_streamk(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), cfg, kSms));
+  EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kKN, DType::kFloat16), cfg, kSms));
   // Tiny and odd shapes: under a wave.
   EXPECT_TRUE(use_streamk(args(1, 8, 16), cfg, kSms));
   EXPECT_FALSE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
@@ -226,8 +227,10 @@ TEST(GemmPlan, KernelPreferenceOverridesTheRule) {
   EXPECT_EQ(kernel_for(big, {}, kSms, KernelPref::kStreamK), GemmKernel::kStreamK);
   // Not built: the hook kernel whatever the preference.
   EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kKN), {}, kSms, KernelPref::kStreamK), GemmKernel::kHook);
-  EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), {}, kSms, KernelPref::kStreamK),
+  EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kKN, DType::kFloat16), {}, kSms, KernelPref::kStreamK),
             GemmKernel::kHook);
+  EXPECT_EQ(kernel_for(args(128, 4096, 4096, BLayout::kNK, DType::kFloat16), {}, kSms, KernelPref::kAuto),
+            GemmKernel::kStreamK);
 }
 
 TEST(GemmPlan, StreamKPlan) {

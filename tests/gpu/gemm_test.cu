@@ -161,8 +161,9 @@ TEST(Gemm, OddShapes) {
         for (int K : {16, 3584}) run_and_check({M, N, K, l, Fill::kRandom});
 }
 
-// fp16 (the hook kernel; stream-K is built for bf16 only): small, odd and decode-sized shapes,
-// both B layouts, against the same fp64 reference with fp16's rounding bound.
+// fp16 through tw::gemm's choice (the hook kernel, or stream-K with B [N, K] where the rule picks
+// it): small, odd and decode-sized shapes, both B layouts, against the same fp64 reference with
+// fp16's rounding bound.
 TEST(Gemm, HalfSmallOddAndDecodeShapes) {
   TW_SKIP_UNLESS_SM90();
   for (BLayout l : {BLayout::kNK, BLayout::kKN}) {
@@ -240,9 +241,10 @@ std::vector<Variant> variants(const tw::GemmArgs& a, const tw::GemmConfig& cfg, 
 }
 
 void launch(const Variant& v, const tw::GemmArgs& a, const tw::GemmConfig& cfg, int num_sms, cudaStream_t s) {
-  if (v.hook)
-    tw::gemm_impl::launch_bf16_nk(a, cfg, num_sms,
-                                  tw::gemm_impl::resolve_raster(a, cfg, tw::gemm_impl::kBlkM, tw::gemm_impl::kBlkN), s);
+  const bool half = a.dtype == DType::kFloat16;
+  const auto raster = tw::gemm_impl::resolve_raster(a, cfg, tw::gemm_impl::kBlkM, tw::gemm_impl::kBlkN);
+  if (v.hook) half ? tw::gemm_impl::launch_f16_nk(a, cfg, num_sms, raster, s) : tw::gemm_impl::launch_bf16_nk(a, cfg, num_sms, raster, s);
+  else if (half) tw::gemm_impl::launch_f16_nk_streamk(a, cfg, num_sms, v.plan, s);
   else tw::gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, v.plan, s);
 }
 
@@ -285,6 +287,8 @@ TEST(Gemm, BothKernelsSmallAndOddShapes) {
   for (int M : {1, 7, 128, 3000})
     for (int N : {8, 4096, 5144})
       for (int K : {16, 3584}) run_all_kernels({M, N, K, BLayout::kNK, Fill::kRandom});
+  // fp16 has the same kernels with B [N, K].
+  for (int M : {1, 7, 3000}) run_all_kernels({M, 5144, 3584, BLayout::kNK, Fill::kRandom, DType::kFloat16});
 }
 
 TEST(Gemm, BothKernelsWithReservedSmsAndRanks) {

@@ -102,7 +102,8 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
 
   const gemm_impl::Choice choice = gemm_impl::choose(a, cfg, num_sms);
   if (choice.kernel == gemm_impl::GemmKernel::kStreamK) {
-    gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
+    if (a.dtype == DType::kFloat16) gemm_impl::launch_f16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
+    else gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
     return;
   }
   const gemm_impl::Raster raster = choice.raster;

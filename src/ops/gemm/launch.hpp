@@ -1,7 +1,7 @@
 // src/ops/gemm/launch.hpp — the GEMM kernels this build instantiates, one translation unit each
 // (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu and
-// gemm_sm90_f16_{nk,kn}.cu (the hook kernel), gemm_sm90_bf16_nk_streamk.cu (the stream-K kernel,
-// bf16 kNK plain GEMM only).
+// gemm_sm90_f16_{nk,kn}.cu (the hook kernel), gemm_sm90_{bf16,f16}_nk_streamk.cu (the stream-K
+// kernel, kNK plain GEMM only).
 // Arguments are already checked (gemm.cu); num_sms is the device's SM count.
 #pragma once
 #include <cuda_runtime.h>
@@ -23,6 +23,8 @@ void launch_bf16_nk_variant(Epilogue e, const GemmArgs& a, const GemmConfig& cfg
 void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
 void launch_bf16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                             cudaStream_t stream);
+void launch_f16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                           cudaStream_t stream);
 void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
 void launch_f16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
 void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);

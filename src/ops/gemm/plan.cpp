@@ -117,7 +117,7 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
 }
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
-  if (a.dtype != DType::kBFloat16 || a.b_layout != BLayout::kNK) return false;  // not built
+  if (a.b_layout != BLayout::kNK) return false;  // not built (bf16 and fp16 are)
   if (a.M <= kBlkM) return true;
   const HookWaves w = hook_waves(a, cfg, num_sms);
   const double waves = w.waves();
@@ -125,7 +125,7 @@ bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
 }
 
 GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref) {
-  if (a.dtype != DType::kBFloat16 || a.b_layout != BLayout::kNK) return GemmKernel::kHook;
+  if (a.b_layout != BLayout::kNK) return GemmKernel::kHook;  // the stream-K kernel is built for kNK
   switch (pref) {
     case KernelPref::kHook: return GemmKernel::kHook;
     case KernelPref::kStreamK: return GemmKernel::kStreamK;

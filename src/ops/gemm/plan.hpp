@@ -61,7 +61,7 @@ inline constexpr double kStreamKPenalty = 1.10;
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // The kernel tw::gemm runs: `pref` (TILEWIRE_GEMM_KERNEL) first, the rule for kAuto. Where the
-// stream-K kernel is not built (fp16, B kKN) it is always kHook.
+// stream-K kernel is not built (B kKN; it is for bf16 and fp16 with B kNK) it is always kHook.
 GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref);
 
 // ------------------------------------------------------------------------------ stream-K plan

@@ -1,0 +1,11 @@
+// The plain GEMM's stream-K kernel for fp16 A, B [N, K] and C (streamk.cuh): its three tiles.
+#include "streamk.cuh"
+
+namespace tw::gemm_impl {
+
+void launch_f16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                            cudaStream_t stream) {
+  streamk::launch<cutlass::half_t>(a, cfg, num_sms, plan, stream);
+}
+
+}  // namespace tw::gemm_impl

@@ -1,0 +1,233 @@
+// src/ops/gemm/streamk.cuh — the plain GEMM's stream-K kernel: A [M, K] row-major, B as [N, K]
+// (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Three
+// tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
+// (128, 64, 64) in 1x1 clusters; one translation unit per type instantiates them
+// (gemm_sm90_{bf16,f16}_nk_streamk.cu). gemm.cu picks this kernel or the hook kernel
+// (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused ops never come here.
+//
+// All CUTLASS 4.2, nothing copied:
+//   mainloop   cutlass::gemm::collective::CollectiveBuilder, KernelTmaWarpSpecializedCooperative
+//              (one TMA producer warp, two consumer warpgroups of 64 rows each; CUTLASS's ping-pong
+//              kernel refuses the stream-K scheduler), stages: what the epilogue leaves of smem.
+//   epilogue   cutlass::epilogue::collective::CollectiveBuilder, TmaWarpSpecializedCooperative,
+//              D = 1 * acc with no source (ElementC = void: no C loads, no C smem), bf16 D stored
+//              through shared memory with TMA.
+//   scheduler  CUTLASS's sm90 stream-K scheduler (PersistentTileSchedulerSm90StreamK) with one
+//              addition, ResettingStreamK below: the last split of a tile resets the tile's counters
+//              to 0. CUTLASS leaves them counted and zeroes them with a memset before every launch;
+//              with the reset, a repeated layout on a stream needs no memset (scratch.hpp).
+//
+// Per CTA: the grid is num_sms - reserved_sms CTAs (persistent); each takes "work units" — a whole
+// tile (data-parallel), or a K range of one or more tiles (stream-K / split-K). A unit that computes
+// part of a tile's K loop writes or adds its fp32 (BLK_M, BLK_N) partial into the scratch and bumps
+// the tile's counter (one per consumer warpgroup) by its K-tile count; the unit with the tile's
+// last K tile waits until the counter equals its first K tile (in "deterministic" mode every
+// partial is added in K order, so the result is the same bits every run), adds the partials to
+// its accumulators and runs the epilogue. These waits are CUTLASS's and unbounded; they end
+// because every unit a tile waits for belongs to a CTA of the same grid, and the grid is never
+// larger than the SMs it is given (all CTAs resident unless another kernel holds SMs, which then
+// delays, not blocks, them).
+//
+// GemmConfig: reserved_sms -> hw_info.sm_count; raster and swizzle -> CUTLASS's raster order and
+// max swizzle (plan.hpp streamk_swizzle keeps the swizzle from adding padding tiles); rank/nranks
+// are ignored: rank rotation only orders tiles for the fused ops, which use the hook kernel.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/device_kernel.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "launch.hpp"
+#include "scratch.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::gemm_impl {
+
+// ------------------------------------------------------------------------------ scheduler
+// CUTLASS's sm90 stream-K scheduler; fixup() additionally resets the tile's counter once the
+// tile's last split has read it. Why that is safe: the last split waits (in Base::fixup) until
+// the counter equals the sum of the K-tile counts of every earlier split of the tile, i.e. until
+// all of them have arrived; nobody touches the counter after that in this launch, and the next
+// kernel on the stream starts after this one ends.
+template <class TileShape, class ClusterShape>
+class ResettingStreamK : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape> {
+  using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90StreamK<TileShape, ClusterShape>;
+
+ public:
+  using Base::Base;
+  using typename Base::Params;
+  using typename Base::WorkTileInfo;
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE static void fixup(Params const& params, WorkTileInfo const& work, FrgTensorC& accumulators,
+                                   uint32_t num_barriers, uint32_t barrier_idx) {
+    Base::fixup(params, work, accumulators, num_barriers, barrier_idx);
+    // One thread per consumer warpgroup: the one that waited on this warpgroup's counter.
+    if (!Base::requires_fixup(params, work) || !Base::compute_epilogue(work, params) ||
+        params.requires_separate_reduction() || threadIdx.x % cutlass::NumThreadsPerWarpGroup != 0)
+      return;
+    // The counters follow the partial tiles (CUTLASS's layout): split-K keeps a partial for every
+    // output tile, stream-K one per stream-K tile.
+    using Acc = typename FrgTensorC::value_type;
+    const uint64_t partial_tiles = params.divmod_splits_.divisor > 1 ? params.units_per_problem_ : params.sk_tiles_;
+    const size_t partial_bytes = Params::get_reduction_workspace_size(
+        partial_tiles, cutlass::gemm::to_gemm_coord(TileShape{}), cutlass::sizeof_bits<Acc>::value);
+    auto* counters = reinterpret_cast<typename Base::BarrierType*>(static_cast<uint8_t*>(params.reduction_workspace_) +
+                                                                    partial_bytes);
+    counters[Base::output_tile_index(params, work) * num_barriers + barrier_idx] = 0;
+  }
+};
+
+struct ResettingStreamKTag {};  // selects ResettingStreamK in GemmUniversal (specialization below)
+
+}  // namespace tw::gemm_impl
+
+namespace cutlass::gemm::kernel::detail {
+template <class ArchTag, class TileShapeT, class ClusterShapeT, uint32_t Stages, class ProblemShapeType>
+struct TileSchedulerSelector<tw::gemm_impl::ResettingStreamKTag, ArchTag, TileShapeT, ClusterShapeT, Stages,
+                             ProblemShapeType> {
+  using Scheduler = tw::gemm_impl::ResettingStreamK<TileShapeT, ClusterShapeT>;
+};
+}  // namespace cutlass::gemm::kernel::detail
+
+namespace tw::gemm_impl {
+namespace streamk {
+
+// ------------------------------------------------------------------------------ the kernels
+template <class Element, int kTileM, int kTileN, int kClusterSize>
+struct StreamKGemm {
+  using E = Element;
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
+  using LayoutA = cutlass::layout::RowMajor;     // A [M, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] row-major = K x N column-major
+  using LayoutD = cutlass::layout::RowMajor;     // C [M, N]
+  static constexpr int kAlign = 16 / sizeof(E);  // TMA: 16-byte rows (can_implement checked K, N)
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
+      cutlass::epilogue::TmaWarpSpecializedCooperative,
+      cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
+      ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      ResettingStreamKTag>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Scheduler = typename Kernel::TileScheduler;
+  static_assert(std::is_same_v<Scheduler, ResettingStreamK<TileShape, ClusterShape>>, "counters reset by the kernel");
+  static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
+};
+
+// plan.hpp names them; the tile sizes there are these.
+template <class E, StreamKTile t>
+using GemmOf = StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m>;
+
+template <class G>
+void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
+  using E = typename G::E;
+  using Kernel = typename G::Kernel;
+  using Scheduler = typename G::Scheduler;
+  using Decomp = typename Scheduler::DecompositionMode;
+  using Reduction = typename Scheduler::ReductionMode;
+  const int M = a.M, N = a.N, K = a.K;
+
+  typename G::Device::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+  args.problem_shape = {M, N, K, 1};
+  args.mainloop.ptr_A = static_cast<const E*>(a.A);
+  args.mainloop.dA = typename Kernel::StrideA{int64_t(K), cute::_1{}, int64_t(M) * K};
+  args.mainloop.ptr_B = static_cast<const E*>(a.B);
+  args.mainloop.dB = typename Kernel::StrideB{int64_t(K), cute::_1{}, int64_t(N) * K};
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = typename Kernel::StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
+  args.epilogue.ptr_D = static_cast<E*>(a.C);
+  args.epilogue.dD = typename Kernel::StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
+  args.hw_info.sm_count = num_sms - cfg.reserved_sms;
+  args.scheduler.max_swizzle_size = plan.swizzle;
+  args.scheduler.raster_order =
+      plan.raster == Raster::kAlongN ? Scheduler::RasterOrderOptions::AlongN : Scheduler::RasterOrderOptions::AlongM;
+  args.scheduler.splits = plan.decomposition == Decomposition::kSplitK ? plan.splits : 1;
+  args.scheduler.decomposition_mode = plan.decomposition == Decomposition::kDataParallel ? Decomp::DataParallel
+                                      : plan.decomposition == Decomposition::kSplitK     ? Decomp::SplitK
+                                      : plan.decomposition == Decomposition::kStreamK    ? Decomp::StreamK
+                                                                                         : Decomp::Heuristic;
+  args.scheduler.reduction_mode = plan.deterministic ? Reduction::Deterministic : Reduction::Nondeterministic;
+
+  typename G::Device op;
+  cutlass::Status st = op.can_implement(args);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
+             std::string("gemm (stream-K): CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
+
+  // Scratch: partial tiles + counters, cached per stream. The counters need zeroing only when the
+  // last launch on this scratch had another layout (scratch.hpp).
+  const size_t bytes = G::Device::get_workspace_size(args);
+  const ScratchKey key{int64_t(plan.tile),
+                       M,
+                       N,
+                       K,
+                       args.hw_info.sm_count,
+                       args.scheduler.splits,
+                       int64_t(args.scheduler.decomposition_mode),
+                       plan.swizzle,
+                       int64_t(args.scheduler.raster_order),
+                       int64_t(args.scheduler.reduction_mode)};
+  std::optional<ScratchLease> lease;
+  void* workspace = nullptr;
+  if (bytes > 0) {
+    lease.emplace(lease_scratch(stream, bytes));
+    workspace = lease->data();
+    if (!lease->counters_zero(key)) {
+      st = Kernel::initialize_workspace(args, workspace, stream);
+      TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+                 std::string("gemm (stream-K): zeroing the scratch counters failed: ") + cutlassGetStatusString(st));
+    }
+  }
+  // update(): the kernel parameters (TMA descriptors, scheduler) without initialize()'s memset.
+  st = op.update(args, workspace);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+             std::string("gemm (stream-K): kernel parameters: ") + cutlassGetStatusString(st));
+  TW_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(Kernel::SharedStorageSize)));
+  st = op.run(stream);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+             std::string("gemm (stream-K): launch failed: ") + cutlassGetStatusString(st) + " (" +
+                 cudaGetErrorString(cudaGetLastError()) + ")");
+  if (lease) lease->enqueued(key);
+}
+
+// The kernel of plan.tile for element type E (cutlass::bfloat16_t or cutlass::half_t).
+template <class E>
+void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
+  using Wide = GemmOf<E, StreamKTile::k128x256c2>;
+  using Narrow = GemmOf<E, StreamKTile::k128x128c1>;
+  using Skinny = GemmOf<E, StreamKTile::k128x64c1>;
+  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8, "can_implement checks 16-byte rows");
+  switch (plan.tile) {
+    case StreamKTile::k128x256c2: run_streamk<Wide>(a, cfg, num_sms, plan, stream); return;
+    case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
+    case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
+  }
+  TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
+}
+
+}  // namespace streamk
+}  // namespace tw::gemm_impl
