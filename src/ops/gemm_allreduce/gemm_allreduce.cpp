@@ -111,6 +111,18 @@ int resident_reserved_sms(int num_sms, int reserved, int clusters) {
   return num_sms - use * gemm_impl::kClusterM;
 }
 
+// The launch's SMs, raster and tile schedule (p.gemm and p.gemm_cfg set): the reserved SMs
+// grown until every persistent cluster is resident, and exactly the schedule RotatedScheduler
+// builds from hw_info.sm_count = num_sms - reserved_sms.
+void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, int reserved_sms) {
+  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, reserved_sms, d.clusters);
+  p.num_sms = d.num_sms;
+  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
+  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM,
+                                     p.raster, p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
+                                     d.num_sms - p.gemm_cfg.reserved_sms, 0);
+}
+
 // What a workspace last held, per rank (the host's record: every rank makes the same calls, so
 // every rank's record says the same). A fused call whose layout differs from the record — or
 // after the sequential path wrote its partial into the workspace, or on the workspace's first
@@ -276,13 +288,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
   // Relay: rank r walks from unit order index r * floor(units / 2) (LSA rank == rank: all-LSA).
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, 2) : gemm_allreduce_impl::as_gemm_config(cfg);
-  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, cfg.reserved_sms, d.clusters);
-  p.num_sms = d.num_sms;
-  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
-  // Exactly what RotatedScheduler builds from hw_info.sm_count = num_sms - reserved_sms.
-  p.sched = gemm_impl::make_schedule(a.M, a.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM, p.raster,
-                                     p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
-                                     d.num_sms - p.gemm_cfg.reserved_sms, 0);
+  fill_schedule(p, d, cfg.reserved_sms);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
@@ -360,12 +366,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   LaunchParams p;
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
-  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, cfg.reserved_sms, d.clusters);
-  p.num_sms = d.num_sms;
-  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
-  p.sched = gemm_impl::make_schedule(g.M, g.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM, p.raster,
-                                     p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
-                                     d.num_sms - p.gemm_cfg.reserved_sms, 0);
+  fill_schedule(p, d, cfg.reserved_sms);
   p.lay = make_scatter_layout(g.M, g.N, comm.lsa_size(), p.raster, 2, shard_rows);
   p.final_ctas = final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
