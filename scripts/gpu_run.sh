@@ -9,7 +9,8 @@
 #   quick         info, GPU tests, the bf16 all-reduce bench
 #   sanitize      compute-sanitizer memcheck + racecheck on the GPU tests (its own call: with the
 #                 tests and benches it does not fit the device tool's 10-minute command limit)
-#   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid
+#   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
+#                 decode shapes in bf16 and fp16, acceptance in fp16
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
@@ -199,6 +200,11 @@ if [ "$MODE" = gemm ]; then
   step "bench gemm"
   run 150 "$TW" bench gemm --sweep acceptance -R 9 --json "$OUT/bench_gemm_acceptance.json"
   run 150 "$TW" bench gemm --sweep grid -R 7 --json "$OUT/bench_gemm_grid.json"
+  step "bench gemm, decode and ragged shapes, bf16 and fp16"
+  for d in bf16 fp16; do
+    run 100 "$TW" bench gemm --dtype $d --sweep decode -R 5 --json "$OUT/bench_gemm_decode_$d.json"
+  done
+  run 100 "$TW" bench gemm --dtype fp16 --sweep acceptance -R 5 --json "$OUT/bench_gemm_acceptance_fp16.json"
   step "the other kernel on the shapes the rule decides (plan.hpp use_streamk): for the record"
   TILEWIRE_GEMM_KERNEL=streamk run 100 "$TW" bench gemm --sweep tail -R 7
   TILEWIRE_GEMM_KERNEL=hook run 100 "$TW" bench gemm -m 512 -n 4096 -k 4096 -R 7
