@@ -152,11 +152,13 @@ if [ "$MODE" = tp ]; then
   step "memcheck on them, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter="$TP_TESTS"
+  : >"$OUT/bench_tp.jsonl"  # one JSON line per bench run (the device tool returns at most 8 files)
   for op in gemm-rs ag-gemm; do
     step "bench $op --sweep llama --virtual 4, and -m 4096 on the real GPU"
-    run 200 "$TW" bench $op --sweep llama --virtual 4 -R 3 --iters 5 --json "$OUT/bench_${op}_virtual4.json"
-    run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --json "$OUT/bench_${op}_p1.json"
+    run 200 "$TW" bench $op --sweep llama --virtual 4 -R 3 --iters 5 --json "$OUT/tp.json" && cat "$OUT/tp.json" >>"$OUT/bench_tp.jsonl"
+    run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --json "$OUT/tp.json" && cat "$OUT/tp.json" >>"$OUT/bench_tp.jsonl"
   done
+  rm -f "$OUT/tp.json"
 fi
 
 if [ "$MODE" = python ]; then
