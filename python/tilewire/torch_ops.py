@@ -7,11 +7,15 @@ capture see them as opaque calls on the current stream:
     torch.ops.tilewire.all_gather(x, comm_id) -> Tensor
     torch.ops.tilewire.gemm(A, B, b_layout) -> Tensor
     torch.ops.tilewire.gemm_allreduce(A, B, comm_id, b_layout) -> Tensor
+    torch.ops.tilewire.gemm_reducescatter(A, B, comm_id, b_layout, path) -> Tensor   rank's rows
+    torch.ops.tilewire.allgather_gemm(A_shard, B, comm_id, M, b_layout) -> Tensor
 
 comm_id is Comm.id (the communicator's handle in this process). Registered once, by init();
 the methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
 matters for small all-reduces).
 """
+
+from . import _C
 
 _COMMS: dict = {}
 _registered = False
@@ -95,5 +99,23 @@ def register() -> None:
     @gemm_allreduce.register_fake
     def _(A, B, comm, b_layout):
         return A.new_empty((A.shape[0], B.shape[0] if b_layout == "nk" else B.shape[1]))
+
+    @torch.library.custom_op("tilewire::gemm_reducescatter", mutates_args=())
+    def gemm_reducescatter(A: torch.Tensor, B: torch.Tensor, comm: int, b_layout: str, path: str) -> torch.Tensor:
+        return comm_of(comm).gemm_reducescatter(A, B, b_layout=b_layout, path=path)
+
+    @gemm_reducescatter.register_fake
+    def _(A, B, comm, b_layout, path):
+        c = comm_of(comm)
+        rows = _C.shard_rows_of(A.shape[0], c.nranks, c.rank)
+        return A.new_empty((rows, B.shape[0] if b_layout == "nk" else B.shape[1]))
+
+    @torch.library.custom_op("tilewire::allgather_gemm", mutates_args=())
+    def allgather_gemm(A_shard: torch.Tensor, B: torch.Tensor, comm: int, M: int, b_layout: str) -> torch.Tensor:
+        return comm_of(comm).allgather_gemm(A_shard, B, M, b_layout=b_layout)
+
+    @allgather_gemm.register_fake
+    def _(A_shard, B, comm, M, b_layout):
+        return A_shard.new_empty((M, B.shape[0] if b_layout == "nk" else B.shape[1]))
 
     _registered = True

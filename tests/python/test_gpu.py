@@ -220,3 +220,26 @@ def test_gemm_reducescatter_and_allgather_gemm_match_torch(comm):
     assert torch.equal(G, full)
     ref = full.float() @ B.float().T
     assert (C.float() - ref).abs().max().item() <= 0.02 * ref.abs().max().item()
+
+
+def test_sequence_parallel_custom_ops_compile(comm):
+    """torch.ops.tilewire.gemm_reducescatter / allgather_gemm inside torch.compile(fullgraph=True):
+    the same results as the eager methods."""
+    g = torch.Generator(device="cuda").manual_seed(51 + comm.rank)
+    M, N, K = 512, 256, 128
+    A = torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16)
+    B = torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)
+
+    @torch.compile(fullgraph=True)
+    def rs(a, b):
+        return torch.ops.tilewire.gemm_reducescatter(a, b, comm.id, "nk", "sequential")
+
+    assert torch.equal(rs(A, B), comm.gemm_reducescatter(A, B, path="sequential"))
+    S = tilewire.shard_rows(M, comm.nranks)
+    shard = A[comm.rank * S:min(M, (comm.rank + 1) * S)].contiguous()
+
+    @torch.compile(fullgraph=True)
+    def ag(a, b):
+        return torch.ops.tilewire.allgather_gemm(a, b, comm.id, M, "nk")
+
+    assert torch.equal(ag(shard, B), comm.allgather_gemm(shard, B, M))
