@@ -20,7 +20,7 @@
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
-#                 ranks (bench_ep.jsonl: one JSON line per run)
+#                 ranks (bench_ep.jsonl: one JSON line per run), a traced low-latency run
 #   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
 #                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
 #                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real
@@ -140,6 +140,8 @@ if [ "$MODE" = ep ]; then
     done
   done
   rm -f "$OUT/ep.json"
+  step "bench ep --mode ll -t 128 --trace: where the low-latency dispatch's time goes (per CTA)"
+  run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ep_ll.json"
 fi
 
 if [ "$MODE" = tp ]; then
