@@ -9,6 +9,11 @@ what must outlive it).
 With exact=True (the default) dispatch reads the row count back (one host synchronization) and
 returns tensors of exactly that many rows; exact=False returns worst-case-sized tensors and the
 count as a device tensor, with no synchronization (CUDA-graph capturable).
+
+These methods are not torch custom ops (unlike Comm's collectives, torch_ops.py): their outputs
+are views of the buffer's own memory, which a custom op may not return, and copying the
+worst-case outputs out (P x max_tokens rows) would cost more than the dispatch itself. Under
+torch.compile, call them outside the compiled region (or mark it with torch.compiler.disable).
 """
 from __future__ import annotations
 
