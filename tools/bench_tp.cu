@@ -273,7 +273,7 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
   // Operands: gemm-rs A [M, K], B, partial [P S, N] (a window: the check reads it), C_shard;
   // ag-gemm A_shard [S, K] (a window: the check reads it), gathered [P S, K], B, C [M, N].
   const size_t a_rows = rs ? (size_t)M : (size_t)S;
-  Dev A(a_rows * K * e), B((size_t)N * K * e), C((size_t)(rs ? S : M) * N * e), ref((size_t)M * N * e),
+  Dev A(a_rows * K * e), B((size_t)N * K * e), C((size_t)(rs ? S : M) * N * e), ref((size_t)std::max(M, S) * N * e),
       gathered((size_t)P * S * K * e);
   Window part = comm.alloc_window(std::max<size_t>((size_t)P * S * N * e, 256));
   Window shard = comm.alloc_window(std::max<size_t>((size_t)S * K * e, 256));
