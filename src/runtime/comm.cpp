@@ -698,9 +698,10 @@ int Comm::reserve_signals(int n, const char* owner) {
   TW_REQUIRE(n > 0 && base >= 0, kInvalidArgument,
              std::string(owner) + ": needs " + std::to_string(n) + " signals, " + std::to_string(std::max(0, top)) +
                  " are free below the reserved ones (CommConfig::signal_count " + std::to_string(ctx_.signal_count) + ")");
-  uint64_t lo = (uint64_t)base, hi = (uint64_t)base;
-  allreduce_host(&lo, 1, HostReduce::kMin);
-  allreduce_host(&hi, 1, HostReduce::kMax);
+  // One host collective: the largest base and the largest complement (= the smallest base).
+  uint64_t v[2] = {(uint64_t)base, ~(uint64_t)base};
+  allreduce_host(v, 2, HostReduce::kMax);
+  const uint64_t hi = v[0], lo = ~v[1];
   TW_REQUIRE(lo == hi, kState,
              std::string(owner) + ": ranks reserved different signal ranges (from " + std::to_string(lo) + " to " +
                  std::to_string(hi) + "): they made or destroyed their objects in different orders");

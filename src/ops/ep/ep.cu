@@ -154,9 +154,7 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   const Comm::CallOrder order(comm_, stream);  // before layout() rewrites the routing a previous call reads
   if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
   ops::ep::DispatchParams p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = st.win.dev();
-  p.g = st.g;
+  static_cast<ops::ep::Common&>(p) = st.common(comm_);
   p.r = st.r;
   p.x = static_cast<const char*>(a.x);
   p.x_scales = a.x_scales;
@@ -170,7 +168,6 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   p.alignment = cfg_.expert_alignment;
   p.status = st.status_dev;
   p.ring = st.ring;
-  p.sig0 = st.sig0;
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   comm_.check_launch("ep dispatch launch");
   comm_.launched("ep dispatch");
@@ -207,16 +204,13 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   comm_.agree_on_call(op, {{"weights", weights ? "yes" : "no"}});
   const Comm::CallOrder order(comm_, stream);
   ops::ep::CombineParams p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = st.win.dev();
-  p.g = st.g;
+  static_cast<ops::ep::Common&>(p) = st.common(comm_);
   p.y = static_cast<const char*>(y);
   p.weights = weights;
   p.epochs = st.cepochs;
   p.num_recv = st.num_recv;
   p.recv_base = st.recv_base;
   p.ring = st.ring;
-  p.sig0 = st.sig0;
   ops::ep::combine_push<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   comm_.check_launch("ep combine launch");
   comm_.launched("ep combine");

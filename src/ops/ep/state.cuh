@@ -5,6 +5,7 @@
 
 #include "kernels.cuh"
 #include "../../runtime/stream_guard.hpp"
+#include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/ops/ep.hpp"
 
@@ -36,6 +37,9 @@ struct EpBuffer::State {
   bool layout_changed = false;    // layout() ran after the last dispatch
   bool have_layout = false;
   trace::Ring ring{};
+
+  // What every high-throughput kernel of this rank shares (kernels.cuh Common).
+  ops::ep::Common common(const Comm& comm) const { return ops::ep::Common{comm.dev_ctx(), win.dev(), g, sig0}; }
 };
 
 
