@@ -264,6 +264,11 @@ TEST(Ep, DispatchCombineMatchTheReference) {
           }
           upload(yd.data(), y, s), upload(ywd.data(), yw, s);
           poison(out.data(), out.bytes, s);
+          // Every rank's copies are done before any rank's combine waits for its peers: on a
+          // virtual team the ranks share the device, and compute-sanitizer orders a copy behind
+          // a running kernel (a peer's spinning combine would stall this rank's upload).
+          comm.sync(s);
+          comm.barrier();
           buf.combine(yd.data(), weighted ? static_cast<const float*>(ywd.data()) : nullptr, out.data(), s);
           std::vector<uint16_t> ref((size_t)in.N * c.hidden);
           std::vector<std::vector<int>> row_at(P);  // row of (me, t) at rank d: after every earlier source's rows

@@ -167,7 +167,9 @@ bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool re
   std::lock_guard<std::mutex> lk(ws_mu);
   auto [it, fresh] = ws_records.try_emplace(w.serial);
   WorkspaceRecord& r = it->second;
-  if (fresh || r.offset != w.offset) r.header_ok = false;
+  // The sequential path's partial covers the header too (the call counter the fused kernels
+  // derive their tags from): after it, a fused call re-initializes the header with the flags.
+  if (fresh || r.offset != w.offset || r.held == kHeldSequential) r.header_ok = false;
   *first_use = !r.header_ok;
   const bool reinit = !r.header_ok || r.held != held || (cap != 0 && r.capture != cap);
   if (reinits && reinit) r.header_ok = true;
