@@ -83,6 +83,10 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
         fill(A.data(), c.dtype, (size_t)c.M * c.K, c.fill, sa, me, s);
         fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
         poison(C.data(), C.bytes, s);
+        // Every rank's fills are done before any rank's collective waits for it: the ranks of a
+        // virtual team share the device, and compute-sanitizer orders a copy behind a running kernel.
+        comm.sync(s);
+        comm.barrier();
         if (call % 2 == 1 && me == P - 1) {  // the last rank late: the others' waits must hold
           comm.sync(s);
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
@@ -170,6 +174,8 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
         fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
         poison(C.data(), C.bytes, s);
         poison(G.data(), G.bytes, s);
+        comm.sync(s);
+        comm.barrier();  // as above: no rank's copies behind a peer's waiting kernel
         if (call == 1 && me == 0) {
           comm.sync(s);
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
