@@ -172,4 +172,35 @@ TEST(EpPlan, LowLatencyWindowRegionsAreDisjoint) {
       EXPECT_EQ((g.cyrow(1, 255, c.topk - 1) + 1), 2 * (size_t)256 * c.topk);
     }
 }
+
+TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
+  for (int P : {2, 3, 16})
+    for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {
+      EpConfig c = good();
+      c.mode = tw::EpMode::kLowLatency, c.payload = pay, c.num_experts = 16 * P, c.max_tokens_per_rank = 128;
+      const auto plain = tw::ops::ep::ll::geometry(c, P, 1, 16);
+      const auto g = tw::ops::ep::ll::geometry(c, P, 1, 16, /*gin=*/true);
+      EXPECT_FALSE(plain.gin);
+      EXPECT_EQ(plain.off_srows, 0u);
+      EXPECT_TRUE(g.gin);
+      // The receiver's regions do not move; the staging follows them.
+      EXPECT_EQ(g.off_rows, plain.off_rows);
+      EXPECT_EQ(g.off_cy, plain.off_cy);
+      const size_t rows = 2 * (size_t)g.L * P * 128, flags = 2 * (size_t)P * 16 * 8, pairs = 2 * (size_t)128 * c.topk;
+      EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
+                               {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
+                               {g.off_cy, pairs * c.hidden * 2}, {g.off_sslots, 2 * P * g.slot_bytes},
+                               {g.off_smeta, pairs * 8}, {g.off_sscales, pairs * g.nsc * 4},
+                               {g.off_srows, pairs * g.row_bytes}, {g.off_scy, (size_t)g.L * g.cap * c.hidden * 2}},
+                              g.total),
+                "")
+          << "P = " << P;
+      // The last pair of the last buffer ends inside the staging rows; three signals per source.
+      EXPECT_EQ((g.spair(1, 128 * c.topk - 1) + 1) * g.row_bytes, pairs * g.row_bytes);
+      auto s = g;
+      s.sig = 40;
+      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 0), 40);
+      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCombine, P - 1), 40 + 3 * P - 1);
+    }
+}
 }  // namespace

@@ -129,8 +129,9 @@ class EpBuffer {
  public:
   // Collective: allocates the window and device state. Throws kInvalidArgument on a bad config
   // (check_ep_config's reason); kUnsupported when a peer is outside the LSA team and the
-  // communicator has no GIN, or the mode is low latency (LSA only). With GIN peers the buffer
-  // takes 4 x nranks signals (Comm::reserve_signals) and a window twice as large (docs/ep.md).
+  // communicator has no GIN. With GIN peers the buffer takes signals (Comm::reserve_signals:
+  // 4 x nranks high throughput, 3 x nranks low latency) and staging regions in its window
+  // (docs/ep.md).
   EpBuffer(Comm& comm, const EpConfig& cfg);
   ~EpBuffer();
   EpBuffer(const EpBuffer&) = delete;

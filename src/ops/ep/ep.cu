@@ -15,18 +15,13 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   comm.require_usable("EpBuffer");
   const Status s = check_ep_config(cfg, comm.nranks(), comm.sm_count());
   TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
-  // Peers outside the LSA team (other nodes) are reached with NCCL GIN puts and signals: the
-  // high-throughput kernels have that path (it has not run here: no GIN-capable NIC), the
-  // low-latency ones do not yet.
+  // Peers outside the LSA team (other nodes) are reached with NCCL GIN puts and signals in both
+  // modes (compiled and chosen by capability; it has not run here: no GIN-capable NIC).
   const bool gin = !comm.all_lsa();
   TW_REQUIRE(!gin || comm.gin_available(), kUnsupported,
              "EpBuffer: " + std::to_string(comm.nranks() - comm.lsa_size()) +
                  " ranks are outside this rank's LSA team and need GIN, which this communicator lacks (no GIN-capable "
                  "NIC, or CommConfig::want_gin false)");
-  TW_REQUIRE(!gin || cfg.mode == EpMode::kHighThroughput, kUnsupported,
-             "EpBuffer: the low-latency mode needs every rank in the LSA team (LSA team " +
-                 std::to_string(comm.lsa_size()) + " of " + std::to_string(comm.nranks()) +
-                 "); across nodes only the high-throughput mode has a GIN path");
   TW_REQUIRE(comm.nranks() <= ops::ep::kMaxRanks, kUnsupported,
              "EpBuffer: " + std::to_string(comm.nranks()) + " ranks; the kernels are built for at most " +
                  std::to_string(ops::ep::kMaxRanks));
@@ -86,8 +81,9 @@ EpBuffer::~EpBuffer() {
   if (ll_) {
     const ops::ep::ll::Local& l = ll_->s;
     for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.rx, (void*)l.rscales, (void*)l.rcount,
-                    (void*)l.rsrc, (void*)l.rtok, (void*)l.rslot})
+                    (void*)l.rsrc, (void*)l.rtok, (void*)l.rslot, (void*)l.sig0, (void*)l.gin_total})
       cudaFree(p);
+    if (ll_->g.gin) comm_.release_signals(ll_->g.sig);
   }
 }
 

@@ -53,7 +53,20 @@ struct Geo {
   size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
   size_t slot_bytes;      // count slot: [0] tag, [8] status, [16] counts[L]
   size_t off_slots, off_done, off_cdone, off_rows, off_scales, off_meta, off_cy;
+  // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
+  // a GIN peer is first stored here: count slots [buffer][destination], dispatch rows, scales
+  // and (token, slot) per [buffer][pair t x topk + j], combine rows per receive row [l][r].
+  bool gin;
+  size_t off_sslots, off_smeta, off_sscales, off_srows, off_scy;  // 0 when gin is false
+  int sig;  // first of 3P signals (Comm::reserve_signals), see Phase
   size_t total;
+  // GIN signals at a receiver, one counter per (phase, source), cumulative over calls: counts
+  // get 1 add per call; dispatch rows one per put (a row, its meta, fp8: its scales), combine
+  // rows one per row. The receiver knows how many to expect from the counts (its running
+  // totals in Local::gin_total).
+  enum Phase { kSigCounts = 0, kSigRows = 1, kSigCombine = 2 };
+  TW_EP_HD int signal(Phase ph, int src) const { return sig + (int)ph * P + src; }
+  TW_EP_HD size_t spair(int buf, int i) const { return (size_t)buf * max_tokens * topk + i; }
   TW_EP_HD size_t slot(int buf, int src) const { return off_slots + ((size_t)buf * P + src) * slot_bytes; }
   TW_EP_HD size_t done(size_t base, int buf, int src, int ch) const {
     return base + (((size_t)buf * P + src) * G + ch) * 8;
@@ -65,7 +78,7 @@ struct Geo {
   TW_EP_HD size_t cyrow(int buf, int t, int j) const { return ((size_t)buf * max_tokens + t) * topk + j; }
 };
 
-Geo geometry(const EpConfig& c, int P, int me, int G);
+Geo geometry(const EpConfig& c, int P, int me, int G, bool gin = false);
 }  // namespace ll
 
 }  // namespace tw::ops::ep

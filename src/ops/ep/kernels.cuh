@@ -161,6 +161,11 @@ struct Local {  // this rank's device state
   int32_t* rslot;    // [L, cap] top-k slot at the source
   Status* status;
   int num_tokens;
+  // GIN only (null otherwise): the signals' values at creation [3P], and the running totals
+  // [2P] of what each source has put so far (dispatch row puts, then combine rows), advanced
+  // after each receive by gin_advance / gin_advance_combine.
+  const uint64_t* sig0;
+  uint64_t* gin_total;
 };
 
 struct Params {
@@ -183,6 +188,8 @@ __global__ void send(const __grid_constant__ Params p);
 __global__ void recv(const __grid_constant__ Params p);
 __global__ void combine_send(const __grid_constant__ Params p);
 __global__ void combine_recv(const __grid_constant__ Params p);
+__global__ void gin_advance(const __grid_constant__ Params p);
+__global__ void gin_advance_combine(const __grid_constant__ Params p);
 
 }  // namespace ll
 

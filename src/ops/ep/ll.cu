@@ -12,6 +12,14 @@
 // sender at call e writes buffer e % 2 at rank d, which d last read in its receive of call e - 2;
 // the sender's own receive of call e - 1 waited for d's send of call e - 1, which d made after
 // that receive. The same holds for combine (see docs/ep.md).
+//
+// Peers outside the LSA team (GIN; compiled, never run here: no GIN-capable NIC): what would be
+// stored into such a peer's window is stored into this rank's staging (Geo::off_s*) and put
+// with a signal add; the receiver waits for its counters to reach the counts it expects (1 per
+// call for the count slot; per row for rows, from the counts) instead of flags. The same
+// double-buffering argument covers the staging (a put of call e has landed before the sender's
+// call e + 2 rewrites its source); the combine staging is single-buffered (the sender's
+// next combine follows its dispatch receive, which follows the source's combine receive).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -19,6 +27,7 @@
 #include <string>
 
 #include "state.cuh"
+#include "tilewire/device/put.cuh"
 #include "tilewire/device/wait.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -31,6 +40,7 @@ namespace ops::ep::ll {
 __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what, uint32_t id0) {
   const Geo& g = p.g;
   for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x) {
+    if (!dev::is_lsa_peer(p.ctx, i / g.G)) continue;  // a GIN source: its counter (wait_gin_rows)
     dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.done(base, buf, i / g.G, i % g.G), g.me), e,
                    cuda::memory_order_acquire, what);
     if (blockIdx.x == 0 && i % g.G == g.G - 1) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + i / g.G, ptx::globaltimer());
@@ -42,7 +52,39 @@ __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e
   const Geo& g = p.g;
   __threadfence_system();
   __syncthreads();
-  if (threadIdx.x < g.P) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
+  if (threadIdx.x < g.P && dev::is_lsa_peer(p.ctx, threadIdx.x)) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
+}
+
+// Puts per row dispatched to a GIN peer: the row, its (token, slot), fp8: its scales.
+__device__ __forceinline__ int row_puts(const Geo& g) { return g.nsc ? 3 : 2; }
+
+// Rows a source put into buffer `buf` of this rank (its counts for this rank's experts).
+__device__ __forceinline__ int rows_from(const Params& p, int buf, int src) {
+  const int* c = at<const int>(p.ctx, p.win, p.g.slot(buf, src) + 16, p.g.me);
+  int n = 0;
+  for (int l = 0; l < p.g.L; ++l) n += c[l];
+  return n;
+}
+
+// This rank's (token, expert) pairs that went to rank d (its layout's counts).
+__device__ __forceinline__ int pairs_to(const Params& p, int d) {
+  int n = 0;
+  for (int l = 0; l < p.g.L; ++l) n += p.s.cnt[d * p.g.L + l];
+  return n;
+}
+
+// Every GIN source's counter of phase `ph` reached its running total plus what this call adds
+// (`adds(q)`), then the whole CTA is ordered after those acquires (trace: kChunkRecv).
+template <class Adds>
+__device__ void wait_gin(const Params& p, Geo::Phase ph, int total0, Adds adds, const char* what, uint32_t id0) {
+  const Geo& g = p.g;
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
+    if (dev::is_lsa_peer(p.ctx, q)) continue;
+    const uint64_t want = p.s.sig0[(int)ph * g.P + q] + p.s.gin_total[total0 + q] + (uint64_t)adds(q);
+    dev::wait_signal(dev::Thread{}, p.ctx, g.signal(ph, q), want, cuda::memory_order_acquire, what);
+    if (blockIdx.x == 0) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + q, ptx::globaltimer());
+  }
+  __syncthreads();
 }
 
 // One CTA of kLayoutThreads: pos[t][j] = the number of earlier (token, slot) entries of this rank
@@ -109,12 +151,18 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
   if (blockIdx.x == 0)  // the counts for each rank's experts, and this rank's verdict
     for (int d = warp; d < g.P; d += kWarps) {
-      char* s = at<char>(ctx, p.win, g.slot(buf, g.me), d);
+      const bool lsa = dev::is_lsa_peer(ctx, d);
+      const size_t staged = g.off_sslots + ((size_t)buf * g.P + d) * g.slot_bytes;
+      char* s = lsa ? at<char>(ctx, p.win, g.slot(buf, g.me), d) : at<char>(ctx, p.win, staged, g.me);
       if (lane == 0) *reinterpret_cast<int*>(s + 8) = *reinterpret_cast<volatile int*>(&p.s.status->code) == 1 ? 1 : 0;
       for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[l] = p.s.cnt[d * g.L + l];
+      if (!lsa && lane == 0) *reinterpret_cast<uint64_t*>(s) = e;
       __threadfence_system();
       __syncwarp();
-      if (lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
+      if (lsa && lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
+      if (!lsa)
+        dev::put_signal(dev::Warp{}, ctx, d, p.win, g.slot(buf, g.me), p.win, staged, g.slot_bytes,
+                        g.signal(Geo::kSigCounts, g.me), 1);
     }
   // A warp per (token, expert) pair, so that a decode batch of a few tokens still spreads over
   // every warp of the grid: the token's bf16 row (read from L2 after the first of its pairs) is
@@ -130,8 +178,15 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     const int dst = (int)(id / g.L);
     const size_t r = g.srow(buf, (int)(id % g.L), g.me, pos);
     const char* src = p.x + (size_t)t * g.hidden * 2;
+    // An LSA destination's staging row directly; a GIN one's through this rank's staging.
+    const bool lsa = dev::is_lsa_peer(ctx, dst);
+    const int wr = lsa ? dst : g.me;
+    const size_t sp = g.spair(buf, i);
+    const size_t row_off = lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes;
+    const size_t sc_off = lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4;
+    const size_t meta_off = lsa ? g.off_meta + r * 8 : g.off_smeta + sp * 8;
     if (!p.fp8) {
-      char* to = at<char>(ctx, p.win, g.off_rows + r * g.row_bytes, dst);
+      char* to = at<char>(ctx, p.win, row_off, wr);
       warp_copy_row(
           chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
           [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
@@ -161,12 +216,20 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
         uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
         for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
         if (c < chunks) {
-          *at<uint2>(ctx, p.win, g.off_rows + r * g.row_bytes + (size_t)c * 8, dst) = q;
-          if (c % 16 == 0) *at<float>(ctx, p.win, g.off_scales + (r * g.nsc + c / 16) * 4, dst) = scale;
+          *at<uint2>(ctx, p.win, row_off + (size_t)c * 8, wr) = q;
+          if (c % 16 == 0) *at<float>(ctx, p.win, sc_off + (size_t)(c / 16) * 4, wr) = scale;
         }
       }
     }
-    if (lane == 0) *at<int2>(ctx, p.win, g.off_meta + r * 8, dst) = make_int2(t, j);
+    if (lane == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
+    if (!lsa) {  // warp-uniform
+      __threadfence_system();
+      const int sig = g.signal(Geo::kSigRows, g.me);
+      dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_rows + r * g.row_bytes, p.win, row_off, g.row_bytes, sig, 1);
+      if (g.nsc)
+        dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_scales + r * g.nsc * 4, p.win, sc_off, g.nsc * 4, sig, 1);
+      dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_meta + r * 8, p.win, meta_off, 8, sig, 1);
+    }
   }
   release_to_all(p, g.off_done, buf, e);
 }
@@ -178,10 +241,15 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
-  if (threadIdx.x < g.P)
+  if (threadIdx.x < g.P && dev::is_lsa_peer(ctx, threadIdx.x))
     dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, threadIdx.x), g.me), e,
                    cuda::memory_order_acquire, "ep.ll.recv.counts");
+  else if (threadIdx.x < g.P)  // a GIN source's slot: one put per call
+    dev::wait_signal(dev::Thread{}, ctx, g.signal(Geo::kSigCounts, threadIdx.x),
+                     p.s.sig0[Geo::kSigCounts * g.P + threadIdx.x] + e, cuda::memory_order_acquire, "ep.ll.recv.counts");
   wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
+  if (g.gin)
+    wait_gin(p, Geo::kSigRows, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
   if (threadIdx.x < g.P && *at<int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
   __syncthreads();
   const auto count_of = [&](int src, int l) { return at<const int>(ctx, p.win, g.slot(buf, src) + 16, g.me)[l]; };
@@ -239,11 +307,18 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
     for (int r = (gw - k0 % nw + nw) % nw; r < n; r += nw) {
       const size_t row = (size_t)l * g.cap + r;
       const int s = p.s.rsrc[row];
-      char* dst = at<char>(ctx, p.win, g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2, s);
+      const size_t at_s = g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2;
+      const bool lsa = dev::is_lsa_peer(ctx, s);  // else staged here and put
+      char* dst = lsa ? at<char>(ctx, p.win, at_s, s) : at<char>(ctx, p.win, g.off_scy + row * g.hidden * 2, g.me);
       const char* src = p.y + row * g.hidden * 2;
       warp_copy_row(
           chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
           [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
+      if (!lsa) {  // warp-uniform
+        __threadfence_system();
+        dev::put_signal(dev::Warp{}, ctx, s, p.win, at_s, p.win, g.off_scy + row * g.hidden * 2, (size_t)g.hidden * 2,
+                        g.signal(Geo::kSigCombine, g.me), 1);
+      }
     }
     k0 += n;
   }
@@ -257,6 +332,8 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   const int buf = (int)(e & 1u);
   wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
   if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;  // the dispatch wrote nothing
+  if (g.gin)  // every GIN expert rank put back one row per pair of this rank it received
+    wait_gin(p, Geo::kSigCombine, g.P, [&](int d) { return pairs_to(p, d); }, "ep.ll.combine.rows", kCombineId);
   const int vecs = g.hidden / 8;
   const char* local = at<const char>(p.ctx, p.win, 0, g.me);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
@@ -277,6 +354,21 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + blockIdx.x);
 }
 
+// After a receive (stream order: every CTA of it is done): the running totals the next call's
+// waits count from. The dispatch rows were put whatever the verdict; combine rows only when the
+// dispatch was good (a bad one sends nothing back).
+__global__ void gin_advance(const __grid_constant__ Params p) {
+  const int buf = (int)(p.s.epochs[p.g.G] & 1u);  // the receive's buffer (its CTA 0's epoch)
+  for (int q = threadIdx.x; q < p.g.P; q += blockDim.x)
+    if (!dev::is_lsa_peer(p.ctx, q)) p.s.gin_total[q] += (uint64_t)rows_from(p, buf, q) * row_puts(p.g);
+}
+
+__global__ void gin_advance_combine(const __grid_constant__ Params p) {
+  if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;
+  for (int d = threadIdx.x; d < p.g.P; d += blockDim.x)
+    if (!dev::is_lsa_peer(p.ctx, d)) p.s.gin_total[p.g.P + d] += (uint64_t)pairs_to(p, d);
+}
+
 }  // namespace ops::ep::ll
 
 // ------------------------------------------------------------------------------ host
@@ -284,7 +376,8 @@ void EpBuffer::init_low_latency() {
   ll_ = std::make_unique<LowLatency>();
   LowLatency& ll = *ll_;
   const int P = comm_.nranks();
-  ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_);
+  const bool gin = !comm_.all_lsa();
+  ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_, gin);
   ll.win = comm_.alloc_window(ll.g.total);
   StreamGuard init;
   const cudaStream_t s0 = init.s;
@@ -302,6 +395,15 @@ void EpBuffer::init_low_latency() {
   ll.local_bytes = (size_t)g.max_tokens * g.topk * 4 + (size_t)g.E * 4 + 16 * (size_t)g.G +
                    (size_t)g.L * g.cap * (g.row_bytes + 4 * g.nsc + 12) + 4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
+  if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
+    ll.g.sig = comm_.reserve_signals(3 * P, "EpBuffer (low latency)");
+    uint64_t* sig0 = ep_zalloc<uint64_t>(3 * (size_t)P, s0);
+    ops::ep::read_signals<<<1, 128, 0, s0>>>(comm_.dev_ctx(), ll.g.sig, 3 * P, sig0);
+    TW_CUDA_CHECK(cudaGetLastError());
+    s.sig0 = sig0;
+    s.gin_total = ep_zalloc<uint64_t>(2 * (size_t)P, s0);
+    ll.local_bytes += 40 * (size_t)P;
+  }
   comm_.sync(s0);
 }
 
@@ -361,6 +463,7 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
   const Comm::CallOrder order(comm_, stream);
   ops::ep::ll::Params p = low_latency_params();
   ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  if (ll.g.gin) ops::ep::ll::gin_advance<<<1, 64, 0, stream>>>(p);
   comm_.check_launch("ep low-latency receive launch");
   comm_.launched("ep low-latency receive");
   ll.step = LowLatency::Step::kReceived;
@@ -399,6 +502,7 @@ void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t s
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);
   ops::ep::ll::combine_recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  if (ll.g.gin) ops::ep::ll::gin_advance_combine<<<1, 64, 0, stream>>>(p);
   comm_.check_launch("ep low-latency combine launch");
   comm_.launched("ep low-latency combine");
   ll.step = LowLatency::Step::kIdle;

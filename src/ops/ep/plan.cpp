@@ -99,7 +99,7 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
 }
 
 namespace ll {
-Geo geometry(const EpConfig& c, int P, int me, int G) {
+Geo geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   Geo g{};
   g.P = P, g.me = me, g.L = c.num_experts / P, g.E = c.num_experts, g.topk = c.topk;
   g.max_tokens = c.max_tokens_per_rank, g.cap = P * c.max_tokens_per_rank, g.G = G, g.hidden = c.hidden;
@@ -120,6 +120,15 @@ Geo geometry(const EpConfig& c, int P, int me, int G) {
   g.off_scales = take(rows * g.nsc * 4);
   g.off_rows = take(rows * g.row_bytes);
   g.off_cy = take(2 * (size_t)g.max_tokens * g.topk * g.hidden * 2);
+  g.gin = gin;
+  if (gin) {
+    const size_t pairs = 2 * (size_t)g.max_tokens * g.topk;  // two buffers of [max_tokens x topk]
+    g.off_sslots = take(2 * (size_t)P * g.slot_bytes);
+    g.off_smeta = take(pairs * 8);
+    g.off_sscales = take(pairs * g.nsc * 4);
+    g.off_srows = take(pairs * g.row_bytes);
+    g.off_scy = take((size_t)g.L * g.cap * g.hidden * 2);
+  }
   g.total = o;
   return g;
 }
