@@ -14,7 +14,8 @@
 //                 chunk per source shard (ncclBroadcast of shard q on s2, the GEMM of its rows on s1)
 //   (e) op        tw::gemm_reducescatter / tw::allgather_gemm (TpPath::kAuto)
 //   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
-//   (g) fused     gemm-rs with TpPath::kFused, where it can run (bf16, sm_90, resident)
+//   (g) fused     the op with TpPath::kFused, where it can run (gemm-rs: bf16, sm_90, resident;
+//                 ag-gemm: bf16 and fp16, sm_90)
 // With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
 // sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events
 // after a host barrier; the slowest rank's median. Inputs: seeded uniform in [-1, 1).
@@ -400,15 +401,30 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
     }
   } else {
     AllGatherGemmArgs a{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
-    TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, (size_t)M * N * e, s1));
-    TW_CUDA_CHECK(cudaMemsetAsync(gathered.p, 0xFF, (size_t)P * S * K * e, s1));
+    const auto poison = [&] {  // NaN: an output never written is wrong
+      TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, (size_t)M * N * e, s1));
+      TW_CUDA_CHECK(cudaMemsetAsync(gathered.p, 0xFF, (size_t)P * S * K * e, s1));
+    };
+    const auto check = [&] {
+      full.run(gathered.p, B.p, ref.p, lt_ws.p, s1);  // cuBLASLt on the op's gathered A
+      comm.sync(s1);
+      comm.barrier();
+      check_ag<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), shard.dev(), static_cast<const T*>(gathered.p), M, K, S,
+                                        static_cast<const T*>(C.p), static_cast<const T*>(ref.p), (size_t)M * N,
+                                        static_cast<unsigned long long*>(bad.p));
+      comm.sync(s1);
+      comm.barrier();  // every rank's check read the shards before the next op overwrites them
+    };
+    poison();
     t[4] = time(comm, s1, [&] { allgather_gemm(comm, a, {}, s1); });
-    full.run(gathered.p, B.p, ref.p, lt_ws.p, s1);  // cuBLASLt on the op's gathered A
-    comm.sync(s1);
-    comm.barrier();
-    check_ag<T><<<1024, 256, 0, s1>>>(comm.dev_ctx(), shard.dev(), static_cast<const T*>(gathered.p), M, K, S,
-                                      static_cast<const T*>(C.p), static_cast<const T*>(ref.p), (size_t)M * N,
-                                      static_cast<unsigned long long*>(bad.p));
+    check();
+    TpConfig fused;
+    fused.path = TpPath::kFused;
+    if (can_implement(comm, a, fused).ok) {
+      poison();
+      t[6] = time(comm, s1, [&] { allgather_gemm(comm, a, fused, s1); });
+      check();
+    }
   }
   unsigned long long nbad = 0;
   TW_CUDA_CHECK(cudaMemcpyAsync(&nbad, bad.p, 8, cudaMemcpyDeviceToHost, s1));

@@ -159,9 +159,11 @@ class Comm:
                               ws.data_ptr(), path, _stream())
         return C
 
-    def allgather_gemm(self, A_shard, B, M: int, b_layout: str = "nk", return_gathered: bool = False):
+    def allgather_gemm(self, A_shard, B, M: int, b_layout: str = "nk", return_gathered: bool = False,
+                       path: str = "auto"):
         """C [M, N_local] = the ranks' A shards gathered in rank order ([M, K]) times B_r; with
-        return_gathered, (C, the gathered A) for the backward pass."""
+        return_gathered, (C, the gathered A) for the backward pass. path: "auto", "sequential" or
+        "fused" (the GEMM gated per row block beside the gather)."""
         import torch
         K = A_shard.shape[1]
         N = B.shape[0] if b_layout == "nk" else B.shape[1]
@@ -170,7 +172,7 @@ class Comm:
         C = torch.empty((M, N), dtype=A_shard.dtype, device=A_shard.device)
         G = torch.empty((M, K), dtype=A_shard.dtype, device=A_shard.device) if return_gathered else None
         _C.allgather_gemm(self._c, A_shard.data_ptr() if A_shard.numel() else 0, B.data_ptr(), C.data_ptr(),
-                          G.data_ptr() if G is not None else 0, M, N, K, dt, b_layout, ws.data_ptr(), "auto", _stream())
+                          G.data_ptr() if G is not None else 0, M, N, K, dt, b_layout, ws.data_ptr(), path, _stream())
         return (C, G) if return_gathered else C
 
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/gemm_allreduce/plan.hpp"
+#include "ops/gemm_scatter_gather/fused.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -134,7 +135,34 @@ TEST(TpArgs, AllGatherGemmRefusals) {
   EXPECT_FALSE(tw::check_allgather_gemm_args(a, 0, 4, {}).ok);
   TpConfig fused;
   fused.path = TpPath::kFused;
-  refused(tw::check_allgather_gemm_args(good_ag(), 0, 4, fused), "not built");
+  EXPECT_TRUE(tw::check_allgather_gemm_args(good_ag(), 0, 4, fused).ok);  // bf16 and fp16: the gated GEMM
+  a = good_ag(), a.dtype = DType::kFloat16;
+  EXPECT_TRUE(tw::check_allgather_gemm_args(a, 0, 4, fused).ok);
+}
+
+// The fused all-gather's flags sit after the gathered A, inside the sequential path's workspace.
+TEST(TpFusedAllGather, FlagsFitTheWorkspace) {
+  for (int P : {1, 2, 3, 8})
+    for (int M : {1, 100, 1000, 4096, 8191})
+      for (int K : {8, 64, 4096})
+        for (DType d : {DType::kBFloat16, DType::kFloat16}) {
+          const auto l = tw::tp_impl::ag_fused_layout(M, K, d, P);
+          const size_t S = tw::shard_rows(M, P);
+          EXPECT_GE(l.flags_off, (size_t)P * S * K * 2) << P << " " << M << " " << K;
+          EXPECT_EQ(l.flags_off % 256, 0u);
+          EXPECT_GE(l.total, l.flags_off + 8 * (size_t)P);
+          EXPECT_LE(l.total, tw::allgather_gemm_workspace_size(M, K, d, P)) << P << " " << M << " " << K;
+        }
+}
+
+// One push CTA per MiB of a shard, 1 to 16, the same on every rank (from S); at most 2 on a
+// virtual team.
+TEST(TpFusedAllGather, PushCtasFromTheShardSize) {
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, false), 1);    // 16 KiB
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(1024, 4096, DType::kBFloat16, false), 8);  // 8 MiB
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, false), 16);  // 64 MiB: capped
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, true), 2);
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, true), 1);
 }
 
 }  // namespace

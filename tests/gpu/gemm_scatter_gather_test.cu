@@ -5,8 +5,10 @@
 //     random values within one ulp of the fp64 sum plus each partial's rounding and fp32
 //     accumulation bound;
 //   * all-gather + GEMM: the gathered A bitwise against the shards, C bitwise where the inputs
-//     make the GEMM exact, else within the fp32-accumulation bound;
-//   * both paths of gemm_reducescatter (bf16: sequential and fused, alternating on one workspace),
+//     make the GEMM exact, else within the fp32-accumulation bound; the fused path's C also
+//     bitwise against the same GEMM kernel on A gathered on the host;
+//   * both paths of gemm_reducescatter (bf16: sequential and fused, alternating on one workspace)
+//     and of allgather_gemm (bf16 and fp16),
 //   * M not a multiple of P or of 128 (ranks with fewer rows, or none), both B layouts, bf16 and
 //     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
 //     and bad input refused on every rank with nothing written.
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "ops/gemm/launch.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -163,10 +166,14 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
       const size_t e = tw::dtype_size(c.dtype);
       const int S = tw::shard_rows(c.M, P), rows = tw::shard_rows_of(c.M, P, me);
       DeviceBuffer A(std::max<size_t>((size_t)rows * c.K * e, 16)), B((size_t)c.N * c.K * e), C((size_t)c.M * c.N * e),
-          G((size_t)c.M * c.K * e);
+          G((size_t)c.M * c.K * e), Aref((size_t)c.M * c.K * e), Cref((size_t)c.M * c.N * e);
       comm.sync(s);
       comm.barrier();
-      for (int call = 0; call < 2; ++call) {
+      // Both paths, alternating on one workspace (the fused path's flags sit where the sequential
+      // path pads its shard), new data each call.
+      const tw::TpPath paths[] = {tw::TpPath::kSequential, tw::TpPath::kFused, tw::TpPath::kFused,
+                                  tw::TpPath::kSequential};
+      for (int call = 0; call < 4; ++call) {
         const uint64_t sa = 300 + 10 * call, sb = 400 + 10 * call;
         // Shard r's rows are rows r S.. of one seeded [M, K] matrix (seed sa, "rank" 0), so the
         // gathered A is that matrix.
@@ -181,12 +188,25 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
           std::this_thread::sleep_for(std::chrono::milliseconds(200));
         }
         tw::AllGatherGemmArgs a{A.data(), B.data(), C.data(), G.data(), c.M, c.N, c.K, c.dtype, c.b, ws.data()};
-        tw::allgather_gemm(comm, a, {}, s);
+        tw::TpConfig cfg;
+        cfg.path = paths[call];
+        tw::allgather_gemm(comm, a, cfg, s);
         const Bytes g = to_host(G.data(), G.bytes, s), got = to_host(C.data(), C.bytes, s);
         if (std::string d = compare_exact(g, host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0), c.dtype,
                                           (size_t)c.M * c.K);
             !d.empty())
-          wrong[me] += label(c) + " call " + std::to_string(call) + ": gathered A: " + d + "; ";
+          wrong[me] += label(c) + " call " + std::to_string(call) + " (" + tw::tp_path_name(paths[call]) + "): gathered A: " + d + "; ";
+        if (paths[call] == tw::TpPath::kFused) {
+          // The fused path's GEMM is the hook kernel gated per row block: bitwise the same kernel,
+          // ungated, on A gathered on the host (the gate changes when a tile starts, not its math).
+          upload(Aref.data(), host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0), s);
+          poison(Cref.data(), Cref.bytes, s);
+          tw::gemm_impl::gemm_gated(tw::GemmArgs{Aref.data(), B.data(), Cref.data(), c.M, c.N, c.K, c.dtype, c.b},
+                                    tw::GemmConfig{}, tw::gemm_impl::Gate{}, s);
+          if (std::string d = compare_exact(got, to_host(Cref.data(), Cref.bytes, s), c.dtype, (size_t)c.M * c.N);
+              !d.empty())
+            wrong[me] += label(c) + " call " + std::to_string(call) + " (fused): C vs the same GEMM on the host-gathered A: " + d + "; ";
+        }
         std::vector<double> Ah((size_t)c.M * c.K), Bh((size_t)c.N * c.K);
         for (size_t i = 0; i < Ah.size(); ++i) Ah[i] = value(c, sa, 0, i);
         for (int n = 0; n < c.N; ++n)
@@ -210,7 +230,7 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
                       ", exact " + std::to_string(exact);
           }
         if (bad)
-          wrong[me] += label(c) + " call " + std::to_string(call) + ": C " + std::to_string(bad) + " wrong, first " +
+          wrong[me] += label(c) + " call " + std::to_string(call) + " (" + tw::tp_path_name(paths[call]) + "): C " + std::to_string(bad) + " wrong, first " +
                        first + "; ";
         comm.barrier();
       }
@@ -247,7 +267,9 @@ TEST(GemmScatterGather, BadInputWritesNothing) {
     r2 = rs, r2.dtype = DType::kFloat16;
     expect("rs fused fp16", [&] { tw::gemm_reducescatter(comm, r2, fused, s); }, tw::Errc::kUnsupported, {"bfloat16 only"});
     tw::AllGatherGemmArgs ag{A.data(), B.data(), C.data(), nullptr, M, N, K, DType::kBFloat16, BLayout::kNK, ws.data()};
-    expect("ag fused", [&] { tw::allgather_gemm(comm, ag, fused, s); }, tw::Errc::kUnsupported, {"not built"});
+    tw::TpConfig starved = fused;
+    starved.reserved_sms = comm.sm_count();  // no SM left for the GEMM beside the push
+    expect("ag fused SMs", [&] { tw::allgather_gemm(comm, ag, starved, s); }, tw::Errc::kInvalidArgument, {"push"});
     tw::AllGatherGemmArgs a2 = ag;
     a2.C = static_cast<char*>(ws.data()) + 256;
     expect("ag C in workspace", [&] { tw::allgather_gemm(comm, a2, {}, s); }, tw::Errc::kInvalidArgument, {"overlaps"});

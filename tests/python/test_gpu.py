@@ -216,10 +216,11 @@ def test_gemm_reducescatter_and_allgather_gemm_match_torch(comm):
     rows = max(0, min(M, (r + 1) * S) - r * S)
     full = torch.randn(M, K, generator=torch.Generator().manual_seed(5)).to(torch.bfloat16).cuda()  # same on every rank
     shard = full[r * S:r * S + rows].contiguous()
-    C, G = comm.allgather_gemm(shard, B, M, return_gathered=True)
-    assert torch.equal(G, full)
     ref = full.float() @ B.float().T
-    assert (C.float() - ref).abs().max().item() <= 0.02 * ref.abs().max().item()
+    for path in ("sequential", "fused"):
+        C, G = comm.allgather_gemm(shard, B, M, return_gathered=True, path=path)
+        assert torch.equal(G, full), path
+        assert (C.float() - ref).abs().max().item() <= 0.02 * ref.abs().max().item(), path
 
 
 def test_sequence_parallel_custom_ops_compile(comm):

@@ -19,7 +19,10 @@
 //                fused all-reduce's owner kernel with each tile owned by the rank whose rows it
 //                holds: the other ranks push their bf16 partial of it from the GEMM's epilogue, the
 //                owner sums the P partials in rank order in its epilogue and stores the tile into
-//                its own C_shard (no broadcast). allgather_gemm: not built (kUnsupported);
+//                its own C_shard (no broadcast). allgather_gemm (bf16, fp16): the GEMM (tilewire's
+//                hook kernel) waits per 128-row block of A for that block's shard to land, its
+//                own shard first and the peers' in ring order, while a push kernel on SMs it
+//                leaves free stores every rank's shard into its peers' workspaces;
 //   kAuto        the sequential path, until `tilewire bench gemm-rs` / `ag-gemm` say where the
 //                fused path pays.
 //

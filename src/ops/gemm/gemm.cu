@@ -121,4 +121,28 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   });
 }
 
+namespace gemm_impl {
+
+void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cudaStream_t stream) {
+  int dev = 0, num_sms = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
+  GemmConfig c = cfg;
+  c.swizzle = 1;  // a row block's tiles in a row (Gate's order)
+  const Status sms = check_sms(c, num_sms, kClusterM);
+  TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
+  const Raster raster = Raster::kAlongN;
+  if (a.dtype == DType::kBFloat16) {
+    if (a.b_layout == BLayout::kNK) launch_bf16_nk(a, c, num_sms, raster, stream, gate);
+    else launch_bf16_kn(a, c, num_sms, raster, stream, gate);
+  } else if (a.dtype == DType::kFloat16) {
+    if (a.b_layout == BLayout::kNK) launch_f16_nk(a, c, num_sms, raster, stream, gate);
+    else launch_f16_kn(a, c, num_sms, raster, stream, gate);
+  } else {
+    TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no kernel built for ") + dtype_name(a.dtype));
+  }
+}
+
+}  // namespace gemm_impl
+
 }  // namespace tw

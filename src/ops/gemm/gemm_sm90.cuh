@@ -41,6 +41,7 @@
 #include "scheduler.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/device/ptx.cuh"
+#include "tilewire/device/wait.cuh"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::gemm_impl {
@@ -66,9 +67,11 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
  public:
   struct Arguments : Base::Arguments {
     int rank = 0, nranks = 1;
+    Gate gate{};  // launch.hpp: allgather_gemm's wait per A row block (flags null: none)
   };
   struct Params : Base::Params {
     TileSchedule sched{};
+    Gate gate{};
   };
 
   template <class ProblemShapeMNKL, class TileShapeT, class ClusterShapeT>
@@ -87,6 +90,11 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     p.sched = make_schedule(cute::get<0>(problem_shape_mnkl), cute::get<1>(problem_shape_mnkl),
                             cute::size<0>(tile_shape), cute::size<1>(tile_shape), cute::size<0>(cluster_shape), raster,
                             args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0);
+    p.gate = args.gate;
+    if (p.gate.flags != nullptr) {  // the work list starts at the unit of the gate's first row
+      const TileCoord u{(p.gate.first_row / (int)cute::size<0>(tile_shape)) / p.sched.cluster_m, 0};
+      p.sched.rotation = u.m < p.sched.units_m ? p.sched.order_of_unit(u) : 0;
+    }
     return p;
   }
 
@@ -96,7 +104,8 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     return dim3(params.sched.ctas * params.sched.cluster_m, 1, 1);
   }
 
-  CUTLASS_DEVICE explicit RotatedScheduler(Params const& params) : Base(params), sched_(params.sched) {
+  CUTLASS_DEVICE explicit RotatedScheduler(Params const& params)
+      : Base(params), sched_(params.sched), gate_(params.gate.flags != nullptr ? &params.gate : nullptr) {
 #if defined(__CUDA_ARCH__)
     group_ = int(blockIdx.x) / sched_.cluster_m;
     cta_in_cluster_ = int(blockIdx.x) % sched_.cluster_m;
@@ -107,6 +116,7 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     const int w = sched_.work_of_cta(group_, step_);
     if (w < 0) return WorkTileInfo::invalid_work_tile();
     const TileCoord t = sched_.tile_of_work(w, cta_in_cluster_);
+    if (gate_ != nullptr && t.m < sched_.tiles_m) wait_gate(t.m);
     return {t.m, t.n, 0, true};
   }
   template <class ClusterShapeT>
@@ -127,7 +137,24 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   }
 
  private:
+  // Every asking thread acquires the flag itself (no warp-wide step: CUTLASS's warps reach the
+  // scheduler on their own paths), then fences so that its TMA loads see the rows (ptx.cuh's
+  // proxy rule). A gate already open costs one acquire load per thread per tile.
+  CUTLASS_DEVICE void wait_gate(int tm) const {
+#if defined(__CUDA_ARCH__)
+    const int src = tm * kBlkM / gate_->rows_per_src;
+    if (src == gate_->skip) return;
+    const uint64_t* f = gate_->flags + src;
+    const uint64_t want = gate_->want;
+    dev::bounded_spin_silent(
+        gate_->ctx, "allgather_gemm.rows", want, [&] { return ptx::ld_acquire_sys(f); },
+        [&](uint64_t x) { return x >= want; });
+    ptx::fence_proxy_async_global();
+#endif
+  }
+
   TileSchedule sched_;
+  const Gate* gate_ = nullptr;  // in the kernel's parameters (grid constant)
   int group_ = 0, cta_in_cluster_ = 0, step_ = 0;
 };
 
@@ -347,7 +374,7 @@ Stride packed_stride(int rows, int cols) {
 // arguments -> initialize -> run. `num_sms` is the device's SM count.
 template <class Element, BLayout kLayout, class Hook>
 void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int num_sms, Raster raster, void* workspace,
-              cudaStream_t stream) {
+              cudaStream_t stream, const Gate& gate = {}) {
   using G = Sm90Gemm<Element, kLayout, Hook>;
   using E = typename G::E;
   using StrideA = typename G::Kernel::StrideA;
@@ -369,6 +396,7 @@ void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int nu
                                                           : RotatedScheduler::RasterOrderOptions::AlongM;
   args.scheduler.rank = cfg.rank;
   args.scheduler.nranks = cfg.nranks;
+  args.scheduler.gate = gate;
 
   typename G::Device op;
   cutlass::Status st = op.can_implement(args);

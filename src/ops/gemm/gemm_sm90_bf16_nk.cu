@@ -6,16 +6,17 @@
 
 namespace tw::gemm_impl {
 
-void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream) {
+void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                    const Gate& gate) {
   using E = typename CutlassElement<__nv_bfloat16>::type;
 #ifdef TILEWIRE_BENCH_KERNELS
-  if (const Epilogue e = epilogue_variant(); e != Epilogue::kStaged) {
+  if (const Epilogue e = epilogue_variant(); e != Epilogue::kStaged && gate.flags == nullptr) {
     launch_bf16_nk_variant(e, a, cfg, num_sms, raster, stream);
     return;
   }
 #endif
   StoreC<E> hook{static_cast<E*>(a.C), a.N};
-  run_sm90<__nv_bfloat16, BLayout::kNK>(a, cfg, hook, num_sms, raster, /*workspace=*/nullptr, stream);
+  run_sm90<__nv_bfloat16, BLayout::kNK>(a, cfg, hook, num_sms, raster, /*workspace=*/nullptr, stream, gate);
 }
 
 }  // namespace tw::gemm_impl

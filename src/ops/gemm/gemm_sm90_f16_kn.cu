@@ -5,10 +5,11 @@
 
 namespace tw::gemm_impl {
 
-void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream) {
+void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                   const Gate& gate) {
   using E = typename CutlassElement<__half>::type;
   StoreC<E> hook{static_cast<E*>(a.C), a.N};
-  run_sm90<__half, BLayout::kKN>(a, cfg, hook, num_sms, raster, /*workspace=*/nullptr, stream);
+  run_sm90<__half, BLayout::kKN>(a, cfg, hook, num_sms, raster, /*workspace=*/nullptr, stream, gate);
 }
 
 }  // namespace tw::gemm_impl

@@ -8,9 +8,25 @@
 
 #include "plan.hpp"  // kBlkM, kBlkN, kClusterM: the hook kernel's tile; StreamKPlan
 #include "scheduler.hpp"
+#include "tilewire/device/context.hpp"
 #include "tilewire/ops/gemm.hpp"
 
 namespace tw::gemm_impl {
+
+// A gate on A's row blocks (allgather_gemm's fused path: A is gathered while the GEMM runs).
+// Before a CTA computes the tile at M-tile tm, every thread of it that asks the scheduler for
+// that tile waits until flags[src] >= want (acquire, bounded by ctx.timeout_ns), src =
+// tm * kBlkM / rows_per_src, except src == skip (the rows already local), then orders the TMA
+// loads after it (fence.proxy.async). The work list starts at the unit holding row first_row
+// (the local rows first, then the rows after them, wrapping). flags null: no gate (the plain GEMM).
+struct Gate {
+  const uint64_t* flags = nullptr;
+  int rows_per_src = 0;
+  int skip = -1;
+  uint64_t want = 0;
+  int first_row = 0;
+  DevCtx ctx{};
+};
 
 // Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured
 // against it (TILEWIRE_GEMM_EPILOGUE = staged | staged_half | direct | none, read once), in the
@@ -20,14 +36,23 @@ Epilogue epilogue_variant();
 void launch_bf16_nk_variant(Epilogue e, const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster,
                             cudaStream_t stream);
 
-void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+void launch_bf16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                    const Gate& gate = {});
 void launch_bf16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                             cudaStream_t stream);
 void launch_f16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                            cudaStream_t stream);
-void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
-void launch_f16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
-void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream);
+void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                    const Gate& gate = {});
+void launch_f16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                   const Gate& gate = {});
+void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                   const Gate& gate = {});
+
+// tw::gemm with a gate on A (Gate above): the hook kernel (never stream-K), rows walked along N
+// (raster kAlongN, swizzle 1: a row block's tiles together, row blocks in order from the gate's
+// first_row). Arguments as tw::gemm's, already checked by the caller.
+void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cudaStream_t stream);
 
 // TILEWIRE_GEMM_KERNEL = auto | hook | streamk, read once (gemm.cu).
 KernelPref kernel_pref();

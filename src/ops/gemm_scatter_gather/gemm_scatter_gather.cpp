@@ -1,7 +1,8 @@
 // tw::gemm_reducescatter and tw::allgather_gemm (tilewire/ops/gemm_scatter_gather.hpp): the
 // checks, the workspace layout and the sequential path; gemm_reducescatter's fused path is the
 // fused all-reduce's owner kernel with tiles owned by shard (gemm_allreduce.cpp,
-// fused_reducescatter). allgather_gemm's fused path is not built yet.
+// fused_reducescatter); allgather_gemm's is the GEMM gated per row block beside a push of the
+// shards (allgather_fused.cu).
 //
 // Workspace (one rank; same layout and offset on every rank):
 //   gemm_reducescatter   [0, P S N e)       the partial A_r B_r, padded to P S rows (the rows past M
@@ -9,7 +10,8 @@
 //                        [.., + S N e)      the shard's sum when this rank holds fewer than S rows
 //                                           (copied into C_shard afterwards)
 //   allgather_gemm       [0, P S K e)       the gathered A (rows past M never read by the GEMM)
-//                        [.., + S K e)      this rank's shard padded to S rows when it holds fewer
+//                        [.., + S K e)      this rank's shard padded to S rows when it holds fewer;
+//                                           the fused path's P arrival flags (fused.hpp)
 // Reuse across calls is the collectives' own rule: reduce_scatter's exit barrier ends every
 // peer's reads of this rank's partial before the call ends here; all_gather's entry barrier
 // starts every peer's stores into the gathered A only after this rank's stream finished the
@@ -24,6 +26,7 @@
 
 #include "../gemm/team_gemm.hpp"
 #include "../gemm_allreduce/plan.hpp"
+#include "fused.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -42,9 +45,9 @@ bool built_dtype(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16
 TpPath resolve(const TpConfig& cfg) { return cfg.path == TpPath::kAuto ? TpPath::kSequential : cfg.path; }
 
 // Whether op's fused path exists for dtype: gemm_reducescatter's for bf16 (the owner kernel of
-// the fused all-reduce, tiles owned by shard); allgather_gemm's is not built.
+// the fused all-reduce, tiles owned by shard); allgather_gemm's for both built dtypes.
 std::string fused_missing(const char* op, DType dtype) {
-  if (std::string(op) == "allgather_gemm") return "the fused path is not built yet (TpPath::kSequential or kAuto)";
+  if (std::string(op) == "allgather_gemm") return "";
   if (dtype != DType::kBFloat16) return "the fused path is built for bfloat16 only (TpPath::kSequential or kAuto)";
   return "";
 }
@@ -74,6 +77,24 @@ std::string at(const Comm& comm, const void* p, size_t bytes, const char* what) 
 }
 
 }  // namespace
+
+namespace tp_impl {
+
+AgFusedLayout ag_fused_layout(int M, int K, DType dtype, int P) {
+  AgFusedLayout l;
+  const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
+  l.flags_off = up((size_t)P * S * K * e);
+  l.total = l.flags_off + up((size_t)P * 8);
+  return l;
+}
+
+int ag_push_ctas(int S, int K, DType dtype, bool virtual_team) {
+  const size_t bytes = (size_t)S * K * dtype_size(dtype);
+  const int g = (int)std::clamp<size_t>(bytes >> 20, 1, 16);
+  return virtual_team ? std::min(g, 2) : g;
+}
+
+}  // namespace tp_impl
 
 const char* tp_path_name(TpPath p) {
   switch (p) {
@@ -214,6 +235,25 @@ Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfi
   if (!comm.all_lsa())
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its all-gather is LSA only");
+  if (resolve(cfg) == TpPath::kFused) {
+    // The gated GEMM is the sm_90a hook kernel; the push takes SMs the GEMM leaves free.
+    int dev = 0, major = 0, minor = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) {
+      cudaGetLastError();
+      return fail(op, "cannot query the current CUDA device");
+    }
+    if (major != 9 || minor != 0)
+      return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
+                          std::to_string(major * 10 + minor));
+    const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual());
+    const int free_sms = comm.sm_count() - cfg.reserved_sms - G;
+    if (free_sms < 2)
+      return fail(op, "the fused path needs " + std::to_string(G) + " SMs for its push beside the GEMM; " +
+                          std::to_string(comm.sm_count()) + " SMs, " + std::to_string(cfg.reserved_sms) +
+                          " reserved leave " + std::to_string(free_sms) + " for the GEMM (at least 2)");
+  }
   try {
     (void)comm.find_window(a.workspace, allgather_gemm_workspace_size(a.M, a.K, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
@@ -225,7 +265,6 @@ Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfi
 void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "allgather_gemm";
   comm.require_usable(op);
-  TW_REQUIRE(resolve(cfg) != TpPath::kFused, kUnsupported, std::string(op) + ": " + fused_missing(op, a.dtype));
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
@@ -242,6 +281,10 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
   }
   const Comm::CallOrder order(comm, stream);
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
+  if (resolve(cfg) == TpPath::kFused) {
+    tp_impl::fused_allgather_gemm(comm, a, cfg, stream);
+    return;
+  }
   char* gathered = static_cast<char*>(a.workspace);
   // A rank with fewer than S rows sends its shard padded to S rows (the padding is never read).
   const void* send = a.A_shard;

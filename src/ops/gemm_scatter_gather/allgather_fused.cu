@@ -1,0 +1,142 @@
+// allgather_gemm's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused): the
+// all-gather of A runs beside the GEMM that consumes it.
+//
+//   stream     flags[0, P) = 0; this rank's shard -> its rows of the gathered A (local);
+//              fork -> the push kernel on a side stream; the GEMM with a gate on A's row blocks
+//              (gemm_impl::Gate: a tile of shard q's rows waits until flags[q] = G); join.
+//   push       G CTAs on SMs the GEMM leaves free. Entry: an LSA barrier (every rank's previous
+//              GEMM, which read its gathered A, is over, and its flags are zero: both precede its
+//              fork). CTA b copies its share of this rank's rows into every peer's gathered A at
+//              the same offset, peers in reverse ring order (rank me - 1 first: it computes
+//              shard me right after its own), and after each peer adds 1 to that peer's
+//              flags[me] (release). So flags[q] = G at rank r: all of q's rows have landed at r.
+//   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
+//              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
+//              tiles together). Its CTAs never wait for each other, only for the push, which
+//              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
+//              free (reserved SMs + G; on a virtual team within the rank's SM budget).
+//
+// Why pushes and not pulls: a push needs no flag from the owner that its rows are ready (its
+// own kernel wrote them in stream order), and the one handshake the call needs (the entry
+// barrier) is the one that also makes the peer's buffer free. Measured against the sequential
+// path by `tilewire bench ag-gemm`; the rule that picks one is in docs/gemm_scatter_gather.md.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "../gemm/launch.hpp"
+#include "fused.hpp"
+#include "tilewire/device.cuh"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::tp_impl {
+namespace {
+
+constexpr int kPushThreads = 512;
+constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+
+__global__ void __launch_bounds__(kPushThreads)
+    push_shard(const __grid_constant__ DevCtx ctx, DevWindow win, size_t shard_off, size_t bytes, size_t flags_off) {
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
+  const int P = ctx.lsa_size, me = ctx.lsa_rank;
+  const size_t vecs = bytes / 16;
+  const size_t lo = vecs * blockIdx.x / gridDim.x, hi = vecs * (blockIdx.x + 1) / gridDim.x;
+  const uint4* src = dev::lsa_ptr<const uint4>(ctx, win, shard_off, me);
+  for (int k = 1; k < P; ++k) {
+    const int q = (me - k + P) % P;
+    uint4* dst = dev::lsa_ptr<uint4>(ctx, win, shard_off, q);
+    for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
+      uint4 v[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const size_t i = i0 + (size_t)u * blockDim.x;
+        if (i < hi) v[u] = ptx::ld_nc_v4(src + i);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const size_t i = i0 + (size_t)u * blockDim.x;
+        if (i < hi) ptx::st_v4(dst + i, v[u]);
+      }
+    }
+    __syncthreads();  // the CTA's stores to q, then one release that covers them (cumulativity)
+    if (threadIdx.x == 0) ptx::red_add_release_sys(dev::lsa_ptr<uint64_t>(ctx, win, flags_off + 8 * (size_t)me, q), 1);
+  }
+}
+
+// The side stream and the fork/join events of the calling host thread (a virtual team's ranks
+// are threads; one rank's calls come from one thread at a time: Comm's rule).
+struct SideStream {
+  cudaStream_t s = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  int device = -1;
+  ~SideStream() {
+    if (s) cudaStreamDestroy(s);
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+  }
+};
+
+SideStream& side_stream() {
+  thread_local SideStream ss;
+  int dev = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  if (ss.s == nullptr || ss.device != dev) {
+    if (ss.s) cudaStreamDestroy(ss.s), cudaEventDestroy(ss.fork), cudaEventDestroy(ss.join);
+    ss = {};
+    ss.device = dev;
+    TW_CUDA_CHECK(cudaStreamCreateWithFlags(&ss.s, cudaStreamNonBlocking));
+    TW_CUDA_CHECK(cudaEventCreateWithFlags(&ss.fork, cudaEventDisableTiming));
+    TW_CUDA_CHECK(cudaEventCreateWithFlags(&ss.join, cudaEventDisableTiming));
+  }
+  return ss;
+}
+
+}  // namespace
+
+void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
+  const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, me);
+  const size_t e = dtype_size(a.dtype), row_bytes = (size_t)a.K * e;
+  const AgFusedLayout lay = ag_fused_layout(a.M, a.K, a.dtype, P);
+  const int G = ag_push_ctas(S, a.K, a.dtype, comm.is_virtual());
+  char* ws = static_cast<char*>(a.workspace);
+  const WindowRef w = comm.find_window(a.workspace, lay.total, "workspace");
+  // 1. Flags zero before this rank's push joins the entry barrier; its rows local.
+  TW_CUDA_CHECK(cudaMemsetAsync(ws + lay.flags_off, 0, (size_t)P * 8, stream));
+  if (rows > 0)
+    TW_CUDA_CHECK(cudaMemcpyAsync(ws + (size_t)me * S * row_bytes, a.A_shard, (size_t)rows * row_bytes,
+                                  cudaMemcpyDeviceToDevice, stream));
+  // 2. The push beside the GEMM.
+  SideStream& ss = side_stream();
+  TW_CUDA_CHECK(cudaEventRecord(ss.fork, stream));
+  TW_CUDA_CHECK(cudaStreamWaitEvent(ss.s, ss.fork, 0));
+  push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
+                                            (size_t)rows * row_bytes, w.offset + lay.flags_off);
+  comm.check_launch("allgather_gemm push launch");
+  comm.launched("allgather_gemm push");
+  // 3. The GEMM, each tile of a peer's rows gated on that peer's flag.
+  gemm_impl::Gate gate;
+  gate.flags = reinterpret_cast<const uint64_t*>(ws + lay.flags_off);
+  gate.rows_per_src = S;
+  gate.skip = me;
+  gate.want = (uint64_t)G;
+  gate.first_row = me * S;
+  gate.ctx = comm.dev_ctx();
+  GemmConfig gc;
+  gc.reserved_sms = cfg.reserved_sms + G;
+  if (comm.is_virtual()) {  // the rank's SM budget, as team_gemm keeps it
+    int dev = 0, sms = 0;
+    TW_CUDA_CHECK(cudaGetDevice(&dev));
+    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    gc.reserved_sms += sms - comm.sm_count();
+  }
+  gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
+  comm.launched("allgather_gemm gemm");
+  // 4. Join: the call ends when both are done (the next call's fork waits for it).
+  TW_CUDA_CHECK(cudaEventRecord(ss.join, ss.s));
+  TW_CUDA_CHECK(cudaStreamWaitEvent(stream, ss.join, 0));
+  if (a.A_gathered != nullptr)
+    TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, ws, (size_t)a.M * row_bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace tw::tp_impl
