@@ -10,6 +10,8 @@
 //              the same offset, peers in reverse ring order (rank me - 1 first: it computes
 //              shard me right after its own), and after each peer adds 1 to that peer's
 //              flags[me] (release). So flags[q] = G at rank r: all of q's rows have landed at r.
+//              Exit: CTA 0 waits until every flag here is G (no add of this call lands after
+//              the next call zeroed them).
 //   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
 //              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
 //              tiles together). Its CTAs never wait for each other, only for the push, which
@@ -59,8 +61,18 @@ __global__ void __launch_bounds__(kPushThreads)
         if (i < hi) ptx::st_v4(dst + i, v[u]);
       }
     }
+    __threadfence_system();
     __syncthreads();  // the CTA's stores to q, then one release that covers them (cumulativity)
     if (threadIdx.x == 0) ptx::red_add_release_sys(dev::lsa_ptr<uint64_t>(ctx, win, flags_off + 8 * (size_t)me, q), 1);
+  }
+  // Every peer's adds have landed here before the call ends (the join waits for this kernel),
+  // also those of a peer whose rows this rank's GEMM never waited for: the next call zeroes the
+  // flags, and a late add of this call must not count there.
+  if (blockIdx.x == 0 && threadIdx.x < P && (int)threadIdx.x != me) {
+    const uint64_t* f = dev::lsa_ptr<const uint64_t>(ctx, win, flags_off + 8 * (size_t)threadIdx.x, me);
+    dev::bounded_spin(
+        ctx, "allgather_gemm.push_exit", gridDim.x, [&] { return ptx::ld_acquire_sys(f); },
+        [&](uint64_t x) { return x >= gridDim.x; });
   }
 }
 
