@@ -145,12 +145,23 @@ void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& m
     }
     return false;
   };
+  const auto is_timeout = [](const std::exception_ptr& e) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const Error& x) {
+      return x.code() == Errc::kTimeout;
+    } catch (...) {
+    }
+    return false;
+  };
   std::vector<Comm*> live(n, nullptr);  // guarded by mu
   bool failed = false;
   auto fail_all = [&](std::exception_ptr e) {
     std::lock_guard<std::mutex> lk(mu);
     if (!first) first = e;
-    if (!cause && !is_consequence(e)) cause = e;
+    // A device wait's diagnostic names the cause; the CUDA errors of the ranks that shared the
+    // trapped context are its consequences.
+    if (!is_consequence(e) && (!cause || (is_timeout(e) && !is_timeout(cause)))) cause = e;
     failed = true;
     on_fail();
     for (Comm* c : live)  // other ranks' communicators, owned by other threads
@@ -169,7 +180,16 @@ void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& m
         try {
           fn(*comm);
         } catch (...) {
-          fail_all(std::current_exception());
+          std::exception_ptr e = std::current_exception();
+          // The rank's own CUDA call (not the library's) may be what saw the context die after
+          // one of its waits timed out: the wait's record is the cause then.
+          try {
+            comm->check_fault();
+          } catch (const Error& x) {
+            if (x.code() == Errc::kTimeout) e = std::current_exception();
+          } catch (...) {
+          }
+          fail_all(e);
         }
         std::lock_guard<std::mutex> lk(mu);
         live[r] = nullptr;  // destroyed below, outside the lock
