@@ -87,6 +87,43 @@ __device__ void wait_gin(const Params& p, Geo::Phase ph, int total0, Adds adds, 
   __syncthreads();
 }
 
+// pre[0..n] = the exclusive prefix sums of v(0..n-1) in shared memory (pre[n]: the total),
+// by warp 0 in chunks of 32 (n <= kEpMaxExperts), then the CTA synchronized. Why: the row loops
+// below used to walk the experts one by one, each step waiting on a count's global load (256
+// steps at 256 experts); in the traced one-rank run (bench/results/2026-12-02-ep-h200, run05)
+// the receive took 87 us to copy what the send had stored in 24 us. With the prefix in shared
+// memory a warp finds its rows by binary search; rows land where they did.
+template <class V>
+__device__ void block_prefix(int* pre, int n, V v) {
+  if (threadIdx.x < 32) {
+    int carry = 0;
+    for (int x0 = 0; x0 < n; x0 += 32) {
+      const int x = x0 + (int)threadIdx.x;
+      const int mine = x < n ? v(x) : 0;
+      int inc = mine;
+      for (int o = 1; o < 32; o *= 2) {
+        const int y = __shfl_up_sync(0xffffffffu, inc, o);
+        if ((int)threadIdx.x >= o) inc += y;
+      }
+      if (x < n) pre[x] = carry + inc - mine;
+      carry += __shfl_sync(0xffffffffu, inc, 31);
+    }
+    if (threadIdx.x == 0) pre[n] = carry;
+  }
+  __syncthreads();
+}
+
+// The last x in [0, n) with pre[x] <= k (pre ascending, pre[0] = 0 <= k < pre[n]).
+__device__ __forceinline__ int find_in_prefix(const int* pre, int n, int k) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pre[mid] <= k) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 // One CTA of kLayoutThreads: pos[t][j] = the number of earlier (token, slot) entries of this rank
 // with the same expert (no expert appears twice in a token's row, so: earlier tokens), and the
 // count per expert. Deterministic without atomics: warp w takes a contiguous range of entries,
@@ -263,31 +300,26 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
   }
   // Expert l's rows: source 0's, then source 1's, ... A warp per row: row k of all (expert,
   // source, row) in that order goes to warp k mod (grid warps), so a few busy experts still
-  // spread over every CTA.
+  // spread over every CTA. pre[x], x = l P + s: the rows before (l, s) in that order.
+  __shared__ int pre[kEpMaxExperts + 1];
+  const int LP = g.L * g.P;
+  block_prefix(pre, LP, [&](int x) { return count_of(x % g.P, x / g.P); });
   const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
-  int k0 = 0;  // rows of the experts and sources before this one
-  for (int l = 0; l < g.L; ++l) {
-    int base = 0;
-    for (int s = 0; s < g.P; ++s) {
-      const int n = count_of(s, l);
-      for (int i = (gw - k0 % nw + nw) % nw; i < n; i += nw) {
-        const size_t from = g.srow(buf, l, s, i), to = (size_t)l * g.cap + base + i;
-        const char* src = at<const char>(ctx, p.win, g.off_rows + from * g.row_bytes, g.me);
-        char* dst = p.s.rx + to * g.row_bytes;
-        warp_copy_row(
-            (int)(g.row_bytes / 16), lane, [&](int c) { return ptx::ld_volatile_v4(src + (size_t)c * 16); },
-            [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
-        for (size_t c = lane; c < g.nsc; c += 32)
-          p.s.rscales[to * g.nsc + c] = at<const float>(ctx, p.win, g.off_scales + (from * g.nsc + c) * 4, g.me)[0];
-        if (lane == 0) {
-          const int2 m = *at<const int2>(ctx, p.win, g.off_meta + from * 8, g.me);
-          p.s.rsrc[to] = s, p.s.rtok[to] = m.x, p.s.rslot[to] = m.y;
-        }
-      }
-      base += n;
-      k0 += n;
+  for (int l = threadIdx.x; blockIdx.x == 0 && l < g.L; l += blockDim.x) p.s.rcount[l] = pre[(l + 1) * g.P] - pre[l * g.P];
+  for (int k = gw; k < pre[LP]; k += nw) {
+    const int x = find_in_prefix(pre, LP, k), l = x / g.P, s = x % g.P, i = k - pre[x];
+    const size_t from = g.srow(buf, l, s, i), to = (size_t)l * g.cap + (k - pre[l * g.P]);
+    const char* src = at<const char>(ctx, p.win, g.off_rows + from * g.row_bytes, g.me);
+    char* dst = p.s.rx + to * g.row_bytes;
+    warp_copy_row(
+        (int)(g.row_bytes / 16), lane, [&](int c) { return ptx::ld_volatile_v4(src + (size_t)c * 16); },
+        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
+    for (size_t c = lane; c < g.nsc; c += 32)
+      p.s.rscales[to * g.nsc + c] = at<const float>(ctx, p.win, g.off_scales + (from * g.nsc + c) * 4, g.me)[0];
+    if (lane == 0) {
+      const int2 m = *at<const int2>(ctx, p.win, g.off_meta + from * 8, g.me);
+      p.s.rsrc[to] = s, p.s.rtok[to] = m.x, p.s.rslot[to] = m.y;
     }
-    if (blockIdx.x == 0 && threadIdx.x == 0) p.s.rcount[l] = base;
   }
   stamp(p.ring, trace::EventKind::kKernelEnd, blockIdx.x);
 }
@@ -299,28 +331,27 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + blockIdx.x);
   const int chunks = g.hidden / 8;
-  // Row k of all experts' rows goes to warp k mod (grid warps), as in recv.
+  // Row k of all experts' rows goes to warp k mod (grid warps), as in recv; pre[l]: the rows of
+  // the experts before l.
+  __shared__ int pre[kEpMaxExperts + 1];
+  block_prefix(pre, g.L, [&](int l) { return p.s.rcount[l]; });
   const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
-  int k0 = 0;
-  for (int l = 0; l < g.L; ++l) {
-    const int n = p.s.rcount[l];
-    for (int r = (gw - k0 % nw + nw) % nw; r < n; r += nw) {
-      const size_t row = (size_t)l * g.cap + r;
-      const int s = p.s.rsrc[row];
-      const size_t at_s = g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2;
-      const bool lsa = dev::is_lsa_peer(ctx, s);  // else staged here and put
-      char* dst = lsa ? at<char>(ctx, p.win, at_s, s) : at<char>(ctx, p.win, g.off_scy + row * g.hidden * 2, g.me);
-      const char* src = p.y + row * g.hidden * 2;
-      warp_copy_row(
-          chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-          [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
-      if (!lsa) {  // warp-uniform
-        __threadfence_system();
-        dev::put_signal(dev::Warp{}, ctx, s, p.win, at_s, p.win, g.off_scy + row * g.hidden * 2, (size_t)g.hidden * 2,
-                        g.signal(Geo::kSigCombine, g.me), 1);
-      }
+  for (int k = gw; k < pre[g.L]; k += nw) {
+    const int l = find_in_prefix(pre, g.L, k), r = k - pre[l];
+    const size_t row = (size_t)l * g.cap + r;
+    const int s = p.s.rsrc[row];
+    const size_t at_s = g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2;
+    const bool lsa = dev::is_lsa_peer(ctx, s);  // else staged here and put
+    char* dst = lsa ? at<char>(ctx, p.win, at_s, s) : at<char>(ctx, p.win, g.off_scy + row * g.hidden * 2, g.me);
+    const char* src = p.y + row * g.hidden * 2;
+    warp_copy_row(
+        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
+    if (!lsa) {  // warp-uniform
+      __threadfence_system();
+      dev::put_signal(dev::Warp{}, ctx, s, p.win, at_s, p.win, g.off_scy + row * g.hidden * 2, (size_t)g.hidden * 2,
+                      g.signal(Geo::kSigCombine, g.me), 1);
     }
-    k0 += n;
   }
   release_to_all(p, g.off_cdone, buf, e);
 }
