@@ -140,6 +140,33 @@ TEST(TpArgs, AllGatherGemmRefusals) {
   EXPECT_TRUE(tw::check_allgather_gemm_args(a, 0, 4, fused).ok);
 }
 
+// The rotated reduce-scatter walk: rank r's work list is shard r + 1's tiles, ..., its own last,
+// so every CTA's owner waits come after all its pushes (the deadlock argument of scatter_rotates).
+TEST(TpFusedReduceScatter, RotatedWalkPutsTheOwnShardLast) {
+  namespace gi = tw::gemm_impl;
+  namespace ai = tw::gemm_allreduce_impl;
+  EXPECT_FALSE(ai::scatter_rotates(1000, 4, tw::shard_rows(1000, 4)));  // ragged: the same order for all
+  EXPECT_FALSE(ai::scatter_rotates(1024, 8, 128));                        // a unit would straddle two shards
+  EXPECT_FALSE(ai::scatter_rotates(4096, 1, 4096));
+  for (int P : {2, 3, 4, 8})
+    for (int M : {1024, 4096, 8192, 3 * 2048})
+      for (int N : {256, 4096, 7168}) {
+        const int S = tw::shard_rows(M, P);
+        if (!ai::scatter_rotates(M, P, S)) continue;
+        for (int r = 0; r < P; ++r)
+          for (int sms : {16, 132}) {
+            const gi::TileSchedule s = gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, 1, (r + 1) % P, P, sms, 0);
+            const int own = S / 256 * s.units_n;
+            for (int w = 0; w < s.units(); ++w) {
+              const int shard = s.tile_of_work(w, 0).m * 128 / S;
+              ASSERT_EQ(shard == r, w >= s.units() - own) << "P " << P << " M " << M << " N " << N << " r " << r << " w " << w;
+              // and the walk starts at shard r + 1
+              if (w == 0) ASSERT_EQ(shard, (r + 1) % P);
+            }
+          }
+      }
+}
+
 // The fused all-gather's flags sit after the gathered A, inside the sequential path's workspace.
 TEST(TpFusedAllGather, FlagsFitTheWorkspace) {
   for (int P : {1, 2, 3, 8})

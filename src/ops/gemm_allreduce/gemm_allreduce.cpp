@@ -368,8 +368,18 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   LaunchParams p;
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
+  const int P = comm.lsa_size();
+  if (scatter_rotates(g.M, P, shard_rows)) {
+    // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
+    // another): every CTA pushes partials before it waits as an owner, and at each step the
+    // ranks push to different owners. plan.hpp, scatter_rotates, says why it is deadlock free.
+    p.gemm_cfg.raster = GemmRaster::kAlongN;
+    p.gemm_cfg.swizzle = 1;
+    p.gemm_cfg.rank = (comm.dev_ctx().lsa_rank + 1) % P;
+    p.gemm_cfg.nranks = P;
+  }
   fill_schedule(p, d, cfg.reserved_sms);
-  p.lay = make_scatter_layout(g.M, g.N, comm.lsa_size(), p.raster, 2, shard_rows);
+  p.lay = make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows);
   p.final_ctas = final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");

@@ -180,6 +180,17 @@ TW_HD constexpr Layout make_scatter_layout(int M, int N, int P, Raster raster, i
   return l;
 }
 
+// Whether gemm_reducescatter's fused walk is rank-rotated (gemm_allreduce.cpp): when every shard
+// is whole cluster units (S a multiple of 2 x kBlkM: clusters of 2 along M) and M = P S, the units of shard q are one
+// contiguous range of the kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first
+// unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's tiles, the
+// only ones it waits on (as their owner), after all its other work; those waits need only the
+// peers' pushes, which wait for nothing. Otherwise every rank walks the same order (no
+// rotation), the owner algorithm's own argument.
+TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows) {
+  return P > 1 && shard_rows % (2 * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
+}
+
 // CTAs that run the final wait (hook.cuh): in every cluster group with work, the CTA at x = 0
 // (its tile of the last work is always inside C) and the one at x = 1 when its tile of the group's
 // last work is inside C too (not the padding CTA of an odd tiles_m). The last of them to finish
@@ -197,7 +208,8 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 
 // ---------------------------------------------------------------- host only (plan.cpp)
 // The plain GEMM's view of the call (K = K_local) and config. Exchange and owner: no rank
-// rotation (every rank walks the tiles in the same order, which their deadlock arguments need);
+// rotation (every rank walks the tiles in the same order, which their deadlock arguments need;
+// gemm_reducescatter's owner-by-shard walk is the exception, scatter_rotates);
 // relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
