@@ -195,12 +195,14 @@ TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
                               g.total),
                 "")
           << "P = " << P;
-      // The last pair of the last buffer ends inside the staging rows; three signals per source.
+      // The last pair of the last buffer ends inside the staging rows; six signals per source
+      // (phase x call parity).
       EXPECT_EQ((g.spair(1, 128 * c.topk - 1) + 1) * g.row_bytes, pairs * g.row_bytes);
       auto s = g;
       s.sig = 40;
-      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 0), 40);
-      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCombine, P - 1), 40 + 3 * P - 1);
+      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 0, 0), 40);
+      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 1, 0), 40 + P);  // the other parity
+      EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCombine, 1, P - 1), 40 + 6 * P - 1);
     }
 }
 }  // namespace

@@ -130,7 +130,7 @@ class EpBuffer {
   // Collective: allocates the window and device state. Throws kInvalidArgument on a bad config
   // (check_ep_config's reason); kUnsupported when a peer is outside the LSA team and the
   // communicator has no GIN. With GIN peers the buffer takes signals (Comm::reserve_signals:
-  // 4 x nranks high throughput, 3 x nranks low latency) and staging regions in its window
+  // 4 x nranks high throughput, 6 x nranks low latency) and staging regions in its window
   // (docs/ep.md).
   EpBuffer(Comm& comm, const EpConfig& cfg);
   ~EpBuffer();

@@ -58,14 +58,17 @@ struct Geo {
   // and (token, slot) per [buffer][pair t x topk + j], combine rows per receive row [l][r].
   bool gin;
   size_t off_sslots, off_smeta, off_sscales, off_srows, off_scy;  // 0 when gin is false
-  int sig;  // first of 3P signals (Comm::reserve_signals), see Phase
+  int sig;  // first of 6P signals (Comm::reserve_signals), see Phase
   size_t total;
-  // GIN signals at a receiver, one counter per (phase, source), cumulative over calls: counts
-  // get 1 add per call; dispatch rows one per put (a row, its meta, fp8: its scales), combine
-  // rows one per row. The receiver knows how many to expect from the counts (its running
-  // totals in Local::gin_total).
+  // GIN signals at a receiver, one counter per (phase, call parity, source), cumulative over the
+  // calls of that parity: counts get 1 add per call; dispatch rows one per put (a row, its meta,
+  // fp8: its scales), combine rows one per row. The receiver knows how many to expect from the
+  // counts (its running totals in Local::gin_total). Per parity because a source may be one
+  // call ahead of a receiver (its send of call e + 1 needs only the receiver's send of call e),
+  // and puts are not ordered: with one counter, call e + 1's adds could complete call e's wait.
+  // Calls e and e + 2 never overlap (a send of e + 2 follows the receiver's receive of e).
   enum Phase { kSigCounts = 0, kSigRows = 1, kSigCombine = 2 };
-  TW_EP_HD int signal(Phase ph, int src) const { return sig + (int)ph * P + src; }
+  TW_EP_HD int signal(Phase ph, int parity, int src) const { return sig + ((int)ph * 2 + parity) * P + src; }
   TW_EP_HD size_t spair(int buf, int i) const { return (size_t)buf * max_tokens * topk + i; }
   TW_EP_HD size_t slot(int buf, int src) const { return off_slots + ((size_t)buf * P + src) * slot_bytes; }
   TW_EP_HD size_t done(size_t base, int buf, int src, int ch) const {

@@ -161,9 +161,9 @@ struct Local {  // this rank's device state
   int32_t* rslot;    // [L, cap] top-k slot at the source
   Status* status;
   int num_tokens;
-  // GIN only (null otherwise): the signals' values at creation [3P], and the running totals
-  // [2P] of what each source has put so far (dispatch row puts, then combine rows), advanced
-  // after each receive by gin_advance / gin_advance_combine.
+  // GIN only (null otherwise): the signals' values at creation [6P: phase, parity, source], and
+  // the running totals [4P: rows by parity, then combine rows by parity, per source] of what
+  // each source has put so far, advanced after each receive by gin_advance / gin_advance_combine.
   const uint64_t* sig0;
   uint64_t* gin_total;
 };

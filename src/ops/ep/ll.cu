@@ -15,8 +15,9 @@
 //
 // Peers outside the LSA team (GIN; compiled, never run here: no GIN-capable NIC): what would be
 // stored into such a peer's window is stored into this rank's staging (Geo::off_s*) and put
-// with a signal add; the receiver waits for its counters to reach the counts it expects (1 per
-// call for the count slot; per row for rows, from the counts) instead of flags. The same
+// with a signal add; the receiver waits for its counters (one per phase, call parity and
+// source) to reach the counts it expects (1 per call for the count slot; per row for rows, from
+// the counts) instead of flags. The same
 // double-buffering argument covers the staging (a put of call e has landed before the sender's
 // call e + 2 rewrites its source); the combine staging is single-buffered (the sender's
 // next combine follows its dispatch receive, which follows the source's combine receive).
@@ -73,15 +74,22 @@ __device__ __forceinline__ int pairs_to(const Params& p, int d) {
   return n;
 }
 
-// Every GIN source's counter of phase `ph` reached its running total plus what this call adds
-// (`adds(q)`), then the whole CTA is ordered after those acquires (trace: kChunkRecv).
+// The index of (phase, parity, source) among the buffer's 6P signals (sig0's layout).
+__device__ __forceinline__ int sig_slot(const Geo& g, Geo::Phase ph, int par, int src) {
+  return ((int)ph * 2 + par) * g.P + src;
+}
+
+// Every GIN source's counter of (phase `ph`, parity `par`) reached its running total plus what
+// this call adds (`adds(q)`), then the whole CTA is ordered after those acquires (kChunkRecv).
+// gin_total's layout: [rows: 2 parities][P], then [combine: 2 parities][P] (total0 = 0 or 2P).
 template <class Adds>
-__device__ void wait_gin(const Params& p, Geo::Phase ph, int total0, Adds adds, const char* what, uint32_t id0) {
+__device__ void wait_gin(const Params& p, Geo::Phase ph, int par, int total0, Adds adds, const char* what, uint32_t id0) {
   const Geo& g = p.g;
   for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
     if (dev::is_lsa_peer(p.ctx, q)) continue;
-    const uint64_t want = p.s.sig0[(int)ph * g.P + q] + p.s.gin_total[total0 + q] + (uint64_t)adds(q);
-    dev::wait_signal(dev::Thread{}, p.ctx, g.signal(ph, q), want, cuda::memory_order_acquire, what);
+    const uint64_t want =
+        p.s.sig0[sig_slot(g, ph, par, q)] + p.s.gin_total[total0 + par * g.P + q] + (uint64_t)adds(q);
+    dev::wait_signal(dev::Thread{}, p.ctx, g.signal(ph, par, q), want, cuda::memory_order_acquire, what);
     if (blockIdx.x == 0) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + q, ptx::globaltimer());
   }
   __syncthreads();
@@ -199,7 +207,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       if (lsa && lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
       if (!lsa)
         dev::put_signal(dev::Warp{}, ctx, d, p.win, g.slot(buf, g.me), p.win, staged, g.slot_bytes,
-                        g.signal(Geo::kSigCounts, g.me), 1);
+                        g.signal(Geo::kSigCounts, buf, g.me), 1);
     }
   // A warp per (token, expert) pair, so that a decode batch of a few tokens still spreads over
   // every warp of the grid: the token's bf16 row (read from L2 after the first of its pairs) is
@@ -261,7 +269,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     if (lane == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
     if (!lsa) {  // warp-uniform
       __threadfence_system();
-      const int sig = g.signal(Geo::kSigRows, g.me);
+      const int sig = g.signal(Geo::kSigRows, buf, g.me);
       dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_rows + r * g.row_bytes, p.win, row_off, g.row_bytes, sig, 1);
       if (g.nsc)
         dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_scales + r * g.nsc * 4, p.win, sc_off, g.nsc * 4, sig, 1);
@@ -282,11 +290,12 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
     dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, threadIdx.x), g.me), e,
                    cuda::memory_order_acquire, "ep.ll.recv.counts");
   else if (threadIdx.x < g.P)  // a GIN source's slot: one put per call
-    dev::wait_signal(dev::Thread{}, ctx, g.signal(Geo::kSigCounts, threadIdx.x),
-                     p.s.sig0[Geo::kSigCounts * g.P + threadIdx.x] + e, cuda::memory_order_acquire, "ep.ll.recv.counts");
+    dev::wait_signal(dev::Thread{}, ctx, g.signal(Geo::kSigCounts, buf, threadIdx.x),
+                     p.s.sig0[sig_slot(g, Geo::kSigCounts, buf, threadIdx.x)] + (e + 1) / 2,  // calls of this parity
+                     cuda::memory_order_acquire, "ep.ll.recv.counts");
   wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
   if (g.gin)
-    wait_gin(p, Geo::kSigRows, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
+    wait_gin(p, Geo::kSigRows, buf, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
   if (threadIdx.x < g.P && *at<int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
   __syncthreads();
   const auto count_of = [&](int src, int l) { return at<const int>(ctx, p.win, g.slot(buf, src) + 16, g.me)[l]; };
@@ -350,7 +359,7 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
     if (!lsa) {  // warp-uniform
       __threadfence_system();
       dev::put_signal(dev::Warp{}, ctx, s, p.win, at_s, p.win, g.off_scy + row * g.hidden * 2, (size_t)g.hidden * 2,
-                      g.signal(Geo::kSigCombine, g.me), 1);
+                      g.signal(Geo::kSigCombine, buf, g.me), 1);
     }
   }
   release_to_all(p, g.off_cdone, buf, e);
@@ -364,7 +373,7 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
   if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;  // the dispatch wrote nothing
   if (g.gin)  // every GIN expert rank put back one row per pair of this rank it received
-    wait_gin(p, Geo::kSigCombine, g.P, [&](int d) { return pairs_to(p, d); }, "ep.ll.combine.rows", kCombineId);
+    wait_gin(p, Geo::kSigCombine, buf, 2 * g.P, [&](int d) { return pairs_to(p, d); }, "ep.ll.combine.rows", kCombineId);
   const int vecs = g.hidden / 8;
   const char* local = at<const char>(p.ctx, p.win, 0, g.me);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
@@ -391,13 +400,14 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
 __global__ void gin_advance(const __grid_constant__ Params p) {
   const int buf = (int)(p.s.epochs[p.g.G] & 1u);  // the receive's buffer (its CTA 0's epoch)
   for (int q = threadIdx.x; q < p.g.P; q += blockDim.x)
-    if (!dev::is_lsa_peer(p.ctx, q)) p.s.gin_total[q] += (uint64_t)rows_from(p, buf, q) * row_puts(p.g);
+    if (!dev::is_lsa_peer(p.ctx, q)) p.s.gin_total[buf * p.g.P + q] += (uint64_t)rows_from(p, buf, q) * row_puts(p.g);
 }
 
 __global__ void gin_advance_combine(const __grid_constant__ Params p) {
   if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;
+  const int buf = (int)(p.s.epochs[3 * p.g.G] & 1u);  // the combine receive's buffer
   for (int d = threadIdx.x; d < p.g.P; d += blockDim.x)
-    if (!dev::is_lsa_peer(p.ctx, d)) p.s.gin_total[p.g.P + d] += (uint64_t)pairs_to(p, d);
+    if (!dev::is_lsa_peer(p.ctx, d)) p.s.gin_total[(2 + buf) * p.g.P + d] += (uint64_t)pairs_to(p, d);
 }
 
 }  // namespace ops::ep::ll
@@ -427,13 +437,13 @@ void EpBuffer::init_low_latency() {
                    (size_t)g.L * g.cap * (g.row_bytes + 4 * g.nsc + 12) + 4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
-    ll.g.sig = comm_.reserve_signals(3 * P, "EpBuffer (low latency)");
-    uint64_t* sig0 = ep_zalloc<uint64_t>(3 * (size_t)P, s0);
-    ops::ep::read_signals<<<1, 128, 0, s0>>>(comm_.dev_ctx(), ll.g.sig, 3 * P, sig0);
+    ll.g.sig = comm_.reserve_signals(6 * P, "EpBuffer (low latency)");
+    uint64_t* sig0 = ep_zalloc<uint64_t>(6 * (size_t)P, s0);
+    ops::ep::read_signals<<<1, 128, 0, s0>>>(comm_.dev_ctx(), ll.g.sig, 6 * P, sig0);
     TW_CUDA_CHECK(cudaGetLastError());
     s.sig0 = sig0;
-    s.gin_total = ep_zalloc<uint64_t>(2 * (size_t)P, s0);
-    ll.local_bytes += 40 * (size_t)P;
+    s.gin_total = ep_zalloc<uint64_t>(4 * (size_t)P, s0);
+    ll.local_bytes += 80 * (size_t)P;
   }
   comm_.sync(s0);
 }
