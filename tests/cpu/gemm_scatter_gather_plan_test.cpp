@@ -183,13 +183,15 @@ TEST(TpFusedAllGather, FlagsFitTheWorkspace) {
 }
 
 // One push CTA per MiB of a shard, 1 to 16, the same on every rank (from S); at most 2 on a
-// virtual team.
+// virtual team; at most the communicator's barrier count.
 TEST(TpFusedAllGather, PushCtasFromTheShardSize) {
-  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, false), 1);    // 16 KiB
-  EXPECT_EQ(tw::tp_impl::ag_push_ctas(1024, 4096, DType::kBFloat16, false), 8);  // 8 MiB
-  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, false), 16);  // 64 MiB: capped
-  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, true), 2);
-  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, true), 1);
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, false, 64), 1);    // 16 KiB
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(1024, 4096, DType::kBFloat16, false, 64), 8);  // 8 MiB
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, false, 64), 16);  // 64 MiB: capped
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, true, 64), 2);
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(128, 64, DType::kBFloat16, true, 64), 1);
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, false, 4), 4);    // the barriers there are
+  EXPECT_EQ(tw::tp_impl::ag_push_ctas(4096, 8192, DType::kFloat16, false, 0), 1);
 }
 
 }  // namespace

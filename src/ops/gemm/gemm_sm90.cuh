@@ -92,7 +92,10 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
                             args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0);
     p.gate = args.gate;
     if (p.gate.flags != nullptr) {  // the work list starts at the unit of the gate's first row
-      const TileCoord u{(p.gate.first_row / (int)cute::size<0>(tile_shape)) / p.sched.cluster_m, 0};
+      // Rounded up: a unit that starts before first_row holds the previous shard's last tile,
+      // which arrives last (it comes round at the end of the walk).
+      const int t0 = p.gate.first_row / (int)cute::size<0>(tile_shape);
+      const TileCoord u{(t0 + p.sched.cluster_m - 1) / p.sched.cluster_m, 0};
       p.sched.rotation = u.m < p.sched.units_m ? p.sched.order_of_unit(u) : 0;
     }
     return p;
@@ -137,18 +140,22 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   }
 
  private:
-  // Every asking thread acquires the flag itself (no warp-wide step: CUTLASS's warps reach the
-  // scheduler on their own paths), then fences so that its TMA loads see the rows (ptx.cuh's
-  // proxy rule). A gate already open costs one acquire load per thread per tile.
+  // CUTLASS's cooperative kernel asks for work with whole warps (initial_work_tile_info,
+  // fetch_next_work): lane 0 spins, then every lane acquires the flag itself and fences so that
+  // its TMA loads see the rows (ptx.cuh's proxy rule). A gate already open costs one acquire
+  // load per thread per tile.
   CUTLASS_DEVICE void wait_gate(int tm) const {
 #if defined(__CUDA_ARCH__)
     const int src = tm * kBlkM / gate_->rows_per_src;
     if (src == gate_->skip) return;
     const uint64_t* f = gate_->flags + src;
     const uint64_t want = gate_->want;
-    dev::bounded_spin_silent(
-        gate_->ctx, "allgather_gemm.rows", want, [&] { return ptx::ld_acquire_sys(f); },
-        [&](uint64_t x) { return x >= want; });
+    if ((threadIdx.x & 31) == 0)
+      dev::bounded_spin_silent(
+          gate_->ctx, "allgather_gemm.rows", want, [&] { return ptx::ld_acquire_sys(f); },
+          [&](uint64_t x) { return x >= want; });
+    __syncwarp();
+    (void)ptx::ld_acquire_sys(f);
     ptx::fence_proxy_async_global();
 #endif
   }

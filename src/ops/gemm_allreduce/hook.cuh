@@ -22,7 +22,8 @@
 // Deadlock freedom (every wait is also bounded by ctx.timeout_ns): every rank walks the same work
 // list with the same grid shape rule, CTAs take work indices in increasing order, and a wait in
 // work w only needs other ranks' work w. By induction on w, all work < w finishes everywhere, so
-// every pusher of w reaches its hook and the owner's wait ends. The final waits come after a
+// every pusher of w reaches its hook and the owner's wait ends. (gemm_reducescatter's rotated
+// walk has its own argument: plan.hpp, scatter_rotates.) The final waits come after a
 // CTA's last work and nothing waits on them. Both need every CTA resident (the launcher checks
 // occupancy), and the final wait is done only at the group's last work so that a cluster partner
 // never waits in the hook while its partner's mainloop still needs its pipeline releases.

@@ -16,7 +16,9 @@
 //              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
 //              tiles together). Its CTAs never wait for each other, only for the push, which
 //              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
-//              free (reserved SMs + G; on a virtual team within the rank's SM budget).
+//              free (reserved SMs + G; on a virtual team within the rank's SM budget). The
+//              GEMM is launched first (its host checks), the push after it: either may start
+//              first on the device.
 //
 // Why pushes and not pulls: a push needs no flag from the owner that its rows are ready (its
 // own kernel wrote them in stream order), and the one handshake the call needs (the entry
@@ -25,6 +27,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "../gemm/launch.hpp"
 #include "fused.hpp"
@@ -76,27 +81,22 @@ __global__ void __launch_bounds__(kPushThreads)
   }
 }
 
-// The side stream and the fork/join events of the calling host thread (a virtual team's ranks
-// are threads; one rank's calls come from one thread at a time: Comm's rule).
+// The side stream and the fork/join events of a communicator on a device: one per Comm, so that
+// the pushes of independent communicators never queue behind each other. Made on first use and
+// kept for the process (a few per process); Comm's rule makes one rank's calls one at a time.
 struct SideStream {
   cudaStream_t s = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
-  int device = -1;
-  ~SideStream() {
-    if (s) cudaStreamDestroy(s);
-    if (fork) cudaEventDestroy(fork);
-    if (join) cudaEventDestroy(join);
-  }
 };
 
-SideStream& side_stream() {
-  thread_local SideStream ss;
+SideStream& side_stream(const Comm& comm) {
+  static std::mutex mu;
+  static std::map<std::pair<const Comm*, int>, SideStream> streams;
   int dev = 0;
   TW_CUDA_CHECK(cudaGetDevice(&dev));
-  if (ss.s == nullptr || ss.device != dev) {
-    if (ss.s) cudaStreamDestroy(ss.s), cudaEventDestroy(ss.fork), cudaEventDestroy(ss.join);
-    ss = {};
-    ss.device = dev;
+  std::lock_guard<std::mutex> lk(mu);
+  SideStream& ss = streams[{&comm, dev}];
+  if (ss.s == nullptr) {
     TW_CUDA_CHECK(cudaStreamCreateWithFlags(&ss.s, cudaStreamNonBlocking));
     TW_CUDA_CHECK(cudaEventCreateWithFlags(&ss.fork, cudaEventDisableTiming));
     TW_CUDA_CHECK(cudaEventCreateWithFlags(&ss.join, cudaEventDisableTiming));
@@ -104,13 +104,23 @@ SideStream& side_stream() {
   return ss;
 }
 
+// Joins the side stream into the call's stream when the call ends, also when it throws (a capture
+// must not be left with unjoined work, nor the next call's flags zeroed under a running push).
+struct Join {
+  const SideStream& ss;
+  cudaStream_t stream;
+  ~Join() {
+    if (cudaEventRecord(ss.join, ss.s) == cudaSuccess) (void)cudaStreamWaitEvent(stream, ss.join, 0);
+  }
+};
+
 }  // namespace
 
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, me);
   const size_t e = dtype_size(a.dtype), row_bytes = (size_t)a.K * e;
   const AgFusedLayout lay = ag_fused_layout(a.M, a.K, a.dtype, P);
-  const int G = ag_push_ctas(S, a.K, a.dtype, comm.is_virtual());
+  const int G = ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(), comm.dev_ctx().max_blocks);
   char* ws = static_cast<char*>(a.workspace);
   const WindowRef w = comm.find_window(a.workspace, lay.total, "workspace");
   // 1. Flags zero before this rank's push joins the entry barrier; its rows local.
@@ -118,35 +128,35 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
   if (rows > 0)
     TW_CUDA_CHECK(cudaMemcpyAsync(ws + (size_t)me * S * row_bytes, a.A_shard, (size_t)rows * row_bytes,
                                   cudaMemcpyDeviceToDevice, stream));
-  // 2. The push beside the GEMM.
-  SideStream& ss = side_stream();
+  // 2. The GEMM, each tile of a peer's rows gated on that peer's flag, and the push beside it
+  //    (launched after the GEMM: the GEMM's host checks come first, and either may start first
+  //    on the device, since the push has SMs of its own).
+  SideStream& ss = side_stream(comm);
   TW_CUDA_CHECK(cudaEventRecord(ss.fork, stream));
   TW_CUDA_CHECK(cudaStreamWaitEvent(ss.s, ss.fork, 0));
-  push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
-                                            (size_t)rows * row_bytes, w.offset + lay.flags_off);
-  comm.check_launch("allgather_gemm push launch");
-  comm.launched("allgather_gemm push");
-  // 3. The GEMM, each tile of a peer's rows gated on that peer's flag.
-  gemm_impl::Gate gate;
-  gate.flags = reinterpret_cast<const uint64_t*>(ws + lay.flags_off);
-  gate.rows_per_src = S;
-  gate.skip = me;
-  gate.want = (uint64_t)G;
-  gate.first_row = me * S;
-  gate.ctx = comm.dev_ctx();
-  GemmConfig gc;
-  gc.reserved_sms = cfg.reserved_sms + G;
-  if (comm.is_virtual()) {  // the rank's SM budget, as team_gemm keeps it
-    int dev = 0, sms = 0;
-    TW_CUDA_CHECK(cudaGetDevice(&dev));
-    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    gc.reserved_sms += sms - comm.sm_count();
+  {
+    const Join join{ss, stream};  // 3. the call ends when both are done (the next call's fork waits for it)
+    gemm_impl::Gate gate;
+    gate.flags = reinterpret_cast<const uint64_t*>(ws + lay.flags_off);
+    gate.rows_per_src = S;
+    gate.skip = me;
+    gate.want = (uint64_t)G;
+    gate.first_row = me * S;
+    gate.ctx = comm.dev_ctx();
+    GemmConfig gc;
+    gc.reserved_sms = cfg.reserved_sms + G;
+    if (comm.is_virtual()) {  // the rank's SM budget, as team_gemm keeps it
+      int dev = 0, sms = 0;
+      TW_CUDA_CHECK(cudaGetDevice(&dev));
+      TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      gc.reserved_sms += sms - comm.sm_count();
+    }
+    gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
+    push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
+                                              (size_t)rows * row_bytes, w.offset + lay.flags_off);
+    comm.check_launch("allgather_gemm push launch");
+    comm.launched("allgather_gemm");
   }
-  gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
-  comm.launched("allgather_gemm gemm");
-  // 4. Join: the call ends when both are done (the next call's fork waits for it).
-  TW_CUDA_CHECK(cudaEventRecord(ss.join, ss.s));
-  TW_CUDA_CHECK(cudaStreamWaitEvent(stream, ss.join, 0));
   if (a.A_gathered != nullptr)
     TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, ws, (size_t)a.M * row_bytes, cudaMemcpyDeviceToDevice, stream));
 }

@@ -22,8 +22,8 @@ AgFusedLayout ag_fused_layout(int M, int K, DType dtype, int P);
 
 // The push kernel's CTAs for a shard of S rows of K elements: one per MiB of the shard, 1 to 16
 // (the same on every rank: from S, not the rank's own rows); at most 2 on a virtual team, where
-// the ranks share the device's SMs.
-int ag_push_ctas(int S, int K, DType dtype, bool virtual_team);
+// the ranks share the device's SMs; at most max_blocks (its entry barrier is per CTA).
+int ag_push_ctas(int S, int K, DType dtype, bool virtual_team, int max_blocks);
 
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream);
 

@@ -88,10 +88,10 @@ AgFusedLayout ag_fused_layout(int M, int K, DType dtype, int P) {
   return l;
 }
 
-int ag_push_ctas(int S, int K, DType dtype, bool virtual_team) {
+int ag_push_ctas(int S, int K, DType dtype, bool virtual_team, int max_blocks) {
   const size_t bytes = (size_t)S * K * dtype_size(dtype);
   const int g = (int)std::clamp<size_t>(bytes >> 20, 1, 16);
-  return virtual_team ? std::min(g, 2) : g;
+  return std::max(1, std::min({g, virtual_team ? 2 : g, max_blocks}));
 }
 
 }  // namespace tp_impl
@@ -247,7 +247,8 @@ Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfi
     if (major != 9 || minor != 0)
       return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
                           std::to_string(major * 10 + minor));
-    const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual());
+    const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(),
+                                                                              comm.dev_ctx().max_blocks);
     const int free_sms = comm.sm_count() - cfg.reserved_sms - G;
     if (free_sms < 2)
       return fail(op, "the fused path needs " + std::to_string(G) + " SMs for its push beside the GEMM; " +
