@@ -14,7 +14,7 @@
 //                 chunk per source shard (ncclBroadcast of shard q on s2, the GEMM of its rows on s1)
 //   (e) op        tw::gemm_reducescatter / tw::allgather_gemm (TpPath::kAuto)
 //   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
-//   (g) fused     the op with TpPath::kFused, where it can run (gemm-rs: bf16, sm_90, resident;
+//   (g) fused     the op with TpPath::kFused, where it can run (gemm-rs: bf16 and fp16, sm_90, resident;
 //                 ag-gemm: bf16 and fp16, sm_90)
 // With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
 // sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events

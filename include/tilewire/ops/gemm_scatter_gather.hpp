@@ -15,7 +15,7 @@
 //   kSequential  the GEMM (cuBLASLt as a user would run it, tw::gemm where it cannot be loaded and
 //                on a virtual team: src/ops/gemm/team_gemm.hpp) into the workspace, then
 //                tw::reduce_scatter; or tw::all_gather into the workspace, then the GEMM;
-//   kFused       the communication inside the GEMM, per tile. gemm_reducescatter (bf16): the
+//   kFused       the communication inside the GEMM, per tile. gemm_reducescatter (bf16, fp16): the
 //                fused all-reduce's owner kernel with each tile owned by the rank whose rows it
 //                holds: the other ranks push their bf16 partial of it from the GEMM's epilogue, the
 //                owner sums the P partials in rank order in its epilogue and stores the tile into

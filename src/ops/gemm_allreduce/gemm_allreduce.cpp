@@ -34,11 +34,13 @@ struct DeviceInfo {
   int clusters = 0;  // co-resident clusters of the fused kernel within that budget
 };
 
-// The fused kernel of `algo` (resolved) and B layout `b`: its residency query and its launch.
-// check_args() has refused the pairs not built (exchange with B [K, N]).
-int max_active_clusters(GemmAllReduceAlgo algo, BLayout b) {
+// The fused kernel of `algo` (resolved), B layout `b` and dtype: its residency query and its
+// launch. check_args() has refused the pairs not built (exchange with B [K, N]; fp16 is built for
+// the owner algorithm only, which gemm_reducescatter's fused path uses).
+int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype = DType::kBFloat16) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
+  if (dtype == DType::kFloat16) return kn ? impl::max_active_clusters_f16_kn() : impl::max_active_clusters_f16_nk();
   if (algo == GemmAllReduceAlgo::kExchange) return impl::max_active_clusters_bf16_nk_exchange();
   if (algo == GemmAllReduceAlgo::kRelay)
     return kn ? impl::max_active_clusters_bf16_kn_relay() : impl::max_active_clusters_bf16_nk_relay();
@@ -47,14 +49,16 @@ int max_active_clusters(GemmAllReduceAlgo algo, BLayout b) {
 void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::LaunchParams& p, cudaStream_t stream) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
-  if (algo == GemmAllReduceAlgo::kExchange) impl::launch_bf16_nk_exchange(p, stream);
+  if (p.gemm.dtype == DType::kFloat16) kn ? impl::launch_f16_kn(p, stream) : impl::launch_f16_nk(p, stream);
+  else if (algo == GemmAllReduceAlgo::kExchange) impl::launch_bf16_nk_exchange(p, stream);
   else if (algo == GemmAllReduceAlgo::kRelay) kn ? impl::launch_bf16_kn_relay(p, stream) : impl::launch_bf16_nk_relay(p, stream);
   else kn ? impl::launch_bf16_kn(p, stream) : impl::launch_bf16_nk(p, stream);
 }
 
 // sm_90 and the residency of the kernel of `algo` (resolved) and B layout `b` on the current
 // device, or why not.
-Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out) {
+Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out,
+                   DType dtype = DType::kBFloat16) {
   int dev = 0, major = 0, minor = 0;
   out->num_sms = comm.sm_count();
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -70,14 +74,14 @@ Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DeviceIn
   // and kernel: it runs on every call otherwise (twice: can_implement, then the launch), and the
   // host time matters for small fused calls enqueued back to back.
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int>, int> cache;
+  static std::map<std::tuple<int, int, int, int>, int> cache;
   {
     std::lock_guard<std::mutex> lk(mu);
-    const auto key = std::make_tuple(dev, int(algo), int(b));
+    const auto key = std::make_tuple(dev, int(algo), int(b), int(dtype));
     auto it = cache.find(key);
     if (it == cache.end()) {
       try {
-        it = cache.emplace(key, max_active_clusters(algo, b)).first;
+        it = cache.emplace(key, max_active_clusters(algo, b, dtype)).first;
       } catch (const Error& e) {
         return fail(std::string("occupancy query failed: ") + e.what());
       }
@@ -351,9 +355,9 @@ void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t
   (void)must_reinit(comm.find_window(workspace, bytes, "workspace"), kHeldSequential, stream, false, &first);
 }
 
-Status scatter_can_fuse(const Comm& comm, BLayout b) {
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
   DeviceInfo d;
-  return device_info(comm, GemmAllReduceAlgo::kOwner, b, &d);
+  return device_info(comm, GemmAllReduceAlgo::kOwner, b, &d, dtype);
 }
 
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
@@ -361,7 +365,7 @@ Status scatter_can_fuse(const Comm& comm, BLayout b) {
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          cudaStream_t stream) {
   DeviceInfo d;
-  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, &d);
+  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, &d, g.dtype);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
   GemmAllReduceConfig cfg;
   cfg.reserved_sms = reserved_sms;

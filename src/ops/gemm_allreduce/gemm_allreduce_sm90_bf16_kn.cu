@@ -4,7 +4,7 @@
 
 namespace tw::gemm_allreduce_impl {
 
-int max_active_clusters_bf16_kn() { return owner::max_active_clusters<BLayout::kKN>(); }
-void launch_bf16_kn(const LaunchParams& p, cudaStream_t stream) { owner::launch<BLayout::kKN>(p, stream); }
+int max_active_clusters_bf16_kn() { return owner::max_active_clusters<__nv_bfloat16, BLayout::kKN>(); }
+void launch_bf16_kn(const LaunchParams& p, cudaStream_t stream) { owner::launch<__nv_bfloat16, BLayout::kKN>(p, stream); }
 
 }  // namespace tw::gemm_allreduce_impl

@@ -4,7 +4,7 @@
 
 namespace tw::gemm_allreduce_impl {
 
-int max_active_clusters_bf16_nk() { return owner::max_active_clusters<BLayout::kNK>(); }
-void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream) { owner::launch<BLayout::kNK>(p, stream); }
+int max_active_clusters_bf16_nk() { return owner::max_active_clusters<__nv_bfloat16, BLayout::kNK>(); }
+void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream) { owner::launch<__nv_bfloat16, BLayout::kNK>(p, stream); }
 
 }  // namespace tw::gemm_allreduce_impl

@@ -29,6 +29,9 @@
 // never waits in the hook while its partner's mainloop still needs its pipeline releases.
 #pragma once
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
 
 #include <cute/tensor.hpp>
 #include <cutlass/arch/barrier.h>
@@ -73,10 +76,32 @@ struct PartialIO<__nv_bfloat16> {
   }
   __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
 };
+template <>
+struct PartialIO<__half> {  // gemm_reducescatter in fp16: partials in the output dtype
+  static constexpr int kPerVec = 8;
+  __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
+  __device__ static uint32_t pack2(float a, float b) {
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t*>(&h);
+  }
+  __device__ static uint4 pack(const float* f) {
+    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
+  }
+  __device__ static void unpack2(uint32_t w, float* f) {
+    __half2 h = *reinterpret_cast<__half2*>(&w);
+    float2 v = __half22float2(h);
+    f[0] = v.x, f[1] = v.y;
+  }
+  __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
+};
 
-struct AllReduceHook {
+// ET: C's CUTLASS element (cutlass::bfloat16_t, or cutlass::half_t for gemm_reducescatter in
+// fp16). Two-byte partials are in C's dtype, four-byte ones fp32.
+template <class ET>
+struct AllReduceHookT {
   struct SharedStorage {};  // nothing: partials travel from registers, sums land in registers
-  using E = cutlass::bfloat16_t;
+  using E = ET;
+  using Half = std::conditional_t<std::is_same_v<ET, cutlass::half_t>, __half, __nv_bfloat16>;
 
   DevCtx ctx;
   Layout lay;                      // plan.hpp; lay.P == ctx.lsa_size
@@ -94,7 +119,7 @@ struct AllReduceHook {
   template <class View>
   CUTLASS_DEVICE void operator()(View const& v) const {
     if (lay.partial_bytes == 4) tile<float>(v);
-    else tile<__nv_bfloat16>(v);
+    else tile<Half>(v);
   }
 
  private:
@@ -207,6 +232,8 @@ struct AllReduceHook {
   }
 };
 
+using AllReduceHook = AllReduceHookT<cutlass::bfloat16_t>;
 static_assert(std::is_trivially_copyable_v<AllReduceHook>, "hooks travel in the kernel parameters");
+static_assert(std::is_trivially_copyable_v<AllReduceHookT<cutlass::half_t>>, "hooks travel in the kernel parameters");
 
 }  // namespace tw::gemm_allreduce_impl

@@ -63,6 +63,10 @@ int max_active_clusters_bf16_nk();
 void launch_bf16_nk(const LaunchParams& p, cudaStream_t stream);
 int max_active_clusters_bf16_kn();
 void launch_bf16_kn(const LaunchParams& p, cudaStream_t stream);
+int max_active_clusters_f16_nk();  // owner, fp16: gemm_reducescatter's fused path only
+void launch_f16_nk(const LaunchParams& p, cudaStream_t stream);
+int max_active_clusters_f16_kn();
+void launch_f16_kn(const LaunchParams& p, cudaStream_t stream);
 // Exchange algorithm, B as [N, K] only (gemm_allreduce_sm90_bf16_nk_exchange.cu):
 int max_active_clusters_bf16_nk_exchange();
 void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // src/ops/gemm_allreduce/owner_launch.cuh — the owner algorithm's kernel launch (any rank count,
-// both partial precisions, chosen at run time; hook: hook.cuh) for one B layout. Each layout is
-// instantiated in its own translation unit (gemm_allreduce_sm90_bf16_{nk,kn}.cu).
+// both partial precisions, chosen at run time; hook: hook.cuh) for one dtype and B layout. Each is
+// instantiated in its own translation unit (gemm_allreduce_sm90_{bf16,f16}_{nk,kn}.cu; fp16 for
+// gemm_reducescatter's fused path).
 #pragma once
 #include "../gemm/gemm_sm90.cuh"
 #include "hook.cuh"
@@ -9,17 +10,19 @@
 
 namespace tw::gemm_allreduce_impl::owner {
 
-template <BLayout kLayout>
-using Gemm = gemm_impl::Sm90Gemm<__nv_bfloat16, kLayout, AllReduceHook>;
+template <class T, BLayout kLayout>
+using Hook = AllReduceHookT<typename gemm_impl::CutlassElement<T>::type>;
+template <class T, BLayout kLayout>
+using Gemm = gemm_impl::Sm90Gemm<T, kLayout, Hook<T, kLayout>>;
 
-template <BLayout kLayout>
+template <class T, BLayout kLayout>
 int max_active_clusters() {
-  return gemm_allreduce_impl::max_active_clusters<typename Gemm<kLayout>::Kernel>();
+  return gemm_allreduce_impl::max_active_clusters<typename Gemm<T, kLayout>::Kernel>();
 }
 
-template <BLayout kLayout>
+template <class T, BLayout kLayout>
 void launch(const LaunchParams& p, cudaStream_t stream) {
-  AllReduceHook hook{};
+  Hook<T, kLayout> hook{};
   hook.ctx = p.ctx;
   hook.lay = p.lay;
   hook.sched = p.sched;
@@ -30,10 +33,9 @@ void launch(const LaunchParams& p, cudaStream_t stream) {
   hook.ws = static_cast<char*>(p.ws);
   hook.c_win = p.c_win;
   hook.c_off = p.c_off;
-  hook.C = static_cast<AllReduceHook::E*>(p.gemm.C);
+  hook.C = static_cast<typename Hook<T, kLayout>::E*>(p.gemm.C);
   hook.ldc = p.gemm.N;
-  gemm_impl::run_sm90<__nv_bfloat16, kLayout>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr,
-                                               stream);
+  gemm_impl::run_sm90<T, kLayout>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr, stream);
 }
 
 }  // namespace tw::gemm_allreduce_impl::owner

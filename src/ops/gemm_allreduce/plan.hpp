@@ -235,8 +235,9 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 // (M the full rows); the workspace >= make_scatter_layout(...).total bytes in a window.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          cudaStream_t stream);
-// Whether the owner kernel for B layout b can run here (sm_90, resident within the SM budget).
-Status scatter_can_fuse(const Comm& comm, BLayout b);
+// Whether the owner kernel for B layout b and dtype (bf16 or fp16) can run here (sm_90, resident
+// within the SM budget).
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype);
 // A sequential path wrote its data over this workspace: the next fused call re-initializes it.
 void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream);
 

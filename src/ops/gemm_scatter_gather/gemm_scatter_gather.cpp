@@ -44,21 +44,11 @@ bool built_dtype(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16
 // The path a call runs. kAuto: sequential until measurements say where fusion pays.
 TpPath resolve(const TpConfig& cfg) { return cfg.path == TpPath::kAuto ? TpPath::kSequential : cfg.path; }
 
-// Whether op's fused path exists for dtype: gemm_reducescatter's for bf16 (the owner kernel of
-// the fused all-reduce, tiles owned by shard); allgather_gemm's for both built dtypes.
-std::string fused_missing(const char* op, DType dtype) {
-  if (std::string(op) == "allgather_gemm") return "";
-  if (dtype != DType::kBFloat16) return "the fused path is built for bfloat16 only (TpPath::kSequential or kAuto)";
-  return "";
-}
-
 Status check_common(const char* op, int M, int rank, int P, DType dtype, const void* ws, const TpConfig& cfg) {
   if (P < 1 || rank < 0 || rank >= P) return fail(op, "rank " + std::to_string(rank) + " of " + std::to_string(P));
   if (M <= 0) return fail(op, "M = " + std::to_string(M) + " (must be > 0)");
   if (!built_dtype(dtype))
     return fail(op, std::string("dtype ") + dtype_name(dtype) + " is not built (bfloat16 or float16, A, B and C alike)");
-  if (resolve(cfg) == TpPath::kFused)
-    if (const std::string why = fused_missing(op, dtype); !why.empty()) return fail(op, why);
   if (cfg.reserved_sms < 0) return fail(op, "reserved_sms " + std::to_string(cfg.reserved_sms) + " < 0");
   if (ws == nullptr) return fail(op, "workspace is null");
   if (reinterpret_cast<uintptr_t>(ws) % 16 != 0) return fail(op, "workspace is not 16-byte aligned");
@@ -158,7 +148,7 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
   if (resolve(cfg) == TpPath::kFused)
-    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout); !s) return fail(op, s.reason);
+    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype); !s) return fail(op, s.reason);
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
@@ -170,8 +160,6 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
 void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "gemm_reducescatter";
   comm.require_usable(op);
-  TW_REQUIRE(resolve(cfg) != TpPath::kFused || fused_missing(op, a.dtype).empty(), kUnsupported,
-             std::string(op) + ": " + fused_missing(op, a.dtype));
   const Status st = can_implement(comm, a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
