@@ -43,6 +43,7 @@
 #include "bench_args.hpp"  // median, parse_virtual_ranks
 #include "bench_gate.hpp"  // HostBarrier
 #include "commands.hpp"
+#include "ops/gemm/team_gemm.hpp"  // sms_outside_budget
 #include "runtime/cublaslt.hpp"
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/gemm.hpp"
@@ -295,12 +296,7 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
   comm.sync(s1);
   comm.barrier();
   GemmConfig gc;  // on a virtual team tilewire's GEMM keeps to the rank's SM budget, as the op's does
-  if (comm.is_virtual()) {
-    int dev = 0, sms = 0;
-    TW_CUDA_CHECK(cudaGetDevice(&dev));
-    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    gc.reserved_sms = sms - comm.sm_count();
-  }
+  gc.reserved_sms = gemm_impl::sms_outside_budget(comm);
   t[0] = time(comm, s1, [&] { gemm(tg, gc, s1); });
   t[1] = time(comm, s1, [&] { full.run(gemm_a, B.p, rs ? part.data() : C.p, lt_ws.p, s1); });
   ncclComm_t nc = comm.nccl();

@@ -136,24 +136,17 @@ void Comm::run_threads(int n, const std::function<std::unique_ptr<Comm>(int)>& m
   // The error to report: the first that is not a consequence of the abort. A rank whose wait
   // ends because the team was aborted (kState) can get here before the rank that failed.
   std::exception_ptr first, cause;
-  const auto is_consequence = [](const std::exception_ptr& e) {
+  const auto has_code = [](const std::exception_ptr& e, Errc code) {
     try {
       std::rethrow_exception(e);
     } catch (const Error& x) {
-      return x.code() == Errc::kState;
+      return x.code() == code;
     } catch (...) {
     }
     return false;
   };
-  const auto is_timeout = [](const std::exception_ptr& e) {
-    try {
-      std::rethrow_exception(e);
-    } catch (const Error& x) {
-      return x.code() == Errc::kTimeout;
-    } catch (...) {
-    }
-    return false;
-  };
+  const auto is_consequence = [&](const std::exception_ptr& e) { return has_code(e, Errc::kState); };
+  const auto is_timeout = [&](const std::exception_ptr& e) { return has_code(e, Errc::kTimeout); };
   std::vector<Comm*> live(n, nullptr);  // guarded by mu
   bool failed = false;
   auto fail_all = [&](std::exception_ptr e) {

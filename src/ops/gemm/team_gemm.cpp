@@ -54,14 +54,16 @@ void team_gemm(const Comm& comm, const GemmArgs& g, int reserved_sms, cudaStream
   const bool lt_dtype = g.dtype == DType::kBFloat16 || g.dtype == DType::kFloat16;
   if (lt_dtype && !comm.is_virtual() && cublaslt_gemm(g, stream)) return;
   GemmConfig gc;  // the plain GEMM's defaults (its own tile order), the caller's reserved SMs
-  gc.reserved_sms = reserved_sms;
-  if (comm.is_virtual()) {
-    int dev = 0, sms = 0;
-    TW_CUDA_CHECK(cudaGetDevice(&dev));
-    TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    gc.reserved_sms += sms - comm.sm_count();
-  }
+  gc.reserved_sms = reserved_sms + sms_outside_budget(comm);
   gemm(g, gc, stream);
+}
+
+int sms_outside_budget(const Comm& comm) {
+  if (!comm.is_virtual()) return 0;
+  int dev = 0, sms = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms - comm.sm_count();
 }
 
 }  // namespace tw::gemm_impl

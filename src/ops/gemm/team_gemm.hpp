@@ -18,5 +18,9 @@ namespace gemm_impl {
 // cuBLASLt sizes its own grid. `reserved_sms`: SMs tw::gemm leaves free besides.
 void team_gemm(const Comm& comm, const GemmArgs& g, int reserved_sms, cudaStream_t stream);
 
+// The device's SMs outside this rank's budget (comm.sm_count()): 0 for a real rank; on a virtual
+// team the SMs its peers' grids hold. A GEMM beside peers' waiting kernels reserves them.
+int sms_outside_budget(const Comm& comm);
+
 }  // namespace gemm_impl
 }  // namespace tw

@@ -58,42 +58,29 @@ struct PartialIO<float> {
     f[0] = __uint_as_float(w.x), f[1] = __uint_as_float(w.y), f[2] = __uint_as_float(w.z), f[3] = __uint_as_float(w.w);
   }
 };
-template <>
-struct PartialIO<__nv_bfloat16> {
+// The two 16-bit partial types: RNE conversions through their paired types (H2), 8 per vector.
+template <class H, class H2, H (*kTo)(float), float (*kFrom)(H), H2 (*kTo2)(float, float), float2 (*kFrom2)(H2)>
+struct PartialIO16 {
   static constexpr int kPerVec = 8;
-  __device__ static float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+  __device__ static float round(float x) { return kFrom(kTo(x)); }
   __device__ static uint32_t pack2(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    H2 h = kTo2(a, b);
     return *reinterpret_cast<uint32_t*>(&h);
   }
   __device__ static uint4 pack(const float* f) {
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
   }
   __device__ static void unpack2(uint32_t w, float* f) {
-    __nv_bfloat162 h = *reinterpret_cast<__nv_bfloat162*>(&w);
-    float2 v = __bfloat1622float2(h);
+    const float2 v = kFrom2(*reinterpret_cast<H2*>(&w));
     f[0] = v.x, f[1] = v.y;
   }
   __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
 };
 template <>
-struct PartialIO<__half> {  // gemm_reducescatter in fp16: partials in the output dtype
-  static constexpr int kPerVec = 8;
-  __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
-  __device__ static uint32_t pack2(float a, float b) {
-    __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&h);
-  }
-  __device__ static uint4 pack(const float* f) {
-    return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
-  }
-  __device__ static void unpack2(uint32_t w, float* f) {
-    __half2 h = *reinterpret_cast<__half2*>(&w);
-    float2 v = __half22float2(h);
-    f[0] = v.x, f[1] = v.y;
-  }
-  __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
-};
+struct PartialIO<__nv_bfloat16> : PartialIO16<__nv_bfloat16, __nv_bfloat162, __float2bfloat16_rn, __bfloat162float,
+                                              __floats2bfloat162_rn, __bfloat1622float2> {};
+template <>  // gemm_reducescatter in fp16: partials in the output dtype
+struct PartialIO<__half> : PartialIO16<__half, __half2, __float2half_rn, __half2float, __floats2half2_rn, __half22float2> {};
 
 // ET: C's CUTLASS element (cutlass::bfloat16_t, or cutlass::half_t for gemm_reducescatter in
 // fp16). Two-byte partials are in C's dtype, four-byte ones fp32.

@@ -32,6 +32,7 @@
 #include <utility>
 
 #include "../gemm/launch.hpp"
+#include "../gemm/team_gemm.hpp"
 #include "fused.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/runtime/comm.hpp"
@@ -144,13 +145,7 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
     gate.first_row = me * S;
     gate.ctx = comm.dev_ctx();
     GemmConfig gc;
-    gc.reserved_sms = cfg.reserved_sms + G;
-    if (comm.is_virtual()) {  // the rank's SM budget, as team_gemm keeps it
-      int dev = 0, sms = 0;
-      TW_CUDA_CHECK(cudaGetDevice(&dev));
-      TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      gc.reserved_sms += sms - comm.sm_count();
-    }
+    gc.reserved_sms = cfg.reserved_sms + G + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
     gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
     push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
                                               (size_t)rows * row_bytes, w.offset + lay.flags_off);
