@@ -16,6 +16,8 @@
 //   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
 //   (g) fused     the op with TpPath::kFused, where it can run (gemm-rs: bf16 and fp16, sm_90, resident;
 //                 ag-gemm: bf16 and fp16, sm_90)
+// --trace FILE: after the first shape's rows, one fused call traced (TpConfig::trace), clocks
+// aligned, written as Perfetto / tilewire JSON by rank 0 with the overlap metrics printed.
 // With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
 // sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events
 // after a host barrier; the slowest rank's median. Inputs: seeded uniform in [-1, 1).
@@ -50,6 +52,7 @@
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
+#include "tilewire/trace/trace.hpp"
 
 namespace tw::cli {
 namespace {
@@ -66,6 +69,7 @@ struct TpOptions {
   std::vector<int> chunks = {2, 4, 8};
   int iters = 10, repeats = 5, virtual_ranks = 0;
   std::string json_path;
+  std::string trace_path;
   bool help = false;
 };
 
@@ -77,7 +81,9 @@ const char* kUsage =
     "  --sweep llama       M in {1024 .. 16384} x the Llama 3 8B FFN (14336 / 4096), 70B FFN\n"
     "                      (28672 / 8192) and 70B attention output (8192 / 8192), sharded over the ranks\n"
     "  --dtype bf16|fp16   --layout nk|kn   --chunks c[,c..] (default 2,4,8)\n"
-    "  --iters N  -R N     --virtual P (P ranks on GPU 0: correctness only)   --json FILE\n";
+    "  --iters N  -R N     --virtual P (P ranks on GPU 0: correctness only)   --json FILE\n"
+    "  --trace FILE        the first shape's fused call traced (per tile, per CTA), clocks aligned:\n"
+    "                      Perfetto JSON and the overlap metrics\n";
 
 std::vector<int> int_list(const std::string& s, const char* what) {
   std::vector<int> v;
@@ -121,6 +127,7 @@ TpOptions parse(TpOp op, const std::vector<std::string>& argv) {
     else if (a == "-R") o.repeats = int_list(v, "-R").at(0);
     else if (a == "--virtual") o.virtual_ranks = parse_virtual_ranks(a, v);
     else if (a == "--json") o.json_path = v;
+    else if (a == "--trace") o.trace_path = v;
     else TW_REQUIRE(false, kInvalidArgument, "bench: unknown option " + a + " (--help)");
   }
   return o;
@@ -230,7 +237,9 @@ class TpBench {
   template <class Op>
   double time(Comm& comm, cudaStream_t s, Op op);
   template <class T>
-  void shape(Comm& comm, const Shape& sh);
+  void shape(Comm& comm, const Shape& sh, bool trace);
+  template <class Call>
+  void trace_fused(Comm& comm, const Shape& sh, cudaStream_t s, Call call);
   const TpOptions& o_;
   const int P_;
   HostBarrier barrier_;
@@ -260,8 +269,35 @@ double TpBench::time(Comm& comm, cudaStream_t s, Op op) {
   return median(t);
 }
 
+// One fused call traced (every rank: the clock sync and the gather are collective); rank 0 writes
+// the file and prints the metrics (tilewire/trace/trace.hpp). call(cfg) runs the op once.
+template <class Call>
+void TpBench::trace_fused(Comm& comm, const Shape& sh, cudaStream_t s, Call call) {
+  const int me = comm.rank();
+  const uint32_t tiles = uint32_t(((sh.M + 127) / 128) * ((sh.N + 255) / 256));
+  trace::TraceBuffer buf(8 * tiles + 4096);
+  TpConfig cfg;
+  cfg.path = TpPath::kFused;
+  cfg.trace = buf.ring(me);
+  const trace::ClockSync cs = trace::measure_clock_offsets(comm);
+  buf.reset(s);
+  comm.sync(s);
+  comm.barrier();
+  call(cfg);
+  comm.sync(s);
+  const trace::Trace t = trace::gather_trace(comm, buf, cs, s);
+  if (me == 0) {
+    const trace::Metrics m = trace::compute_metrics(t);
+    trace::save_trace_file(o_.trace_path, t, &m);
+    std::printf("# trace %dx%dx%d, fused: %zu events, %llu dropped, clock residual %lld ns -> %s\n%s", sh.M, sh.N, sh.K,
+                t.events.size(), (unsigned long long)t.dropped, (long long)t.residual_ns, o_.trace_path.c_str(),
+                trace::format_metrics(m).c_str());
+  }
+  barrier_.arrive_and_wait("bench tp trace written");
+}
+
 template <class T>
-void TpBench::shape(Comm& comm, const Shape& sh) {
+void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
   const int me = comm.rank(), P = comm.nranks(), M = sh.M, N = sh.N, K = sh.K;
   const int S = shard_rows(M, P), rows = shard_rows_of(M, P, me);
   const bool rs = o_.op == TpOp::kGemmRs;
@@ -394,6 +430,7 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
       TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));
       t[6] = time(comm, s1, [&] { gemm_reducescatter(comm, a, fused, s1); });
       check();
+      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { gemm_reducescatter(comm, a, c, s1); });
     }
   } else {
     AllGatherGemmArgs a{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
@@ -420,6 +457,7 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
       poison();
       t[6] = time(comm, s1, [&] { allgather_gemm(comm, a, fused, s1); });
       check();
+      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { allgather_gemm(comm, a, c, s1); });
     }
   }
   unsigned long long nbad = 0;
@@ -447,9 +485,12 @@ void TpBench::shape(Comm& comm, const Shape& sh) {
 }
 
 void TpBench::run(Comm& comm) {
+  bool first = true;
   for (const Shape& sh : shapes(o_, comm.nranks())) {
-    if (o_.dtype == DType::kBFloat16) shape<__nv_bfloat16>(comm, sh);
-    else shape<__half>(comm, sh);
+    const bool trace = first && !o_.trace_path.empty();
+    first = false;
+    if (o_.dtype == DType::kBFloat16) shape<__nv_bfloat16>(comm, sh, trace);
+    else shape<__half>(comm, sh, trace);
   }
 }
 

@@ -262,6 +262,7 @@ TEST(GemmPlan, StreamKPlan) {
   EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "128 tiles already fill a wave";
   EXPECT_EQ(p.splits, 1);
   p = plan_streamk(args(7, 4096, 512), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
   EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "8 K tiles: too short to split";
   GemmConfig reserved = cfg;
   reserved.reserved_sms = 8;
@@ -275,6 +276,98 @@ TEST(GemmPlan, StreamKPlan) {
   p = plan_streamk(args(4096, 8192, 8192), cfg, kSms);
   EXPECT_EQ(p.raster, Raster::kAlongN);
   EXPECT_EQ(p.swizzle, 1);
+}
+
+// M <= 64: the swapped tile (C^T = B A^T, N on the 128-row side), ceil(N / 128) tiles, split-K
+// so that tiles * splits fill the SMs with >= 8 K tiles per split.
+TEST(GemmPlan, StreamKSwappedPlanForDecodeShapes) {
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::plan_streamk;
+  using tw::gemm_impl::StreamKTile;
+  GemmConfig cfg;
+  for (int M : {1, 16, 32, 33, 64})
+    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+      EXPECT_EQ(plan_streamk(args(M, 4096, 4096, BLayout::kNK, t), cfg, kSms).tile, StreamKTile::k128x64swap) << M;
+      EXPECT_EQ(tw::gemm_impl::kernel_for(args(M, 4096, 4096, BLayout::kNK, t), cfg, kSms,
+                                          tw::gemm_impl::KernelPref::kAuto),
+                tw::gemm_impl::GemmKernel::kStreamK)
+          << M;
+    }
+  for (int M : {65, 100, 128})
+    EXPECT_EQ(plan_streamk(args(M, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x64c1) << M;
+  EXPECT_EQ(plan_streamk(args(129, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x128c1);
+
+  // M = 1, N = K = 4096: 32 tiles, 64 K tiles: min(132 / 32, 64 / 8) = 4 splits, 128 units.
+  auto p = plan_streamk(args(1, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_TRUE(p.deterministic);
+  // M = 64, N = 57344, K = 8192: 448 tiles are 3.39 waves already: no split, CUTLASS's heuristic.
+  p = plan_streamk(args(64, 57344, 8192), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
+  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
+  EXPECT_EQ(p.splits, 1);
+  // 64 tiles: 2 splits; 112 tiles: none; 8192 x 8192 keeps >= 8 K tiles per split.
+  EXPECT_EQ(plan_streamk(args(1, 8192, 8192), cfg, kSms).splits, 2);
+  EXPECT_EQ(plan_streamk(args(16, 14336, 4096), cfg, kSms).decomposition, Decomposition::kHeuristic);
+  // Few tiles, long K: the K-tile bound wins (N = 256: 2 tiles; K = 2048: 32 K tiles -> 4 splits).
+  p = plan_streamk(args(32, 256, 2048), cfg, kSms);
+  EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
+  EXPECT_EQ(p.splits, 4);
+  EXPECT_EQ(plan_streamk(args(32, 256, 1024), cfg, kSms).splits, 2) << "16 K tiles";
+  EXPECT_EQ(plan_streamk(args(32, 256, 1016), cfg, kSms).splits, 2) << "16 K tiles, the last one short";
+  EXPECT_EQ(plan_streamk(args(32, 256, 960), cfg, kSms).decomposition, Decomposition::kHeuristic)
+      << "15 K tiles: one split of >= 8";
+  // Reserved SMs: 132 - 70 = 62 SMs hold one split of 32 tiles only.
+  GemmConfig reserved = cfg;
+  reserved.reserved_sms = 70;
+  EXPECT_EQ(plan_streamk(args(1, 4096, 4096), reserved, kSms).decomposition, Decomposition::kHeuristic);
+  reserved.reserved_sms = 4;
+  EXPECT_EQ(plan_streamk(args(1, 4096, 4096), reserved, kSms).splits, 4) << "128 SMs: 4 x 32";
+}
+
+// The swapped grid is (ceil(N / 128), ceil(M / 64)): one tile column at M <= 64, no swizzle,
+// and the caller's raster (along C's M or N) exchanged onto it.
+TEST(GemmPlan, StreamKSwappedGridAndOrder) {
+  using tw::gemm_impl::Raster;
+  using tw::gemm_impl::streamk_grid;
+  using tw::gemm_impl::streamk_order;
+  using tw::gemm_impl::StreamKPlan;
+  using tw::gemm_impl::StreamKTile;
+  auto g = streamk_grid(args(1, 4096, 4096), StreamKTile::k128x64swap);
+  EXPECT_EQ(g.tiles_m, 32);
+  EXPECT_EQ(g.tiles_n, 1);
+  g = streamk_grid(args(64, 57344, 8192), StreamKTile::k128x64swap);
+  EXPECT_EQ(g.tiles_m, 448);
+  EXPECT_EQ(g.tiles_n, 1);
+  g = streamk_grid(args(65, 5144, 64), StreamKTile::k128x64swap);
+  EXPECT_EQ(g.tiles_m, 41);
+  EXPECT_EQ(g.tiles_n, 2);
+  g = streamk_grid(args(65, 5144, 64), StreamKTile::k128x64c1);  // unswapped: C's axes
+  EXPECT_EQ(g.tiles_m, 1);
+  EXPECT_EQ(g.tiles_n, 81);
+  EXPECT_TRUE(tw::gemm_impl::tile_shape(StreamKTile::k128x64swap).swapped);
+  EXPECT_FALSE(tw::gemm_impl::tile_shape(StreamKTile::k128x64c1).swapped);
+
+  GemmConfig cfg;  // swizzle 4, raster auto
+  auto p = tw::gemm_impl::plan_streamk(args(16, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(p.swizzle, 1) << "one tile column";
+  EXPECT_EQ(p.raster, Raster::kAlongN) << "32 tile rows, 1 column: resolve_raster's tie rule";
+  StreamKPlan q;
+  q.tile = StreamKTile::k128x64swap;
+  cfg.raster = tw::GemmRaster::kAlongM;  // down C's M = along the kernel's N
+  streamk_order(args(16, 4096, 4096), cfg, &q);
+  EXPECT_EQ(q.raster, Raster::kAlongN);
+  cfg.raster = tw::GemmRaster::kAlongN;
+  streamk_order(args(16, 4096, 4096), cfg, &q);
+  EXPECT_EQ(q.raster, Raster::kAlongM);
+  // A forced swapped tile on a tall problem: 2048 x 4096 is a 32 x 32 grid, the swizzle survives.
+  cfg.raster = tw::GemmRaster::kAuto;
+  streamk_order(args(2048, 4096, 64), cfg, &q);
+  EXPECT_EQ(q.swizzle, 4);
+  EXPECT_EQ(q.raster, Raster::kAlongN);
+  streamk_order(args(4096, 1024, 64), cfg, &q);  // 8 x 64 swapped tiles: more columns than rows
+  EXPECT_EQ(q.raster, Raster::kAlongM);
 }
 
 TEST(GemmPlan, StreamKSwizzleAddsNoPadding) {
@@ -325,10 +418,16 @@ TEST(GemmPlan, StreamKPlanOverride) {
   EXPECT_EQ(p.swizzle, 1);
   EXPECT_EQ(p.raster, tw::gemm_impl::Raster::kAlongN);
   EXPECT_EQ(tw::gemm_impl::describe(p), "streamk 128x64c1 mode splitk splits 4 det 0 raster n swizzle 1");
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64,det=1", &p).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
+  EXPECT_EQ(tw::gemm_impl::describe(p), "streamk swap128x64c1 mode splitk splits 4 det 1 raster n swizzle 1");
+  p.decomposition = Decomposition::kHeuristic;
+  EXPECT_EQ(tw::gemm_impl::describe(p), "streamk swap128x64c1 mode heuristic det 1 raster n swizzle 1");
+  p.tile = StreamKTile::k128x64c1, p.decomposition = Decomposition::kSplitK, p.deterministic = false;
   // A bad entry leaves the plan untouched and names the entry.
   const StreamKPlan good = p;
-  for (const char* bad : {"tile=64x64", "mode=fast", "splits=0", "splits=65", "det=2", "swizzle=3", "raster=k",
-                          "depth=2", "tile", "tile=128x128,splits=x"}) {
+  for (const char* bad : {"tile=64x64", "tile=swap128x128", "tile=swap", "mode=fast", "splits=0", "splits=65",
+                          "det=2", "swizzle=3", "raster=k", "depth=2", "tile", "tile=128x128,splits=x"}) {
     StreamKPlan q = good;
     const tw::Status st = apply_streamk_plan_override(bad, &q);
     EXPECT_FALSE(st.ok) << bad;

@@ -1,9 +1,10 @@
 // GEMM on one Hopper GPU (ops/gemm.hpp) against an fp64 host reference: small and odd shapes,
-// both B layouts, bf16 and fp16, poisoned outputs (an unwritten element stays NaN and fails), bad inputs write
-// nothing, both kernels of the plain GEMM forced on the same inputs (the hook kernel and every
-// stream-K tile and decomposition, deterministic repeats, scratch reuse across shapes), and a
-// custom epilogue hook that records every tile it is called for (exactly once each, with the
-// right extents) under rank rotation and reserved SMs.
+// both B layouts, bf16 and fp16, poisoned outputs (an unwritten element stays NaN and fails), bad
+// inputs write nothing, both kernels of the plain GEMM forced on the same inputs (the hook kernel
+// and every stream-K tile and decomposition, deterministic repeats, scratch reuse across shapes),
+// decode shapes on the swapped (C^T = B A^T) stream-K tile, and a custom epilogue hook that
+// records every tile it is called for (exactly once each, with the right extents) under rank
+// rotation and reserved SMs.
 //
 // This file instantiates one more kernel (bf16, kNK, RecordHook): the third of the build.
 #include <cuda_bf16.h>
@@ -222,20 +223,22 @@ std::vector<Variant> variants(const tw::GemmArgs& a, const tw::GemmConfig& cfg, 
   std::vector<Variant> v;
   v.push_back({"hook", true, {}});
   v.push_back({"streamk (tw::gemm's plan)", false, tw::gemm_impl::plan_streamk(a, cfg, num_sms)});
-  for (StreamKTile t : {StreamKTile::k128x128c1, StreamKTile::k128x256c2})
+  // The swapped tile (C^T = B A^T) runs on every shape, not only at M <= 64 where the plan picks it:
+  // at M > 64 its grid has several tile columns (along C's M), which exercises its strides more.
+  for (StreamKTile t : {StreamKTile::k128x128c1, StreamKTile::k128x256c2, StreamKTile::k128x64swap})
     for (Decomposition d : {Decomposition::kHeuristic, Decomposition::kStreamK, Decomposition::kSplitK,
                             Decomposition::kDataParallel}) {
       tw::gemm_impl::StreamKPlan p = tw::gemm_impl::plan_streamk(a, cfg, num_sms);
       p.tile = t, p.decomposition = d, p.splits = d == Decomposition::kSplitK ? 3 : 1;
-      const auto ts = tw::gemm_impl::tile_shape(t);
-      p.raster = tw::gemm_impl::resolve_raster(a, cfg, ts.blk_m, ts.blk_n);
-      p.swizzle = tw::gemm_impl::streamk_swizzle((a.M + ts.blk_m - 1) / ts.blk_m, (a.N + ts.blk_n - 1) / ts.blk_n,
-                                                 ts.cluster_m, cfg.swizzle);
+      tw::gemm_impl::streamk_order(a, cfg, &p);  // raster and swizzle on the tile's own grid
       const char* dn = d == Decomposition::kHeuristic  ? "heuristic"
                        : d == Decomposition::kStreamK  ? "stream-K"
                        : d == Decomposition::kSplitK   ? "split-K 3"
                                                        : "data-parallel";
-      v.push_back({std::string("streamk ") + (t == StreamKTile::k128x128c1 ? "128x128" : "128x256") + " " + dn, false, p});
+      const char* tn = t == StreamKTile::k128x128c1   ? "128x128"
+                       : t == StreamKTile::k128x256c2 ? "128x256"
+                                                      : "swap128x64";
+      v.push_back({std::string("streamk ") + tn + " " + dn, false, p});
     }
   return v;
 }
@@ -341,6 +344,7 @@ TEST(Gemm, StreamKScratchReuseAcrossShapes) {
       {{128, 4096, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x128c1, Decomposition::kHeuristic},
       {{7, 5144, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x128c1, Decomposition::kSplitK},
       {{3000, 5144, 3584, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x256c2, Decomposition::kStreamK},
+      {{33, 4096, 4096, BLayout::kNK, Fill::kRandom}, StreamKTile::k128x64swap, Decomposition::kSplitK},
   };
   std::vector<std::unique_ptr<Buffers>> bufs;
   std::vector<Reference> refs;
@@ -351,17 +355,14 @@ TEST(Gemm, StreamKScratchReuseAcrossShapes) {
     refs.push_back(reference(c.p));
   }
   first.resize(std::size(cases));
-  for (int i : {0, 0, 1, 1, 0, 2, 1, 2, 2, 0, 2}) {
+  for (int i : {0, 0, 1, 1, 0, 2, 1, 3, 2, 3, 3, 2, 0, 3, 2}) {
     const Case& c = cases[i];
     SCOPED_TRACE(c.p.name() + " (step with case " + std::to_string(i) + ")");
     Buffers& b = *bufs[i];
     const tw::GemmArgs a = b.args();
     tw::gemm_impl::StreamKPlan plan = tw::gemm_impl::plan_streamk(a, {}, num_sms);
     plan.tile = c.tile, plan.decomposition = c.d, plan.splits = c.d == Decomposition::kSplitK ? 4 : 1;
-    const auto ts = tw::gemm_impl::tile_shape(c.tile);
-    plan.raster = tw::gemm_impl::resolve_raster(a, {}, ts.blk_m, ts.blk_n);
-    plan.swizzle = tw::gemm_impl::streamk_swizzle((a.M + ts.blk_m - 1) / ts.blk_m, (a.N + ts.blk_n - 1) / ts.blk_n,
-                                                  ts.cluster_m, 4);
+    tw::gemm_impl::streamk_order(a, {}, &plan);
     tw_test::poison(b.C.data(), b.C.bytes, s);
     tw::gemm_impl::launch_bf16_nk_streamk(a, {}, num_sms, plan, s);
     TW_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -373,6 +374,37 @@ TEST(Gemm, StreamKScratchReuseAcrossShapes) {
       EXPECT_TRUE(out == first[i]) << "differs from the first run of this shape";
     }
   }
+}
+
+// Decode shapes (M <= 64) through tw::gemm: the plan takes the swapped tile (C^T = B A^T, split-K
+// at N = 4096), every element of C is checked against the fp64 reference in bf16 and fp16, C
+// poisoned first, and a second run on the same stream (counters left zero by the first, no
+// memset) must give the same bits.
+TEST(Gemm, DecodeShapesOnTheSwappedTile) {
+  TW_SKIP_UNLESS_SM90();
+  struct Shape {
+    int M, N;
+  };
+  for (DType t : {kBf16, DType::kFloat16})
+    for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 4096}, Shape{64, 4096}, Shape{1, 5144},
+                     Shape{33, 5144}}) {
+      const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
+      SCOPED_TRACE(p.name());
+      Stream s;
+      Buffers b(p);
+      b.fill_and_poison(s);
+      const tw::GemmArgs a = b.args();
+      const std::string plan = tw::gemm_plan(a, {});
+      EXPECT_NE(plan.find("streamk swap128x64c1"), std::string::npos) << plan;
+      tw::gemm(a, {}, s);
+      TW_CUDA_CHECK(cudaStreamSynchronize(s));
+      const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+      EXPECT_EQ(compare(p, reference(p), c), "");
+      tw_test::poison(b.C.data(), b.C.bytes, s);
+      tw::gemm(a, {}, s);
+      TW_CUDA_CHECK(cudaStreamSynchronize(s));
+      EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+    }
 }
 
 // ------------------------------------------------------------------------------ custom hook

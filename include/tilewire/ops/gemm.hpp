@@ -34,27 +34,28 @@
 //     signal, tilewire/device/signal.cuh).
 //
 // Two kernels for the plain GEMM. tw::gemm() runs, per call, either the hook kernel above (with
-// StoreC) or, for bf16 with B kNK, a stream-K kernel (src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu):
+// StoreC) or, for B kNK (bf16 and fp16), a stream-K kernel (src/ops/gemm/streamk.cuh):
 // CUTLASS's own cooperative kernel with CUTLASS's stream-K tile scheduler and TMA epilogue, whose
 // CTAs split the K loop of some tiles and add the fp32 partial tiles up in device scratch, so that
 // small grids (M = 128: 16 tiles of 128x256 for 132 SMs) keep every SM busy.
-// Rule (src/ops/gemm/plan.hpp use_streamk, from H200 measurements): stream-K when M <= 128 (128x64
-// tiles, split-K 2 where the units fit) or when the 128x256 grid's last wave is so empty that
-// waves * 1.10 < ceil(waves) (the CUTLASS kernel is ~10% slower per tile); the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk overrides it (read
-// once). Partial tiles are added in K order, so results are bitwise reproducible with either
-// kernel (the two kernels may differ from each other in the last bit). The fused ops always use
-// the hook kernel.
+// Rule (src/ops/gemm/plan.hpp use_streamk and plan_streamk, from H200 measurements): stream-K when
+// M <= 128 (M <= 64: the operands swapped, C^T = B A^T on 128x64 tiles, N along the MMA's 128-wide
+// side, split-K to fill the SMs; 65..128: 128x64 tiles, split-K 2 where the units fit) or when
+// the 128x256 grid's last wave is so empty that waves * 1.10 < ceil(waves) (the CUTLASS kernel is
+// ~10% slower per tile); the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk
+// overrides it (read once). Partial tiles are added in K order, so results are bitwise
+// reproducible with either kernel (the two kernels may differ from each other in the last bit).
+// The fused ops always use the hook kernel.
 //
-// What is built (compile time on a 2-core machine matters; each instantiation is ~1 min of nvcc):
-//   bf16 x bf16 -> bf16, B kNK        src/ops/gemm/gemm_sm90_bf16_nk.cu (+ _variants.cu in the
+// What is built (compile time on a 2-core machine matters; each instantiation is ~1 min of nvcc),
+// each in bf16 and fp16 (C in the inputs' dtype, fp32 accumulation):
+//   hook kernel, B kNK                src/ops/gemm/gemm_sm90_{bf16,f16}_nk.cu (+ _variants.cu in the
 //                                     measurement build: epilogues measured against it,
 //                                     TILEWIRE_GEMM_EPILOGUE)
-//   bf16 x bf16 -> bf16, B kKN        src/ops/gemm/gemm_sm90_bf16_kn.cu
-//   bf16, B kNK, stream-K             src/ops/gemm/gemm_sm90_bf16_nk_streamk.cu (128x256 tiles in 2x1
-//                                     clusters; 128x128 and 128x64 tiles in 1x1 clusters)
+//   hook kernel, B kKN                src/ops/gemm/gemm_sm90_{bf16,f16}_kn.cu
+//   stream-K, B kNK                   src/ops/gemm/gemm_sm90_{bf16,f16}_nk_streamk.cu (128x256 tiles in
+//                                     2x1 clusters; 128x128, 128x64 and swapped 128x64 in 1x1 clusters)
 // plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook.
-// fp16 is the same template (one more two-line instantiation file each); until then
-// can_implement() rejects fp16 with that reason.
 //
 // Device memory. gemm() takes no workspace: the stream-K kernel's scratch (fp32 partial tiles and
 // per-tile counters; up to a few tens of MiB for the largest shapes) is allocated by the library

@@ -129,7 +129,7 @@ struct GemmAllReduceConfig {
   PartialPrecision partials = PartialPrecision::kBFloat16;
   GemmAllReduceAlgo algo = GemmAllReduceAlgo::kAuto;
   GemmAllReducePath path = GemmAllReducePath::kAuto;
-  // Per-tile %globaltimer events (relay and exchange kernels): MMA start/end, partial leaves,
+  // Per-tile %globaltimer events (every fused kernel: owner, exchange, relay): MMA start/end, partial leaves,
   // partials seen, reduction done, tile landed, into this device ring (tilewire/trace/trace.hpp's
   // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
   trace::Ring trace{};

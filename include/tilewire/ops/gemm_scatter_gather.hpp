@@ -44,6 +44,7 @@
 #include "tilewire/ops/allreduce.hpp"  // tw::Status
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
+#include "tilewire/trace/event.hpp"
 
 namespace tw {
 
@@ -55,6 +56,10 @@ const char* tp_path_name(TpPath p);
 struct TpConfig {
   TpPath path = TpPath::kAuto;
   int reserved_sms = 0;  // SMs the GEMM leaves free (tw::gemm; cuBLASLt sizes its own grid)
+  // The fused paths' %globaltimer events into this device ring (tilewire/trace/trace.hpp's
+  // TraceBuffer::ring(); null events: off, one uniform branch per tile). docs/tracing.md lists
+  // what each op records. The sequential path records nothing (cuBLASLt and NCCL kernels).
+  trace::Ring trace{};
 };
 
 // Rows per shard (see above) and the rows rank r holds.

@@ -117,9 +117,12 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
 
   CUTLASS_DEVICE WorkTileInfo get_current_work() const {
     const int w = sched_.work_of_cta(group_, step_);
+    const bool rec = gate_ != nullptr && gate_->ring.on();
+    if (rec) trace_consumer(w);
     if (w < 0) return WorkTileInfo::invalid_work_tile();
     const TileCoord t = sched_.tile_of_work(w, cta_in_cluster_);
     if (gate_ != nullptr && t.m < sched_.tiles_m) wait_gate(t.m);
+    if (rec) trace_producer(t);
     return {t.m, t.n, 0, true};
   }
   template <class ClusterShapeT>
@@ -157,6 +160,31 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     __syncwarp();
     (void)ptx::ld_acquire_sys(f);
     ptx::fence_proxy_async_global();
+#endif
+  }
+
+  // Gate::ring's events. Each role of the cooperative kernel asks for work with its own scheduler
+  // object, in the same order: thread 0 is the mainloop's load warp (its tile is past the gate:
+  // the loads start), thread 128 the first consumer warpgroup (asking for step s: step s - 1's
+  // epilogue is issued).
+  static constexpr int kLoadThread = 0, kConsumerThread = 128;
+  CUTLASS_DEVICE void trace_producer(TileCoord t) const {
+#if defined(__CUDA_ARCH__)
+    if (threadIdx.x != kLoadThread) return;
+    const uint64_t now = ptx::globaltimer();
+    if (step_ == 0) trace::emit(gate_->ring, trace::EventKind::kKernelStart, blockIdx.x, now);
+    if (t.m < sched_.tiles_m)
+      trace::emit(gate_->ring, trace::EventKind::kMmaStart, uint32_t(t.m * sched_.units_n + t.n), now);
+#endif
+  }
+  CUTLASS_DEVICE void trace_consumer(int w) const {
+#if defined(__CUDA_ARCH__)
+    if (threadIdx.x != kConsumerThread || step_ == 0) return;
+    const uint64_t now = ptx::globaltimer();
+    const TileCoord prev = sched_.tile_of_work(sched_.work_of_cta(group_, step_ - 1), cta_in_cluster_);
+    if (prev.m < sched_.tiles_m)
+      trace::emit(gate_->ring, trace::EventKind::kMmaEnd, uint32_t(prev.m * sched_.units_n + prev.n), now);
+    if (w < 0) trace::emit(gate_->ring, trace::EventKind::kKernelEnd, blockIdx.x, now);
 #endif
   }
 

@@ -1,4 +1,4 @@
-// The plain GEMM's stream-K kernel for fp16 A, B [N, K] and C (streamk.cuh): its three tiles.
+// The plain GEMM's stream-K kernel for fp16 A, B [N, K] and C (streamk.cuh): its four tiles.
 #include "streamk.cuh"
 
 namespace tw::gemm_impl {

@@ -10,6 +10,7 @@
 #include "scheduler.hpp"
 #include "tilewire/device/context.hpp"
 #include "tilewire/ops/gemm.hpp"
+#include "tilewire/trace/event.hpp"
 
 namespace tw::gemm_impl {
 
@@ -19,6 +20,9 @@ namespace tw::gemm_impl {
 // tm * kBlkM / rows_per_src, except src == skip (the rows already local), then orders the TMA
 // loads after it (fence.proxy.async). The work list starts at the unit holding row first_row
 // (the local rows first, then the rows after them, wrapping). flags null: no gate (the plain GEMM).
+// ring (tracing on): the scheduler records, with trace::emit, per tile mma_start when the
+// mainloop's load warp has the tile past its gate and mma_end when the consumers ask for their
+// next tile (the tile's epilogue issued), and per CTA kernel_start / kernel_end (id = CTA).
 struct Gate {
   const uint64_t* flags = nullptr;
   int rows_per_src = 0;
@@ -26,6 +30,7 @@ struct Gate {
   uint64_t want = 0;
   int first_row = 0;
   DevCtx ctx{};
+  trace::Ring ring{};
 };
 
 // Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured

@@ -3,6 +3,7 @@
 // Unit-tested in tests/cpu/gemm_plan_test.cpp.
 #include "plan.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -143,12 +144,53 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want) {
   return s;
 }
 
+StreamKGrid streamk_grid(const GemmArgs& a, StreamKTile t) {
+  const StreamKTileShape s = tile_shape(t);
+  return s.swapped ? StreamKGrid{ceil_div(a.N, s.blk_m), ceil_div(a.M, s.blk_n)}
+                   : StreamKGrid{ceil_div(a.M, s.blk_m), ceil_div(a.N, s.blk_n)};
+}
+
+void streamk_order(const GemmArgs& a, const GemmConfig& cfg, StreamKPlan* plan) {
+  const StreamKTileShape t = tile_shape(plan->tile);
+  const StreamKGrid g = streamk_grid(a, plan->tile);
+  if (!t.swapped) {
+    plan->raster = resolve_raster(a, cfg, t.blk_m, t.blk_n);
+  } else {
+    // The kernel's problem is (N, M): resolve the caller's raster on it, axes exchanged.
+    GemmArgs swapped = a;
+    swapped.M = a.N, swapped.N = a.M;
+    GemmConfig c = cfg;
+    if (cfg.raster == GemmRaster::kAlongM) c.raster = GemmRaster::kAlongN;
+    else if (cfg.raster == GemmRaster::kAlongN) c.raster = GemmRaster::kAlongM;
+    plan->raster = resolve_raster(swapped, c, t.blk_m, t.blk_n);
+  }
+  plan->swizzle = streamk_swizzle(g.tiles_m, g.tiles_n, t.cluster_m, cfg.swizzle);
+}
+
+namespace {
+constexpr int kSwapMaxM = 64;          // M <= this: the swapped tile (its narrow side is 64 wide)
+constexpr int kMinKTilesPerSplit = 8;  // a split of the swapped tile's K loop keeps >= 8 K tiles
+}  // namespace
+
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   StreamKPlan p;
-  if (a.M <= kBlkM) {
+  const int sms = num_sms - cfg.reserved_sms;
+  const int k_tiles = ceil_div(a.K, 64);
+  if (a.M <= kSwapMaxM) {
+    p.tile = StreamKTile::k128x64swap;
+    const StreamKGrid g = streamk_grid(a, p.tile);
+    const int tiles = g.tiles_m * g.tiles_n;
+    const int splits = std::max(1, std::min(sms / tiles, k_tiles / kMinKTilesPerSplit));
+    if (splits > 1) {
+      p.decomposition = Decomposition::kSplitK;
+      p.splits = splits;
+    } else {
+      p.decomposition = Decomposition::kHeuristic;
+    }
+  } else if (a.M <= kBlkM) {
     p.tile = StreamKTile::k128x64c1;
     const int tiles_n = ceil_div(a.N, tile_shape(p.tile).blk_n);
-    if (2 * tiles_n <= num_sms - cfg.reserved_sms && ceil_div(a.K, 64) >= 16) {
+    if (2 * tiles_n <= sms && k_tiles >= 16) {
       p.decomposition = Decomposition::kSplitK;
       p.splits = 2;
     } else {
@@ -161,9 +203,7 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
     p.tile = StreamKTile::k128x128c1;
     p.decomposition = Decomposition::kHeuristic;
   }
-  const StreamKTileShape t = tile_shape(p.tile);
-  p.raster = resolve_raster(a, cfg, t.blk_m, t.blk_n);
-  p.swizzle = streamk_swizzle(ceil_div(a.M, t.blk_m), ceil_div(a.N, t.blk_n), t.cluster_m, cfg.swizzle);
+  streamk_order(a, cfg, &p);
   if (p.decomposition != Decomposition::kSplitK) p.splits = 1;
   p.deterministic = true;
   return p;
@@ -173,8 +213,8 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan) {
   StreamKPlan p = *plan;
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
-                             " (keys: tile=128x256|128x128|128x64, mode=heuristic|dp|splitk|streamk, splits=1..64, "
-                             "det=0|1, swizzle=1|2|4|8, raster=m|n)"};
+                             " (keys: tile=128x256|128x128|128x64|swap128x64, mode=heuristic|dp|splitk|streamk, "
+                             "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n)"};
   };
   size_t at = 0;
   while (at < spec.size()) {
@@ -197,6 +237,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan) {
       if (v == "128x256") p.tile = StreamKTile::k128x256c2;
       else if (v == "128x128") p.tile = StreamKTile::k128x128c1;
       else if (v == "128x64") p.tile = StreamKTile::k128x64c1;
+      else if (v == "swap128x64") p.tile = StreamKTile::k128x64swap;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;
@@ -229,8 +270,8 @@ std::string describe(const StreamKPlan& p) {
                      : p.decomposition == Decomposition::kDataParallel ? "dp"
                      : p.decomposition == Decomposition::kSplitK       ? "splitk"
                                                                        : "streamk";
-  std::string s = "streamk " + std::to_string(t.blk_m) + "x" + std::to_string(t.blk_n) + "c" +
-                  std::to_string(t.cluster_m) + " mode " + mode;
+  std::string s = std::string("streamk ") + (t.swapped ? "swap" : "") + std::to_string(t.blk_m) + "x" +
+                  std::to_string(t.blk_n) + "c" + std::to_string(t.cluster_m) + " mode " + mode;
   if (p.decomposition == Decomposition::kSplitK) s += " splits " + std::to_string(p.splits);
   s += std::string(" det ") + (p.deterministic ? "1" : "0") + " raster " + (p.raster == Raster::kAlongM ? "m" : "n") +
        " swizzle " + std::to_string(p.swizzle);

@@ -1,16 +1,34 @@
 // src/ops/gemm/streamk.cuh — the plain GEMM's stream-K kernel: A [M, K] row-major, B as [N, K]
-// (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Three
+// (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Four
 // tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
-// (128, 64, 64) in 1x1 clusters; one translation unit per type instantiates them
-// (gemm_sm90_{bf16,f16}_nk_streamk.cu). gemm.cu picks this kernel or the hook kernel
-// (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused ops never come here.
+// (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
+// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). gemm.cu
+// picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
+// ops never come here.
+//
+// Swap-AB (k128x64swap, plan.hpp: M <= 64). wgmma's M is 64 rows per warpgroup, 128 per CTA here;
+// its N may be as narrow as 8. A decode GEMM has M = 1..64 rows of A and thousands of rows of B,
+// and only has to stream B at HBM speed. On C = A B^T a 128-row tile wastes 64-127 of its rows and
+// the grid has only ceil(N / 64) tiles; on the swapped problem
+//     D' [N, M] = B [N, K] x A [M, K]^T          (D' = C^T)
+// N lies on the 128-wide dimension (ceil(N / 128) tiles, each streaming 128 rows of B) and M on
+// the narrow one, like cuBLASLt (column-major) runs it. Same kernel, different operands:
+//     kernel problem (M', N', K, L) = (N, M, K, 1)
+//     A' = B: (M', K) K-contiguous ("RowMajor"),    StrideA (K, 1, N*K)
+//     B' = A: (N', K) K-contiguous ("ColumnMajor"), StrideB (K, 1, M*K)
+//     D'    : (M', N') M'-contiguous ("ColumnMajor"), StrideD (1, N, M*N): element (n, m) at
+//             m*N + n, which is C [M, N] row-major.
+// TMA: every global stride is a multiple of 16 bytes (K % 8 == 0 and N % 8 == 0, can_implement),
+// the base pointers are 16-byte aligned; a box may be larger than the tensor (M = 1: a 64-row box
+// of B' over one row of A, a 32-column box of D' over one column), TMA zero-fills the loads and
+// clips the stores, as it already does for A at M < 128 on the unswapped tiles.
 //
 // All CUTLASS 4.2, nothing copied:
 //   mainloop   cutlass::gemm::collective::CollectiveBuilder, KernelTmaWarpSpecializedCooperative
 //              (one TMA producer warp, two consumer warpgroups of 64 rows each; CUTLASS's ping-pong
 //              kernel refuses the stream-K scheduler), stages: what the epilogue leaves of smem.
 //   epilogue   cutlass::epilogue::collective::CollectiveBuilder, TmaWarpSpecializedCooperative,
-//              D = 1 * acc with no source (ElementC = void: no C loads, no C smem), bf16 D stored
+//              D = 1 * acc with no source (ElementC = void: no C loads, no C smem), D (type E) stored
 //              through shared memory with TMA.
 //   scheduler  CUTLASS's sm90 stream-K scheduler (PersistentTileSchedulerSm90StreamK) with one
 //              addition, ResettingStreamK below: the last split of a tile resets the tile's counters
@@ -29,8 +47,10 @@
 // delays, not blocks, them).
 //
 // GemmConfig: reserved_sms -> hw_info.sm_count; raster and swizzle -> CUTLASS's raster order and
-// max swizzle (plan.hpp streamk_swizzle keeps the swizzle from adding padding tiles); rank/nranks
-// are ignored: rank rotation only orders tiles for the fused ops, which use the hook kernel.
+// max swizzle, already put in the kernel's grid by the plan (plan.hpp streamk_order: exchanged
+// axes for the swapped tile; streamk_swizzle keeps the swizzle from adding padding tiles);
+// rank/nranks are ignored: rank rotation only orders tiles for the fused ops, which use the hook
+// kernel.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -106,14 +126,21 @@ namespace tw::gemm_impl {
 namespace streamk {
 
 // ------------------------------------------------------------------------------ the kernels
-template <class Element, int kTileM, int kTileN, int kClusterSize>
+// kSwapAB: the kernel computes D' = B A^T with D' column-major (header comment); A' and B' keep
+// the layouts of the plain problem (both K-contiguous), only D's layout and who is who change.
+// The epilogue builder takes a column-major D with TMA: its smem layout is M-major, the stores
+// from registers are transposing stmatrix (SM90_U16x8_STSM_T), its auto epilogue tile for the
+// cooperative schedule (128, 32) as in the plain 128x64 tile.
+template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap>
 struct StreamKGemm {
   using E = Element;
+  static constexpr bool kSwapAB = kSwap;
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
-  using LayoutA = cutlass::layout::RowMajor;     // A [M, K]
-  using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] row-major = K x N column-major
-  using LayoutD = cutlass::layout::RowMajor;     // C [M, N]
+  using LayoutA = cutlass::layout::RowMajor;     // A [M, K]; swapped: B [N, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] = K x N column-major; swapped: A [M, K]
+  using LayoutD = std::conditional_t<kSwap, cutlass::layout::ColumnMajor,  // D' [N, M] = C [M, N]
+                                     cutlass::layout::RowMajor>;           // C [M, N]
   static constexpr int kAlign = 16 / sizeof(E);  // TMA: 16-byte rows (can_implement checked K, N)
 
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
@@ -132,11 +159,17 @@ struct StreamKGemm {
   using Scheduler = typename Kernel::TileScheduler;
   static_assert(std::is_same_v<Scheduler, ResettingStreamK<TileShape, ClusterShape>>, "counters reset by the kernel");
   static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
+  // The strides run_streamk builds: K-contiguous A' and B', D' contiguous along M' when swapped.
+  static_assert(std::is_same_v<typename Kernel::StrideA, cute::Stride<int64_t, cute::_1, int64_t>>);
+  static_assert(std::is_same_v<typename Kernel::StrideB, cute::Stride<int64_t, cute::_1, int64_t>>);
+  using StrideDWanted =
+      std::conditional_t<kSwap, cute::Stride<cute::_1, int64_t, int64_t>, cute::Stride<int64_t, cute::_1, int64_t>>;
+  static_assert(std::is_same_v<typename Kernel::StrideD, StrideDWanted>);
 };
 
 // plan.hpp names them; the tile sizes there are these.
 template <class E, StreamKTile t>
-using GemmOf = StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m>;
+using GemmOf = StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped>;
 
 template <class G>
 void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
@@ -146,20 +179,28 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
   using Decomp = typename Scheduler::DecompositionMode;
   using Reduction = typename Scheduler::ReductionMode;
   const int M = a.M, N = a.N, K = a.K;
+  // The kernel's problem: C's when plain, (N, M) with A and B exchanged when swapped (header).
+  const int Mk = G::kSwapAB ? N : M, Nk = G::kSwapAB ? M : N;
 
   typename G::Device::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
-  args.problem_shape = {M, N, K, 1};
-  args.mainloop.ptr_A = static_cast<const E*>(a.A);
-  args.mainloop.dA = typename Kernel::StrideA{int64_t(K), cute::_1{}, int64_t(M) * K};
-  args.mainloop.ptr_B = static_cast<const E*>(a.B);
-  args.mainloop.dB = typename Kernel::StrideB{int64_t(K), cute::_1{}, int64_t(N) * K};
+  args.problem_shape = {Mk, Nk, K, 1};
+  args.mainloop.ptr_A = static_cast<const E*>(G::kSwapAB ? a.B : a.A);
+  args.mainloop.dA = typename Kernel::StrideA{int64_t(K), cute::_1{}, int64_t(Mk) * K};  // (Mk, K) rows of K
+  args.mainloop.ptr_B = static_cast<const E*>(G::kSwapAB ? a.A : a.B);
+  args.mainloop.dB = typename Kernel::StrideB{int64_t(K), cute::_1{}, int64_t(Nk) * K};  // (Nk, K) rows of K
   args.epilogue.thread.alpha = 1.0f;
   args.epilogue.thread.beta = 0.0f;
   args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = typename Kernel::StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
   args.epilogue.ptr_D = static_cast<E*>(a.C);
-  args.epilogue.dD = typename Kernel::StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  if constexpr (G::kSwapAB) {
+    // D' (n, m) at n + m * N: column-major with leading dimension N = Mk.
+    args.epilogue.dC = typename Kernel::StrideC{cute::_1{}, int64_t(N), int64_t(M) * N};
+    args.epilogue.dD = typename Kernel::StrideD{cute::_1{}, int64_t(N), int64_t(M) * N};
+  } else {
+    args.epilogue.dC = typename Kernel::StrideC{int64_t(N), cute::_1{}, int64_t(M) * N};
+    args.epilogue.dD = typename Kernel::StrideD{int64_t(N), cute::_1{}, int64_t(M) * N};
+  }
   TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
   args.hw_info.sm_count = num_sms - cfg.reserved_sms;
   args.scheduler.max_swizzle_size = plan.swizzle;
@@ -178,7 +219,8 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
              std::string("gemm (stream-K): CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
 
   // Scratch: partial tiles + counters, cached per stream. The counters need zeroing only when the
-  // last launch on this scratch had another layout (scratch.hpp).
+  // last launch on this scratch had another layout (scratch.hpp). M and N are C's; plan.tile tells
+  // the swapped tile's layout apart.
   const size_t bytes = G::Device::get_workspace_size(args);
   const ScratchKey key{int64_t(plan.tile),
                        M,
@@ -220,11 +262,15 @@ void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamK
   using Wide = GemmOf<E, StreamKTile::k128x256c2>;
   using Narrow = GemmOf<E, StreamKTile::k128x128c1>;
   using Skinny = GemmOf<E, StreamKTile::k128x64c1>;
-  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8, "can_implement checks 16-byte rows");
+  using Swapped = GemmOf<E, StreamKTile::k128x64swap>;
+  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8 && Swapped::kAlign == 8,
+                "can_implement checks 16-byte rows");
+  static_assert(Swapped::kSwapAB && !Skinny::kSwapAB);
   switch (plan.tile) {
     case StreamKTile::k128x256c2: run_streamk<Wide>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
+    case StreamKTile::k128x64swap: run_streamk<Swapped>(a, cfg, num_sms, plan, stream); return;
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
 }

@@ -363,7 +363,7 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
 // gemm_allreduce's owner path, C the rank's shard (local memory), no C window.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
-                         cudaStream_t stream) {
+                         const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
   const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, &d, g.dtype);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
@@ -390,6 +390,8 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   p.ws_win = ww.win, p.ws_off = ww.offset;
   p.c_win = ww.win, p.c_off = 0;  // unused: finals stay on their owner
   p.ws = workspace;
+  p.ring = ring;
+  p.ring.rank = (uint16_t)comm.rank();
   bool first_use = false;
   try {
     if (must_reinit(ww, layout_signature(p.lay), stream, true, &first_use)) {

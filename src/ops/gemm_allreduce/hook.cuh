@@ -17,6 +17,13 @@
 //              done[t] @ q := tag.
 //   last work of the CTA: each thread acquires a share of done[0..T) (bounded); named barrier.
 //              C is then final on this rank for whatever runs after the kernel.
+// Tracing (ring on; one uniform branch per tile when off): thread 0 records, at fixed slots
+// (kTileEvents per tile, then 2 per CTA), mma_start / mma_end of every tile it computes, then as
+// pusher partial_leave (its first store issued), as owner partials_seen and reduce_done. Then
+// tile_landed: gemm_allreduce, on every rank, from its final wait (the thread that saw the
+// tile's done flag); gemm_reducescatter, whose finals stay on their owner, the owner when it has
+// stored the sum and a pusher when it has released its partial's flag (its part is done).
+// kernel_start at the CTA's first tile, kernel_end in tail() after its last.
 // Waits use dev::bounded_spin_silent: bounded by ctx.timeout_ns, the fault record without printf
 // (a call anywhere in a wgmma kernel makes ptxas serialize its wgmma pipeline; ptxas warns C7510).
 // Deadlock freedom (every wait is also bounded by ctx.timeout_ns): every rank walks the same work
@@ -41,6 +48,7 @@
 #include "../gemm/scheduler.hpp"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
+#include "tilewire/trace/event.hpp"
 
 namespace tw::gemm_allreduce_impl {
 
@@ -102,6 +110,20 @@ struct AllReduceHookT {
   size_t c_off = 0;
   E* C = nullptr;                  // this rank's C
   long long ldc = 0;
+  trace::Ring ring{};              // null events: tracing off
+  int grid_ctas = 0;               // the kernel's CTAs (the per-CTA trace slots)
+
+  CUTLASS_HOST_DEVICE bool clock_on() const { return ring.on(); }
+
+  // After the CTA's last tile (every consumer thread; the kernel calls it): kernel_end, for a CTA
+  // that recorded a kernel_start (its thread 0 wrote that slot: it reads its own store back),
+  // and the ring's counter raised to the end of the layout.
+  CUTLASS_DEVICE void tail(int tid) const {
+    if (!ring.on() || tid != 0) return;
+    const unsigned long long start = (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x;
+    if (start < ring.capacity && ring.events[start].t_ns != 0) emit_cta(1, trace::EventKind::kKernelEnd, ptx::globaltimer());
+    trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
+  }
 
   template <class View>
   CUTLASS_DEVICE void operator()(View const& v) const {
@@ -114,6 +136,17 @@ struct AllReduceHookT {
 
   CUTLASS_DEVICE uint64_t* remote_flag(size_t off, int q) const {
     return dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + off, q);
+  }
+
+  // Trace slots: kind k of tile u at u * kTileEvents + (k - kMmaStart); CTA b's start and end after
+  // every tile's (the ring's counter is raised to the end of this layout once per CTA).
+  static constexpr int kTileEvents = 6;  // kMmaStart .. kTileLanded
+  CUTLASS_DEVICE void emit(int u, trace::EventKind k, uint64_t t) const {
+    trace::emit_at(ring, (unsigned long long)u * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart)),
+                   k, uint32_t(u), t);
+  }
+  CUTLASS_DEVICE void emit_cta(int which, trace::EventKind k, uint64_t t) const {
+    trace::emit_at(ring, (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which, k, blockIdx.x, t);
   }
 
   template <class PT, class View>
@@ -132,6 +165,14 @@ struct AllReduceHookT {
     // The call's tag; the counter changes only after every CTA's last read (see plan.hpp).
     const uint64_t tag = *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
     const size_t lane_off = (size_t)tid * 16;  // fragment order: vector i of thread tid at (i*256+tid)*16
+    const bool rec = ring.on() && tid == 0;
+    if (rec) {
+      const uint64_t now = ptx::globaltimer();
+      if (v.seq == 0) emit_cta(0, trace::EventKind::kKernelStart, v.t_mma_start_ns);
+      emit(t, trace::EventKind::kMmaStart, v.t_mma_start_ns);
+      emit(t, trace::EventKind::kMmaEnd, now);
+      if (me != o) emit(t, trace::EventKind::kPartialLeave, now);
+    }
 
     if (me != o) {
       // ---- push: partial (rounded to PT) into the owner's staging, then the arrive flag.
@@ -145,6 +186,8 @@ struct AllReduceHookT {
       }
       bar();
       if (tid == 0) ptx::st_release_sys(remote_flag(lay.arrive_flag(t, me), o), tag);
+      // Reduce-scatter: this rank is done with the tile once its partial is at the owner.
+      if (rec && lay.shard_tm > 0) emit(t, trace::EventKind::kTileLanded, ptx::globaltimer());
     } else {
       // ---- own: wait for the P-1 partials, sum in rank order, store C(t) everywhere, done flags.
       if (tid < lay.P && tid != me) {
@@ -154,6 +197,7 @@ struct AllReduceHookT {
             [&](uint64_t x) { return dev::rolling_ge(x, tag); });
       }
       bar();
+      if (rec) emit(t, trace::EventKind::kPartialsSeen, ptx::globaltimer());
       CUTLASS_PRAGMA_UNROLL
       for (int c0 = 0; c0 < kV; c0 += kChunk) {
         float s[kChunk * kE];
@@ -191,6 +235,11 @@ struct AllReduceHookT {
       }
       bar();
       if (tid < lay.P) ptx::st_release_sys(remote_flag(lay.done_flag(t), tid), tag);
+      if (rec) {
+        const uint64_t now = ptx::globaltimer();
+        emit(t, trace::EventKind::kReduceDone, now);
+        if (lay.shard_tm > 0) emit(t, trace::EventKind::kTileLanded, now);  // its only copy: here
+      }
     }
 
     // ---- after the group's last work: this rank's C is final once every done flag has the tag.
@@ -202,6 +251,8 @@ struct AllReduceHookT {
         dev::bounded_spin_silent(
             ctx, "gemm_allreduce.done", tag, [&] { return ptx::ld_acquire_sys(f); },
             [&](uint64_t x) { return dev::rolling_ge(x, tag); });
+        // All-reduce: tile u is final in this rank's C now (reduce-scatter: the owner recorded it).
+        if (ring.on() && lay.shard_tm == 0) emit(u, trace::EventKind::kTileLanded, ptx::globaltimer());
       }
       bar();
       if (tid == 0) {

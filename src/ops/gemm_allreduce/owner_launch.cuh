@@ -35,6 +35,8 @@ void launch(const LaunchParams& p, cudaStream_t stream) {
   hook.c_off = p.c_off;
   hook.C = static_cast<typename Hook<T, kLayout>::E*>(p.gemm.C);
   hook.ldc = p.gemm.N;
+  hook.ring = p.ring;
+  hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
   gemm_impl::run_sm90<T, kLayout>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr, stream);
 }
 

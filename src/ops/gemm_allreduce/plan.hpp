@@ -233,8 +233,9 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 // gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in gemm_allreduce.cpp: it shares
 // the owner kernel, the workspace records and the residency rules. g: A, B, C = this rank's shard
 // (M the full rows); the workspace >= make_scatter_layout(...).total bytes in a window.
+// ring: the owner kernel's per-tile events (hook.cuh), null events: off.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
-                         cudaStream_t stream);
+                         const trace::Ring& ring, cudaStream_t stream);
 // Whether the owner kernel for B layout b and dtype (bf16 or fp16) can run here (sm_90, resident
 // within the SM budget).
 Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype);

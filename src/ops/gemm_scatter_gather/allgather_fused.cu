@@ -20,6 +20,12 @@
 //              GEMM is launched first (its host checks), the push after it: either may start
 //              first on the device.
 //
+// Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start,
+// past the gate) and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in
+// ../gemm/launch.hpp); each push CTA records kernel_start / kernel_end (id kPushCtaId0 + CTA)
+// and per peer q chunk_send (id q: its first store to q issued) and chunk_recv (id q: its
+// release of q's flag issued, so q's rows from this CTA are there).
+//
 // Why pushes and not pulls: a push needs no flag from the owner that its rows are ready (its
 // own kernel wrote them in stream order), and the one handshake the call needs (the entry
 // barrier) is the one that also makes the peer's buffer free. Measured against the sequential
@@ -43,9 +49,13 @@ namespace {
 
 constexpr int kPushThreads = 512;
 constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+constexpr uint32_t kPushCtaId0 = 1u << 16;  // trace ids of the push CTAs (the GEMM's CTAs: 0, 1, ..)
 
 __global__ void __launch_bounds__(kPushThreads)
-    push_shard(const __grid_constant__ DevCtx ctx, DevWindow win, size_t shard_off, size_t bytes, size_t flags_off) {
+    push_shard(const __grid_constant__ DevCtx ctx, DevWindow win, size_t shard_off, size_t bytes, size_t flags_off,
+               trace::Ring ring) {
+  const bool rec = ring.on() && threadIdx.x == 0;
+  if (rec) trace::emit(ring, trace::EventKind::kKernelStart, kPushCtaId0 + blockIdx.x, ptx::globaltimer());
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
   const int P = ctx.lsa_size, me = ctx.lsa_rank;
   const size_t vecs = bytes / 16;
@@ -54,6 +64,7 @@ __global__ void __launch_bounds__(kPushThreads)
   for (int k = 1; k < P; ++k) {
     const int q = (me - k + P) % P;
     uint4* dst = dev::lsa_ptr<uint4>(ctx, win, shard_off, q);
+    if (rec) trace::emit(ring, trace::EventKind::kChunkSend, uint32_t(q), ptx::globaltimer());
     for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
       uint4 v[kUnroll];
 #pragma unroll
@@ -70,6 +81,7 @@ __global__ void __launch_bounds__(kPushThreads)
     __threadfence_system();
     __syncthreads();  // the CTA's stores to q, then one release that covers them (cumulativity)
     if (threadIdx.x == 0) ptx::red_add_release_sys(dev::lsa_ptr<uint64_t>(ctx, win, flags_off + 8 * (size_t)me, q), 1);
+    if (rec) trace::emit(ring, trace::EventKind::kChunkRecv, uint32_t(q), ptx::globaltimer());
   }
   // Every peer's adds have landed here before the call ends (the join waits for this kernel),
   // also those of a peer whose rows this rank's GEMM never waited for: the next call zeroes the
@@ -79,6 +91,10 @@ __global__ void __launch_bounds__(kPushThreads)
     dev::bounded_spin(
         ctx, "allgather_gemm.push_exit", gridDim.x, [&] { return ptx::ld_acquire_sys(f); },
         [&](uint64_t x) { return x >= gridDim.x; });
+  }
+  if (ring.on()) {
+    __syncthreads();  // CTA 0: its exit wait is part of the kernel
+    if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kPushCtaId0 + blockIdx.x, ptx::globaltimer());
   }
 }
 
@@ -144,11 +160,13 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
     gate.want = (uint64_t)G;
     gate.first_row = me * S;
     gate.ctx = comm.dev_ctx();
+    gate.ring = cfg.trace;
+    gate.ring.rank = (uint16_t)comm.rank();
     GemmConfig gc;
     gc.reserved_sms = cfg.reserved_sms + G + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
     gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
     push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
-                                              (size_t)rows * row_bytes, w.offset + lay.flags_off);
+                                              (size_t)rows * row_bytes, w.offset + lay.flags_off, gate.ring);
     comm.check_launch("allgather_gemm push launch");
     comm.launched("allgather_gemm");
   }

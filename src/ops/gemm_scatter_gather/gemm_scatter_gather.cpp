@@ -179,10 +179,15 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
     // A rank that holds no rows owns no tile: the hook never stores through its C.
     void* c = rows > 0 ? a.C_shard : a.workspace;
     gemm_allreduce_impl::fused_reducescatter(comm, GemmArgs{a.A, a.B, c, a.M, a.N, a.K_local, a.dtype, a.b_layout}, S,
-                                             cfg.reserved_sms, a.workspace, stream);
+                                             cfg.reserved_sms, a.workspace, cfg.trace, stream);
     return;
   }
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, part_bytes, stream);  // the partial covers the flags
+  if (P == 1) {  // the sum of one partial: the GEMM straight into C_shard (all M rows)
+    gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, a.C_shard, a.M, a.N, a.K_local, a.dtype, a.b_layout},
+                         cfg.reserved_sms, stream);
+    return;
+  }
   char* partial = static_cast<char*>(a.workspace);
   gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, partial, a.M, a.N, a.K_local, a.dtype, a.b_layout}, cfg.reserved_sms,
                        stream);
@@ -272,6 +277,13 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
   if (resolve(cfg) == TpPath::kFused) {
     tp_impl::fused_allgather_gemm(comm, a, cfg, stream);
+    return;
+  }
+  if (P == 1) {  // the gathered A is the shard: the GEMM reads it where it is
+    gemm_impl::team_gemm(comm, GemmArgs{a.A_shard, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout},
+                         cfg.reserved_sms, stream);
+    if (a.A_gathered != nullptr)
+      TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, a.A_shard, (size_t)a.M * a.K * e, cudaMemcpyDeviceToDevice, stream));
     return;
   }
   char* gathered = static_cast<char*>(a.workspace);
