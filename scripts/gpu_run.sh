@@ -23,7 +23,8 @@
 #                 ranks (bench_ep.jsonl: one JSON line per run), a traced low-latency run
 #   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
 #                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
-#                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real
+#                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real, and
+#                 one traced fused call of each at 4 virtual ranks (traces_tp.tgz)
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU
@@ -161,6 +162,11 @@ if [ "$MODE" = tp ]; then
     run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --json "$OUT/tp.json" && cat "$OUT/tp.json" >>"$OUT/bench_tp.jsonl"
   done
   rm -f "$OUT/tp.json"
+  for op in gemm-rs ag-gemm; do  # one traced fused call each: where the time goes, per tile
+    step "bench $op -m 4096 -n 4096 -k 4096 --virtual 4 --trace"
+    run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --virtual 4 -R 1 --iters 2 --trace "$OUT/trace_$op.json"
+  done
+  tar czf "$OUT/traces_tp.tgz" -C "$OUT" trace_gemm-rs.json trace_ag-gemm.json 2>/dev/null && rm -f "$OUT"/trace_*.json
 fi
 
 if [ "$MODE" = python ]; then
