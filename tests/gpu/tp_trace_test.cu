@@ -81,7 +81,7 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
   const int P = team_size();
   const int M = 1024, N = 520, Kl = 256;  // 8 x 3 tiles, the last column partial
   const tw::DType dt = tw::DType::kBFloat16;
-  const int S = tw::shard_rows(M, P), tiles_m = (M + 127) / 128, tiles_n = (N + 255) / 256, T = tiles_m * tiles_n;
+  const int tiles_m = (M + 127) / 128, tiles_n = (N + 255) / 256, T = tiles_m * tiles_n;
   const std::vector<Recorded> rec = record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
     const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
     DeviceBuffer A((size_t)M * Kl * 2), B((size_t)N * Kl * 2), C(std::max<size_t>((size_t)rows * N * 2, 16));
@@ -107,10 +107,13 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
     EXPECT_EQ(starts, ends);
     tiles[r] = per_tile(ev);
     EXPECT_EQ((int)tiles[r].size(), T) << "every rank computes a partial of every tile";
+    int owned = 0;
     for (const auto& [id, k] : tiles[r]) {
       ASSERT_LT(id, (uint32_t)T);
-      const int owner = (int)(id / tiles_n) * 128 / S;
-      const bool own = owner == r;
+      // Tile ids follow the kernel's walk (plan.hpp tile_index: raster dependent), so ownership is
+      // read off the events: an owner sees partials, a pusher sends one (checked across ranks below).
+      const bool own = !k[(int)K::kPartialsSeen].empty();
+      owned += own;
       for (K x : {K::kMmaStart, K::kMmaEnd, K::kTileLanded}) ASSERT_EQ(k[(int)x].size(), 1u) << "tile " << id << " " << tw::trace::kind_name(x);
       ASSERT_EQ(k[(int)K::kPartialLeave].size(), own ? 0u : 1u) << "tile " << id;
       ASSERT_EQ(k[(int)K::kPartialsSeen].size(), own ? 1u : 0u) << "tile " << id;
@@ -126,6 +129,13 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
         EXPECT_LE(k[(int)K::kPartialLeave][0], landed) << "tile " << id;
       }
     }
+    // This rank owns the tiles of its shard's rows: ceil(rows / 128) tile rows (S is a multiple of 128).
+    EXPECT_EQ(owned, (tw::shard_rows_of(M, P, r) + 127) / 128 * tiles_n);
+  }
+  for (int id = 0; id < T; ++id) {  // one owner per tile
+    int owners = 0;
+    for (int r = 0; r < P; ++r) owners += tiles[r].count(id) && !tiles[r].at(id)[(int)K::kPartialsSeen].empty();
+    EXPECT_EQ(owners, 1) << "tile " << id;
   }
   expect_no_missing(rec);
   if (virtual_ranks() > 0) {  // one clock: an owner saw each partial after its pusher sent it
