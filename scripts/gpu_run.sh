@@ -10,7 +10,8 @@
 #   sanitize      compute-sanitizer memcheck + racecheck on the GPU tests (its own call: with the
 #                 tests and benches it does not fit the device tool's 10-minute command limit)
 #   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
-#                 decode shapes in bf16 and fp16, acceptance in fp16
+#                 decode and ragged shapes in bf16 and fp16, acceptance in fp16, decode on the unswapped
+#                 stream-K tile for the record
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
@@ -206,13 +207,18 @@ if [ "$MODE" = gemm ]; then
   run 150 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
   step "memcheck on the small GEMM tests (hook and stream-K kernels)"
   run 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
-    --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile'
+    --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile:Gemm.DecodeShapesOnTheSwappedTile'
   step "bench gemm"
   run 150 "$TW" bench gemm --sweep acceptance -R 9 --json "$OUT/bench_gemm_acceptance.json"
   run 150 "$TW" bench gemm --sweep grid -R 7 --json "$OUT/bench_gemm_grid.json"
   step "bench gemm, decode and ragged shapes, bf16 and fp16"
   for d in bf16 fp16; do
     run 100 "$TW" bench gemm --dtype $d --sweep decode -R 5 --json "$OUT/bench_gemm_decode_$d.json"
+    run 100 "$TW" bench gemm --dtype $d --sweep ragged -R 5 --json "$OUT/bench_gemm_ragged_$d.json"
+  done
+  step "decode M <= 64 on the unswapped 128x64 stream-K tile (the plan before the swapped one): for the record"
+  for mode in heuristic splitk,splits=2; do
+    TILEWIRE_GEMM_STREAMK_PLAN=tile=128x64,mode=$mode run 100 "$TW" bench gemm --sweep decode -R 3
   done
   run 100 "$TW" bench gemm --dtype fp16 --sweep acceptance -R 5 --json "$OUT/bench_gemm_acceptance_fp16.json"
   step "the other kernel on the shapes the rule decides (plan.hpp use_streamk): for the record"
