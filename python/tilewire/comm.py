@@ -117,7 +117,9 @@ class Comm:
 
     def gemm_allreduce(self, A, B, b_layout: str = "nk", path: str = "auto", algo: str = "auto",
                        partials: str = "bfloat16"):
-        """C [M, N] = sum over ranks of A_r [M, K] B_r, bf16; C and the workspace are managed here."""
+        """C [M, N] = sum over ranks of A_r [M, K] B_r, bf16 or fp16 (A, B and C in one dtype; fp16
+        runs the owner algorithm: algo "auto" or "owner"); partials "bfloat16" are 2-byte partials in
+        C's dtype. C and the workspace are managed here."""
         M, K = A.shape
         N = B.shape[0] if b_layout == "nk" else B.shape[1]
         dt = _dtype_name(A.dtype)

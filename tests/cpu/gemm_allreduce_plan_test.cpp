@@ -26,8 +26,8 @@ using tw_test::contains;
 void* at(uintptr_t a) { return reinterpret_cast<void*>(a); }
 constexpr uintptr_t kA = 0x7f0000000000, kB = 0x7f1000000000, kC = 0x7f2000000000, kW = 0x7f3000000000;
 
-GemmAllReduceArgs args(int M, int N, int K) {
-  return GemmAllReduceArgs{at(kA), at(kB), at(kC), M, N, K, DType::kBFloat16, BLayout::kNK, at(kW)};
+GemmAllReduceArgs args(int M, int N, int K, DType t = DType::kBFloat16) {
+  return GemmAllReduceArgs{at(kA), at(kB), at(kC), M, N, K, t, BLayout::kNK, at(kW)};
 }
 
 TEST(GemmAllReducePlan, EveryTileOwnedOnceAndEvenly) {
@@ -153,14 +153,15 @@ TEST(GemmAllReducePlan, ExchangeLayoutSlotsAndFlagsAreDisjoint) {
 TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   using tw::GemmAllReduceAlgo;
   using tw::gemm_allreduce_impl::resolve_algo;
+  constexpr DType kBf16 = DType::kBFloat16;
   GemmAllReduceConfig c;
-  EXPECT_EQ(resolve_algo(2, c), GemmAllReduceAlgo::kRelay);
-  EXPECT_EQ(resolve_algo(1, c), GemmAllReduceAlgo::kExchange);
-  EXPECT_EQ(resolve_algo(4, c), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(1, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);
+  EXPECT_EQ(resolve_algo(4, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
   // B [K, N]: exchange is not built for it, so one rank runs owner; 2 ranks still relay.
-  EXPECT_EQ(resolve_algo(1, c, tw::BLayout::kKN), GemmAllReduceAlgo::kOwner);
-  EXPECT_EQ(resolve_algo(2, c, tw::BLayout::kKN), GemmAllReduceAlgo::kRelay);
-  EXPECT_EQ(resolve_algo(4, c, tw::BLayout::kKN), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(1, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(4, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kOwner);
   {
     GemmAllReduceArgs kn = args(256, 256, 64);
     kn.b_layout = tw::BLayout::kKN;
@@ -175,7 +176,7 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   {
     GemmAllReduceConfig f = c;
     f.partials = tw::PartialPrecision::kFloat32;
-    EXPECT_EQ(resolve_algo(2, f), GemmAllReduceAlgo::kOwner);
+    EXPECT_EQ(resolve_algo(2, f, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
     f.algo = GemmAllReduceAlgo::kRelay;
     const tw::Status r = tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 2, f);
     EXPECT_FALSE(r.ok);
@@ -186,17 +187,84 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
     EXPECT_FALSE(r4.ok);
     EXPECT_NE(r4.reason.find("exactly 2 ranks"), std::string::npos) << r4.reason;
   }
-  EXPECT_NE(resolve_algo(4, c), GemmAllReduceAlgo::kExchange);
+  EXPECT_NE(resolve_algo(4, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);
   c.algo = GemmAllReduceAlgo::kExchange;
-  EXPECT_EQ(resolve_algo(8, c), GemmAllReduceAlgo::kExchange);  // an explicit choice stands
+  EXPECT_EQ(resolve_algo(8, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);  // an explicit choice stands
   c.algo = GemmAllReduceAlgo::kOwner;
-  EXPECT_EQ(resolve_algo(2, c), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
   GemmAllReduceArgs a = args(256, 256, 64);
   c.algo = GemmAllReduceAlgo::kExchange;
   c.partials = tw::PartialPrecision::kFloat32;
   const tw::Status s = tw::gemm_allreduce_impl::check_args(a, 2, c);
   EXPECT_FALSE(s.ok);
   EXPECT_NE(s.reason.find("bf16 partials only"), std::string::npos) << s.reason;
+}
+
+// fp16 (A, B, C): the owner kernel is the one built, so kAuto resolves to it at every team size,
+// both B layouts and both partial precisions, and an explicit relay or exchange is refused with
+// the reason; fp32 is refused by the fused op's own check, naming the dtype.
+TEST(GemmAllReducePlan, HalfPrecisionRunsTheOwnerAlgorithm) {
+  using tw::GemmAllReduceAlgo;
+  using tw::PartialPrecision;
+  using tw::gemm_allreduce_impl::check_args;
+  using tw::gemm_allreduce_impl::resolve_algo;
+  for (BLayout b : {BLayout::kNK, BLayout::kKN})
+    for (PartialPrecision pp : {PartialPrecision::kBFloat16, PartialPrecision::kFloat32})
+      for (int P : {1, 2, 4}) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << (b == BLayout::kKN ? " B[K,N]" : " B[N,K]")
+                                        << (pp == PartialPrecision::kFloat32 ? " fp32" : " fp16") << " partials");
+        GemmAllReduceConfig c;
+        c.partials = pp;
+        EXPECT_EQ(resolve_algo(P, c, b, DType::kFloat16), GemmAllReduceAlgo::kOwner);
+        GemmAllReduceArgs a = args(1000, 1032, 520, DType::kFloat16);
+        a.b_layout = b;
+        for (GemmAllReduceAlgo algo : {GemmAllReduceAlgo::kAuto, GemmAllReduceAlgo::kOwner}) {
+          c.algo = algo;
+          const tw::Status s = check_args(a, P, c);
+          EXPECT_TRUE(s.ok) << s.reason;
+          // The layout and size are the owner algorithm's with 2- or 4-byte partials.
+          const int pb = pp == PartialPrecision::kFloat32 ? 4 : 2;
+          const Layout l = tw::gemm_allreduce_impl::layout_for(a, P, c);
+          EXPECT_FALSE(l.relay || l.exchange);
+          EXPECT_EQ(l.partial_bytes, pb);
+          EXPECT_EQ(tw::workspace_size(a, P, c), make_layout(1000, 1032, P, l.raster, pb).total);
+          // The same bytes as the bf16 call with the owner algorithm: the layout is dtype-free.
+          GemmAllReduceConfig owner = c;
+          owner.algo = GemmAllReduceAlgo::kOwner;
+          EXPECT_EQ(tw::workspace_size(a, P, c), tw::workspace_size(args(1000, 1032, 520), P, owner));
+        }
+        const struct {
+          GemmAllReduceAlgo algo;
+          const char* reason;
+        } refused[] = {
+            {GemmAllReduceAlgo::kRelay, "the relay algorithm is built for bf16 only; use kAuto or kOwner for fp16"},
+            {GemmAllReduceAlgo::kExchange,
+             "the exchange algorithm is built for bf16 only; use kAuto or kOwner for fp16"},
+        };
+        for (const auto& r : refused) {
+          c.algo = r.algo;
+          const tw::Status s = check_args(a, P, c);
+          EXPECT_FALSE(s.ok);
+          EXPECT_TRUE(contains(s.reason, r.reason)) << s.reason;
+          EXPECT_TRUE(contains(s.reason, "gemm_allreduce: ")) << s.reason;
+        }
+      }
+  // 8192 x 1024 x 512 on 2 ranks: kAuto is the owner algorithm (bf16 would run relay), and its
+  // workspace the owner layout's.
+  const GemmAllReduceArgs big = args(8192, 1024, 512, DType::kFloat16);
+  GemmAllReduceConfig def, owner;
+  owner.algo = GemmAllReduceAlgo::kOwner;
+  EXPECT_TRUE(check_args(big, 2, def).ok);
+  EXPECT_EQ(resolve_algo(2, def, BLayout::kNK, DType::kBFloat16), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(tw::workspace_size(big, 2, def), tw::workspace_size(args(8192, 1024, 512), 2, owner));
+  // fp32 A, B, C: refused, naming the dtype, whatever the algorithm.
+  for (GemmAllReduceAlgo algo : {GemmAllReduceAlgo::kAuto, GemmAllReduceAlgo::kOwner, GemmAllReduceAlgo::kRelay}) {
+    GemmAllReduceConfig c;
+    c.algo = algo;
+    const tw::Status s = check_args(args(256, 256, 64, DType::kFloat32), 2, c);
+    EXPECT_FALSE(s.ok);
+    EXPECT_TRUE(contains(s.reason, "dtype float is not built for the fused op")) << s.reason;
+  }
 }
 
 // Relay: with rank r's walk starting at r * floor(units / 2), every unit is reached second by
@@ -266,8 +334,10 @@ TEST(GemmAllReducePlan, FinalWaitCtas) {
 TEST(GemmAllReducePlan, AcceptsValidArgs) {
   for (int M : {1, 7, 3000})
     for (int P : {1, 2, 8}) {
-      const tw::Status s = tw::gemm_allreduce_impl::check_args(args(M, 5144, 3584), P, {});
-      EXPECT_TRUE(s.ok) << s.reason;
+      for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+        const tw::Status s = tw::gemm_allreduce_impl::check_args(args(M, 5144, 3584, t), P, {});
+        EXPECT_TRUE(s.ok) << s.reason;
+      }
     }
 }
 
@@ -289,8 +359,9 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
   ov_a.workspace = at(kA);
   bad_k.K_local = 3583;
   null_c.C = nullptr;
-  GemmAllReduceConfig sw, prec, exch, ring_no_count, ring_no_events;
+  GemmAllReduceConfig sw, prec, exch, relay, ring_no_count, ring_no_events;
   exch.algo = tw::GemmAllReduceAlgo::kExchange;
+  relay.algo = tw::GemmAllReduceAlgo::kRelay;
   static tw::trace::Event events[4];
   static unsigned long long counter = 0;
   ring_no_count.trace.events = events;  // events, but no counter: emits would write through null
@@ -303,7 +374,8 @@ TEST(GemmAllReducePlan, RejectsWithAReason) {
       {"no ranks", args(64, 64, 64), 0, {}, "no ranks"},
       {"null workspace", null_ws, 2, {}, "workspace is null"},
       {"misaligned workspace", mis_ws, 2, {}, "256-byte aligned"},
-      {"half", half, 2, {}, "only bfloat16 is built for the fused op"},
+      {"half with the relay algorithm", half, 2, relay, "relay algorithm is built for bf16 only"},
+      {"float", args(64, 64, 64, DType::kFloat32), 2, {}, "dtype float is not built for the fused op"},
       {"kKN with the exchange algorithm", kn, 2, exch, "exchange algorithm is built for B as [N, K_local]"},
       {"workspace overlaps C", ov_c, 2, {}, "workspace overlaps C"},
       {"workspace overlaps A", ov_a, 2, {}, "workspace overlaps A"},

@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/runtime/dtype.hpp"
 
 namespace tw_test {
 
@@ -11,13 +12,15 @@ struct AlgoCase {
   tw::PartialPrecision partials;
 };
 
-// The fused kernels built for a team of P ranks and B layout `b` (plan.cpp check_args): relay for
-// exactly 2 ranks, exchange for B [N, K] only — both with bf16 partials — and owner with either
-// precision at every P. AlgorithmsPerTeamSize checks that the library accepts exactly these.
-inline std::vector<AlgoCase> fused_algos(int P, tw::BLayout b) {
+// The fused kernels built for a team of P ranks, B layout `b` and dtype `t` (plan.cpp
+// check_args): in bf16, relay for exactly 2 ranks, exchange for B [N, K] only — both with bf16
+// partials — and owner with either precision at every P; in fp16, owner only (2-byte partials
+// are then fp16). AlgorithmsPerTeamSize checks that the library accepts exactly these.
+inline std::vector<AlgoCase> fused_algos(int P, tw::BLayout b, tw::DType t = tw::DType::kBFloat16) {
   std::vector<AlgoCase> v;
-  if (P == 2) v.push_back({tw::GemmAllReduceAlgo::kRelay, tw::PartialPrecision::kBFloat16});
-  if (b == tw::BLayout::kNK) v.push_back({tw::GemmAllReduceAlgo::kExchange, tw::PartialPrecision::kBFloat16});
+  const bool bf16 = t == tw::DType::kBFloat16;
+  if (bf16 && P == 2) v.push_back({tw::GemmAllReduceAlgo::kRelay, tw::PartialPrecision::kBFloat16});
+  if (bf16 && b == tw::BLayout::kNK) v.push_back({tw::GemmAllReduceAlgo::kExchange, tw::PartialPrecision::kBFloat16});
   v.push_back({tw::GemmAllReduceAlgo::kOwner, tw::PartialPrecision::kBFloat16});
   v.push_back({tw::GemmAllReduceAlgo::kOwner, tw::PartialPrecision::kFloat32});
   return v;

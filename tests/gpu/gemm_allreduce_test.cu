@@ -3,8 +3,9 @@
 // reference of sum_r A_r * B_r (gemm_ref.cuh), bit-identity across ranks, odd shapes and the
 // 8192 x 8192 x 4096 acceptance shape, both partial precisions, both B layouts, poisoned outputs,
 // repeated calls on one workspace (the call counter), bad input writes nothing, every algorithm
-// built for the team size (fused_algos(), checked against what the library accepts), per-tile
-// trace events. (A peer that never takes part: timeout_test.cu.) Skipped without an sm_90 GPU.
+// built for the team size and dtype (fused_algos(), checked against what the library accepts),
+// per-tile trace events, and fp16 (the owner algorithm, both paths). (A peer that never takes
+// part: timeout_test.cu.) Skipped without an sm_90 GPU.
 //
 // The only kernels instantiated here are gemm_ref.cuh's plain-CUDA reference and check (the
 // library's instantiations run): little compile cost.
@@ -40,8 +41,10 @@ constexpr uint64_t kSeedA = 31, kSeedB = 47;
 struct Shape {
   int M, N, K;
   BLayout b = BLayout::kNK;  // B_r as [N, K] or [K, N]
+  DType t = kT;              // A, B and C: bf16 or fp16
   std::string name() const {
-    return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) + (b == BLayout::kKN ? " B[K,N]" : "");
+    return std::to_string(M) + "x" + std::to_string(N) + "x" + std::to_string(K) +
+           (b == BLayout::kKN ? " B[K,N]" : "") + (t == DType::kFloat16 ? " fp16" : "");
   }
 };
 
@@ -63,11 +66,11 @@ const char* algo_name(Algo a) {
 Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
   const int r = comm.rank(), P = comm.nranks();
   Stream st;
-  DeviceBuffer A(size_t(s.M) * s.K * 2), B(size_t(s.N) * s.K * 2);
-  tw_test::fill(A.data(), kT, size_t(s.M) * s.K, Fill::kRandom, kSeedA, r, st);
-  tw_test::fill(B.data(), kT, size_t(s.N) * s.K, Fill::kRandom, kSeedB, r, st);
+  DeviceBuffer A(size_t(s.M) * s.K * 2), B(size_t(s.N) * s.K * 2);  // 2 bytes per element: bf16 and fp16
+  tw_test::fill(A.data(), s.t, size_t(s.M) * s.K, Fill::kRandom, kSeedA, r, st);
+  tw_test::fill(B.data(), s.t, size_t(s.N) * s.K, Fill::kRandom, kSeedB, r, st);
   tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
-  tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, s.b, nullptr};
+  tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, s.t, s.b, nullptr};
   tw::Window ws = comm.alloc_window(tw::workspace_size(a, P, cfg));
   a.workspace = ws.data();
   TW_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), st));
@@ -93,7 +96,8 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
 
 // Once the team is gone (no kernel of it can still run on GPU 0): every rank's C bit-identical to
 // rank 0's, and rank 0's C, every element, within tolerance of the reference (gemm_ref.cuh).
-void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>& got, bool bf16_partials) {
+// partials16: 2-byte partials (PartialPrecision::kBFloat16: in C's dtype).
+void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>& got, bool partials16) {
   const size_t bytes = size_t(s.M) * s.N * 2;
   for (size_t r = 0; r < got.size(); ++r)
     if (got[r].size() != bytes) {
@@ -101,13 +105,20 @@ void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>
       return;
     }
   EXPECT_EQ(tw_test::compare_ranks(got, bytes), "") << "ranks are not bit-identical";
-  ref.prepare({s.M, s.N, s.K, s.b, (int)got.size(), kSeedA, kSeedB});
-  EXPECT_EQ(ref.check(got[0], bf16_partials), "");
+  ref.prepare({s.M, s.N, s.K, s.b, (int)got.size(), kSeedA, kSeedB, s.t});
+  EXPECT_EQ(ref.check(got[0], partials16), "");
+}
+
+const char* path_name(tw::GemmAllReducePath p) {
+  return p == tw::GemmAllReducePath::kFused ? "fused" : p == tw::GemmAllReducePath::kSequential ? "sequential" : "auto";
 }
 
 void run_shape(GemmReference& ref, const Shape& s, const tw::GemmAllReduceConfig& cfg, int calls) {
-  SCOPED_TRACE(s.name() + (cfg.partials == PP::kFloat32 ? " fp32 partials" : " bf16 partials") + " algo " +
-               algo_name(cfg.algo) + " on " + std::to_string(tw_test::team_size()) + " ranks");
+  const char* partials = cfg.partials == PP::kFloat32 ? " fp32 partials"
+                         : s.t == DType::kFloat16     ? " fp16 partials"
+                                                      : " bf16 partials";
+  SCOPED_TRACE(s.name() + partials + " algo " + algo_name(cfg.algo) + " path " + path_name(cfg.path) + " on " +
+               std::to_string(tw_test::team_size()) + " ranks");
   std::vector<Bytes> got(tw_test::team_size());
   tw_test::run_team([&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
   expect_correct(ref, s, got, cfg.partials == PP::kBFloat16);
@@ -161,6 +172,32 @@ TEST(GemmAllReduce, SequentialPath) {
       tw::GemmAllReduceConfig cfg;
       cfg.path = path;
       run_shape(ref, s, cfg, s.M == 256 ? 2 : 1);
+    }
+}
+
+// fp16 A, B and C: the owner algorithm (what kAuto picks for fp16, and kOwner) with fp16 and fp32
+// partials, both B layouts, odd shapes (a partial last tile row and column; 8192 x 1024 x 512: 64
+// tile rows, 4 tile columns), and the sequential path (cuBLASLt or tw::gemm, then tw::allreduce
+// in fp16), every element against the fp16 reference; the 1000 x 1032 calls twice on one
+// workspace. P K_local stays within what fp16's range holds (gemm_ref.cuh).
+TEST(GemmAllReduce, HalfPrecision) {
+  TW_SKIP_UNLESS_SM90();
+  GemmReference ref;
+  const AlgoCase algos[] = {{Algo::kAuto, PP::kBFloat16},
+                            {Algo::kAuto, PP::kFloat32},
+                            {Algo::kOwner, PP::kBFloat16},
+                            {Algo::kOwner, PP::kFloat32}};
+  for (BLayout b : {BLayout::kNK, BLayout::kKN})
+    for (const Shape& s : {Shape{1000, 1032, 520, b, DType::kFloat16}, Shape{8192, 1024, 512, b, DType::kFloat16}}) {
+      const int calls = s.M == 1000 ? 2 : 1;
+      for (AlgoCase c : algos) run_shape(ref, s, fused(c), calls);
+      // The sequential path (its partial is fp16: checked as 2-byte partials), forced and as
+      // kAuto's path rule picks it (fused for M = 8192, sequential for M = 1000).
+      for (tw::GemmAllReducePath path : {tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
+        tw::GemmAllReduceConfig cfg;
+        cfg.path = path;
+        run_shape(ref, s, cfg, calls);
+      }
     }
 }
 
@@ -269,7 +306,7 @@ TEST(GemmAllReduce, RepeatedCallsDoNotDrift) {
 }
 
 // What fused_algos() leaves out, the library refuses with a reason; what it lists (and kAuto),
-// can_implement accepts, for both B layouts, on this team's size.
+// can_implement accepts, for both B layouts and both dtypes (bf16, fp16), on this team's size.
 TEST(GemmAllReduce, AlgorithmsPerTeamSize) {
   TW_SKIP_UNLESS_SM90();
   tw_test::run_team([&](tw::Comm& comm) {
@@ -278,28 +315,35 @@ TEST(GemmAllReduce, AlgorithmsPerTeamSize) {
     DeviceBuffer A(size_t(s.M) * s.K * 2), B(size_t(s.N) * s.K * 2);
     tw::Window C = comm.alloc_window(size_t(s.M) * s.N * 2);
     tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), s.M, s.N, s.K, kT, BLayout::kNK, nullptr};
-    std::vector<std::pair<BLayout, tw::GemmAllReduceConfig>> cases;
+    struct Kase {
+      BLayout b;
+      DType t;
+      tw::GemmAllReduceConfig cfg;
+    };
+    std::vector<Kase> cases;
     size_t ws_bytes = 0;
-    for (BLayout b : {BLayout::kNK, BLayout::kKN})
-      for (Algo algo : {Algo::kAuto, Algo::kExchange, Algo::kOwner, Algo::kRelay})
-        for (PP p : {PP::kBFloat16, PP::kFloat32}) {
-          a.b_layout = b;
-          cases.push_back({b, fused({algo, p})});
-          ws_bytes = std::max(ws_bytes, tw::workspace_size(a, P, cases.back().second));
-        }
+    for (DType t : {DType::kBFloat16, DType::kFloat16})
+      for (BLayout b : {BLayout::kNK, BLayout::kKN})
+        for (Algo algo : {Algo::kAuto, Algo::kExchange, Algo::kOwner, Algo::kRelay})
+          for (PP p : {PP::kBFloat16, PP::kFloat32}) {
+            a.b_layout = b, a.dtype = t;
+            cases.push_back({b, t, fused({algo, p})});
+            ws_bytes = std::max(ws_bytes, tw::workspace_size(a, P, cases.back().cfg));
+          }
     tw::Window ws = comm.alloc_window(ws_bytes);
     a.workspace = ws.data();
-    for (const auto& kase : cases) {
-      const BLayout b = kase.first;
-      const tw::GemmAllReduceConfig& cfg = kase.second;
-      a.b_layout = b;
-      const std::vector<AlgoCase> built = fused_algos(P, b);
+    for (const Kase& kase : cases) {
+      const BLayout b = kase.b;
+      const tw::GemmAllReduceConfig& cfg = kase.cfg;
+      a.b_layout = b, a.dtype = kase.t;
+      const std::vector<AlgoCase> built = fused_algos(P, b, kase.t);
       const bool listed = cfg.algo == Algo::kAuto || std::any_of(built.begin(), built.end(), [&](AlgoCase c) {
                             return c.algo == cfg.algo && c.partials == cfg.partials;
                           });
       const tw::Status st = tw::can_implement(comm, a, cfg);
-      EXPECT_EQ(st.ok, listed) << algo_name(cfg.algo) << (cfg.partials == PP::kFloat32 ? " fp32" : " bf16")
-                               << " partials, B " << (b == BLayout::kKN ? "[K,N]" : "[N,K]") << ", " << P
+      EXPECT_EQ(st.ok, listed) << tw::dtype_name(kase.t) << " " << algo_name(cfg.algo)
+                               << (cfg.partials == PP::kFloat32 ? " fp32" : " 2-byte") << " partials, B "
+                               << (b == BLayout::kKN ? "[K,N]" : "[N,K]") << ", " << P
                                << " ranks: " << (st.ok ? "accepted" : st.reason);
       if (!st.ok) EXPECT_NE(st.reason.find("gemm_allreduce: "), std::string::npos) << st.reason;
     }
@@ -325,6 +369,24 @@ TEST(GemmAllReduce, BadInputWritesNothing) {
     a.K_local = 60;
     EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, {}, st); }, tw::Errc::kInvalidArgument,
                                    {"K=60"}));
+    // fp16 with the relay or the exchange algorithm (bf16 kernels), on an otherwise valid call:
+    // refused with the reason, whatever the path.
+    a.K_local = s.K, a.dtype = DType::kFloat16;
+    tw::GemmAllReduceConfig relay, exchange;
+    relay.algo = Algo::kRelay, exchange.algo = Algo::kExchange;
+    tw::Window ws = comm.alloc_window(
+        std::max(tw::workspace_size(a, comm.nranks(), relay), tw::workspace_size(a, comm.nranks(), exchange)));
+    a.workspace = ws.data();
+    for (tw::GemmAllReducePath path :
+         {tw::GemmAllReducePath::kFused, tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
+      relay.path = exchange.path = path;
+      EXPECT_FALSE(tw::can_implement(comm, a, relay).ok);
+      EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, relay, st); }, tw::Errc::kInvalidArgument,
+                                     {"relay algorithm is built for bf16 only", "kOwner"}));
+      EXPECT_TRUE(tw_test::throws_tw([&] { tw::gemm_allreduce(comm, a, exchange, st); }, tw::Errc::kInvalidArgument,
+                                     {"exchange algorithm is built for bf16 only", "kOwner"}));
+    }
+    TW_CUDA_CHECK(cudaStreamSynchronize(st));
     const Bytes c = tw_test::to_host(C.data(), C.bytes(), st);
     EXPECT_EQ(tw_test::check_fill(c, 0, c.size(), tw_test::kPoison, "C"), "");
     comm.barrier();

@@ -66,12 +66,13 @@ def test_gemm_matches_torch(comm):
     assert (C.float() - ref).abs().max().item() <= 0.02 * ref.abs().max().item()
 
 
-def test_gemm_allreduce_matches_the_sum_of_partials(comm):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemm_allreduce_matches_the_sum_of_partials(comm, dtype):
     g = torch.Generator(device="cuda").manual_seed(7 + comm.rank)
-    A = torch.randn(1024, 512, device="cuda", generator=g).to(torch.bfloat16)
-    B = torch.randn(1024, 512, device="cuda", generator=g).to(torch.bfloat16)
+    A = torch.randn(1024, 512, device="cuda", generator=g).to(dtype)
+    B = torch.randn(1024, 512, device="cuda", generator=g).to(dtype)
     C = comm.gemm_allreduce(A, B)
-    part = (A.float() @ B.float().T).to(torch.bfloat16).float()
+    part = (A.float() @ B.float().T).to(dtype).float()
     dist.all_reduce(part)
     assert (C.float() - part).abs().max().item() <= 0.05 * part.abs().max().item()
 

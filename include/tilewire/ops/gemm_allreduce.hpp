@@ -1,7 +1,9 @@
 // tilewire/ops/gemm_allreduce.hpp — fused GEMM + all-reduce over the LSA team, tile by tile:
 //
 //   C = sum over ranks r of A_r [M, K_local] * B_r,   written to every rank's C [M, N],
-//   bf16 in and out, fp32 accumulation, bit-identical on every rank.
+//   bf16 or fp16 in and out (A, B and C in one dtype), fp32 accumulation, bit-identical on every rank.
+//   fp16 runs the owner algorithm only (the relay and exchange kernels are bf16): built and
+//   CPU-tested, not yet run on a GPU.
 //
 // Status: correct and bit-identical on 2 x H200 (GPU tests, compute-sanitizer memcheck + racecheck);
 // 8192x8192x4096 (relay): 1.66-1.68x faster than cuBLASLt GEMM + NCCL, 1.02-1.06x the GEMM alone
@@ -32,12 +34,12 @@
 //
 // Per tile t (owner o = t % P), in the epilogue hook of the CTA that computed it, on every rank:
 //
-//   rank q != o:  partial_q(t) --LSA stores (bf16 or fp32, fragment order)--> staging[t][q] @ o
+//   rank q != o:  partial_q(t) --LSA stores (C's dtype or fp32, fragment order)--> staging[t][q] @ o
 //                 then flag arrive[t][q] @ o := tag (release, system scope)
 //   rank o:       wait arrive[t][q] >= tag for every q != o (bounded, acquire)
 //                 sum = p_0 + p_1 + ... + p_{P-1}  in fp32, rank order, each p_q rounded to the
 //                       partial type first (its own too), so the bits do not depend on who owns t
-//                 round once to bf16 --LSA stores--> C(t) on every rank (its own included)
+//                 round once to C's dtype --LSA stores--> C(t) on every rank (its own included)
 //                 then flag done[t] @ every rank := tag (release)
 //   every CTA, after its last tile: wait done[t] >= tag for all t on this rank (acquire):
 //                 when the kernel ends, this rank's C is final.
@@ -54,8 +56,9 @@
 // src/ops/gemm_allreduce/plan.hpp.
 //
 // Requirements (can_implement checks each, with the reason):
-//   * everything tw::can_implement(GemmArgs) checks (K = K_local); bf16; B as [N, K_local] (kNK)
-//     or [K_local, N] (kKN), except that the exchange algorithm is built for kNK only;
+//   * everything tw::can_implement(GemmArgs) checks (K = K_local); bf16 or fp16, fp16 with kAuto
+//     or kOwner only; B as [N, K_local] (kNK) or [K_local, N] (kKN), except that the exchange
+//     algorithm is built for kNK only;
 //   * every rank in the LSA team; the same call, shapes and config on every rank, in the same order;
 //   * C inside a window of `comm` (Comm::alloc_window), at the same offset on every rank;
 //   * workspace inside a window at the same offset on every rank, >= workspace_size() bytes
@@ -98,8 +101,10 @@ struct GemmAllReduceArgs {
   void* workspace = nullptr;  // >= workspace_size() bytes inside a window (see above)
 };
 
-// Precision of the partial tiles that travel to the owner. bf16 halves the NVLink bytes; fp32
-// keeps one rounding in the whole op. Both give bit-identical results on every rank.
+// Precision of the partial tiles that travel to the owner. kBFloat16 means 2-byte partials in
+// C's dtype: bf16 partials for a bf16 call, fp16 partials for an fp16 call (the name is kept from
+// when the op was bf16 only). Two-byte partials halve the NVLink bytes; fp32 keeps one rounding
+// in the whole op. Both give bit-identical results on every rank.
 enum class PartialPrecision { kBFloat16, kFloat32 };
 
 // How tiles are reduced (docs/gemm_allreduce.md compares them):
@@ -111,13 +116,14 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //              all-gather, one hop, nothing on the consumers' path waits for NVLink);
 //   kOwner     tile t's owner (t % P) receives the P - 1 partials, sums, stores C to every rank
 //              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
-//   kAuto      kRelay for P = 2 with bf16 partials, kExchange for P = 1, else kOwner.
+//   kAuto      bf16: kRelay for P = 2 with bf16 partials, kExchange for P = 1 (B [N, K]), else
+//              kOwner; fp16: kOwner (kRelay and kExchange are bf16 kernels, refused for fp16).
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 
 // Fused kernel, or the sequential path: the partial A_r B_r (cuBLASLt, loaded at run time; tw::gemm
 // where it cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire), then tw::allreduce into C (out of
 // place from the workspace when the all-reduce is two-shot, else in place): each partial rounded
-// to bf16, summed in fp32 in rank order, bit-identical.
+// to C's dtype, summed in fp32 in rank order, bit-identical.
 // kAuto: gemm_allreduce_prefers_fused() — a rule read off the measured 2-GPU sweep
 // (docs/gemm_allreduce.md): fusion pays where the all-reduce is a large share of the GEMM time.
 enum class GemmAllReducePath { kAuto, kFused, kSequential };
@@ -146,7 +152,8 @@ bool gemm_allreduce_has_untraced_kernels();
 // The kAuto path rule: 2 ranks (relay): fused iff M >= 2048; other rank counts: fused iff
 // M >= 2048 and K_local <= 8192 (measured on 2 x H200: below that M the 128 x 256 tile grid leaves
 // SMs idle; the exchange/owner kernels' per-tile epilogue cost more than they hid at large
-// K_local, the relay kernel's does not). Pure host logic.
+// K_local, the relay kernel's does not). Measured in bf16; fp16 (same bytes per element) takes the
+// same rule, unmeasured. Pure host logic.
 bool gemm_allreduce_prefers_fused(int M, int N, int K_local, int nranks);
 
 // Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current

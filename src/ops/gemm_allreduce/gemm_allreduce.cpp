@@ -36,8 +36,9 @@ struct DeviceInfo {
 
 // The fused kernel of `algo` (resolved), B layout `b` and dtype: its residency query and its
 // launch. check_args() has refused the pairs not built (exchange with B [K, N]; fp16 is built for
-// the owner algorithm only, which gemm_reducescatter's fused path uses).
-int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype = DType::kBFloat16) {
+// the owner algorithm only: gemm_allreduce resolves fp16 to kOwner and refuses kRelay and
+// kExchange, gemm_reducescatter's fused path is the owner algorithm).
+int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
   if (dtype == DType::kFloat16) return kn ? impl::max_active_clusters_f16_kn() : impl::max_active_clusters_f16_nk();
@@ -46,6 +47,7 @@ int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype = DType::
     return kn ? impl::max_active_clusters_bf16_kn_relay() : impl::max_active_clusters_bf16_nk_relay();
   return kn ? impl::max_active_clusters_bf16_kn() : impl::max_active_clusters_bf16_nk();
 }
+// The dtype is p.gemm.dtype (A, B and C), the one device_info() was asked about.
 void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::LaunchParams& p, cudaStream_t stream) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
@@ -55,10 +57,9 @@ void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::Launch
   else kn ? impl::launch_bf16_kn(p, stream) : impl::launch_bf16_nk(p, stream);
 }
 
-// sm_90 and the residency of the kernel of `algo` (resolved) and B layout `b` on the current
-// device, or why not.
-Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DeviceInfo* out,
-                   DType dtype = DType::kBFloat16) {
+// sm_90 and the residency of the kernel of `algo` (resolved), B layout `b` and `dtype` on the
+// current device, or why not.
+Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DType dtype, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
   out->num_sms = comm.sm_count();
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -197,7 +198,7 @@ void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceCo
     const WindowRef w = comm.find_window(p, bytes, what);
     return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
   };
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
   const auto num = [](long long v) { return std::to_string(v); };
   comm.agree_on_call("gemm_allreduce",
                      {{"M", num(a.M)},
@@ -207,7 +208,7 @@ void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceCo
                       {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
                       {"path", fused ? "fused" : "sequential"},
                       {"algorithm", num((int)algo)},
-                      {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "bf16"},
+                      {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "2-byte (C's dtype)"},
                       {"raster", num((int)cfg.raster)},
                       {"swizzle", num(cfg.swizzle)},
                       {"reserved_sms", num(cfg.reserved_sms)},
@@ -242,8 +243,8 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  if (Status s = device_info(comm, gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout), a.b_layout, &d); !s)
-    return s;
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
+  if (Status s = device_info(comm, algo, a.b_layout, a.dtype, &d); !s) return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
@@ -285,9 +286,9 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     return;
   }
   DeviceInfo d;
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
   const bool relay = algo == GemmAllReduceAlgo::kRelay;
-  const Status ds = device_info(comm, algo, a.b_layout, &d);
+  const Status ds = device_info(comm, algo, a.b_layout, a.dtype, &d);  // fp16: the fp16 owner kernel's residency
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
@@ -357,7 +358,7 @@ void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t
 
 Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
   DeviceInfo d;
-  return device_info(comm, GemmAllReduceAlgo::kOwner, b, &d, dtype);
+  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, &d);
 }
 
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
@@ -365,7 +366,7 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
-  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, &d, g.dtype);
+  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
   GemmAllReduceConfig cfg;
   cfg.reserved_sms = reserved_sms;

@@ -67,28 +67,41 @@ struct PartialIO<float> {
   }
 };
 // The two 16-bit partial types: RNE conversions through their paired types (H2), 8 per vector.
-template <class H, class H2, H (*kTo)(float), float (*kFrom)(H), H2 (*kTo2)(float, float), float2 (*kFrom2)(H2)>
+// Cvt names the conversions (struct members, not function pointers: the CUDA intrinsics have
+// internal linkage, which a template argument would give the whole type).
+template <class H, class H2, class Cvt>
 struct PartialIO16 {
   static constexpr int kPerVec = 8;
-  __device__ static float round(float x) { return kFrom(kTo(x)); }
+  __device__ static float round(float x) { return Cvt::from(Cvt::to(x)); }
   __device__ static uint32_t pack2(float a, float b) {
-    H2 h = kTo2(a, b);
+    H2 h = Cvt::to2(a, b);
     return *reinterpret_cast<uint32_t*>(&h);
   }
   __device__ static uint4 pack(const float* f) {
     return make_uint4(pack2(f[0], f[1]), pack2(f[2], f[3]), pack2(f[4], f[5]), pack2(f[6], f[7]));
   }
   __device__ static void unpack2(uint32_t w, float* f) {
-    const float2 v = kFrom2(*reinterpret_cast<H2*>(&w));
+    const float2 v = Cvt::from2(*reinterpret_cast<H2*>(&w));
     f[0] = v.x, f[1] = v.y;
   }
   __device__ static void unpack(uint4 w, float* f) { unpack2(w.x, f), unpack2(w.y, f + 2), unpack2(w.z, f + 4), unpack2(w.w, f + 6); }
 };
+struct Bf16Cvt {
+  __device__ static __nv_bfloat16 to(float x) { return __float2bfloat16_rn(x); }
+  __device__ static float from(__nv_bfloat16 x) { return __bfloat162float(x); }
+  __device__ static __nv_bfloat162 to2(float a, float b) { return __floats2bfloat162_rn(a, b); }
+  __device__ static float2 from2(__nv_bfloat162 x) { return __bfloat1622float2(x); }
+};
+struct HalfCvt {
+  __device__ static __half to(float x) { return __float2half_rn(x); }
+  __device__ static float from(__half x) { return __half2float(x); }
+  __device__ static __half2 to2(float a, float b) { return __floats2half2_rn(a, b); }
+  __device__ static float2 from2(__half2 x) { return __half22float2(x); }
+};
 template <>
-struct PartialIO<__nv_bfloat16> : PartialIO16<__nv_bfloat16, __nv_bfloat162, __float2bfloat16_rn, __bfloat162float,
-                                              __floats2bfloat162_rn, __bfloat1622float2> {};
+struct PartialIO<__nv_bfloat16> : PartialIO16<__nv_bfloat16, __nv_bfloat162, Bf16Cvt> {};
 template <>  // gemm_reducescatter in fp16: partials in the output dtype
-struct PartialIO<__half> : PartialIO16<__half, __half2, __float2half_rn, __half2float, __floats2half2_rn, __half22float2> {};
+struct PartialIO<__half> : PartialIO16<__half, __half2, HalfCvt> {};
 
 // ET: C's CUTLASS element (cutlass::bfloat16_t, or cutlass::half_t for gemm_reducescatter in
 // fp16). Two-byte partials are in C's dtype, four-byte ones fp32.

@@ -39,8 +39,9 @@ GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank, int nranks) 
   return g;
 }
 
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b) {
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype) {
   if (cfg.algo != GemmAllReduceAlgo::kAuto) return cfg.algo;
+  if (dtype != DType::kBFloat16) return GemmAllReduceAlgo::kOwner;  // the only fp16 kernel built
   if (cfg.partials != PartialPrecision::kBFloat16) return GemmAllReduceAlgo::kOwner;
   if (P == 2) return GemmAllReduceAlgo::kRelay;
   return P <= 1 && b == BLayout::kNK ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
@@ -48,7 +49,7 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b)
 
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
   const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
-  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout);
+  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout, a.dtype);
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
@@ -60,14 +61,21 @@ Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& 
 
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {
   if (nranks < 1) return fail("communicator has no ranks");
+  // Before the GEMM's own checks, so that the reason names the fused op's kernels.
+  if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16)
+    return fail(std::string("dtype ") + dtype_name(a.dtype) +
+                " is not built for the fused op (bfloat16: every algorithm; float16: kOwner, which kAuto picks)");
   if (Status s = can_implement(as_gemm_args(a), as_gemm_config(cfg)); !s) return fail(s.reason);
-  if (a.dtype != DType::kBFloat16) return fail("only bfloat16 is built for the fused op");
   if (cfg.partials != PartialPrecision::kBFloat16 && cfg.partials != PartialPrecision::kFloat32)
     return fail("unknown partial precision (kBFloat16 or kFloat32)");
   if (cfg.algo != GemmAllReduceAlgo::kAuto && cfg.algo != GemmAllReduceAlgo::kExchange &&
       cfg.algo != GemmAllReduceAlgo::kOwner && cfg.algo != GemmAllReduceAlgo::kRelay)
     return fail("unknown algorithm (kAuto, kRelay, kExchange or kOwner)");
-  if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout) == GemmAllReduceAlgo::kExchange)
+  if (a.dtype == DType::kFloat16 && cfg.algo == GemmAllReduceAlgo::kRelay)
+    return fail("the relay algorithm is built for bf16 only; use kAuto or kOwner for fp16");
+  if (a.dtype == DType::kFloat16 && cfg.algo == GemmAllReduceAlgo::kExchange)
+    return fail("the exchange algorithm is built for bf16 only; use kAuto or kOwner for fp16");
+  if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout, a.dtype) == GemmAllReduceAlgo::kExchange)
     return fail("the exchange algorithm is built for B as [N, K_local] (kNK) only; use kAuto, kRelay or kOwner "
                 "with B as [K_local, N]");
   if (cfg.algo == GemmAllReduceAlgo::kRelay && (nranks != 2 || cfg.partials != PartialPrecision::kBFloat16))
@@ -106,6 +114,9 @@ bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int nranks) {
   // (its 128 x 256 tile grid leaves SMs idle). Other rank counts (exchange/owner kernels): the
   // rule read off the exchange kernel's grid (bench/results/2026-11-30-s2-h200x2/run07-fast-reduce),
   // M >= 2048 and K_local <= 8192.
+  // Measured in bf16. fp16 takes the same rule (the same bytes per element through the same tile
+  // grid), although it runs the owner kernel at every rank count (relay and exchange are bf16
+  // kernels); no fp16 call has been measured.
   if (nranks == 2) return M >= 2048;
   return M >= 2048 && K_local <= 8192;
 }

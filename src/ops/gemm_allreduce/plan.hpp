@@ -57,7 +57,7 @@ struct Layout {
   int T = 0;              // tiles
   int owned_max = 0;      // ceil(T / P): the most tiles one rank owns
   Raster raster = Raster::kAlongM;
-  int partial_bytes = 2;  // 2 (bf16) or 4 (fp32)
+  int partial_bytes = 2;  // 2 (C's dtype: bf16 or fp16) or 4 (fp32)
   size_t slot_bytes = 0;  // kTileElems * partial_bytes
   size_t arrive_off = 0, done_off = 0, staging_off = 0, total = 0;
   size_t peer_done_off = 0;  // exchange: u64 peer_done[P]: peer q finished reading call `tag`
@@ -213,10 +213,11 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 // relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
-// The algorithm a call on P ranks with B in layout `b` runs: cfg.algo, kAuto resolved (relay for
-// P == 2 with bf16 partials; for P == 1 exchange with B [N, K], owner with B [K, N], the layout
-// exchange is not built for; else owner).
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b = BLayout::kNK);
+// The algorithm a call on P ranks with B in layout `b` and A, B, C in `dtype` runs: cfg.algo,
+// kAuto resolved. bf16: relay for P == 2 with bf16 partials; for P == 1 exchange with B [N, K],
+// owner with B [K, N], the layout exchange is not built for; else owner. fp16: owner at every P
+// (the relay and exchange kernels are built for bf16 only; check_args refuses them for fp16).
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
@@ -227,7 +228,8 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
   return l.total - l.staging_off >= c_bytes && c_bytes > oneshot_max_bytes;
 }
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
-// the built kernels (bf16; B [K, N] not with exchange), the workspace pointer and its overlaps, the partial precision.
+// the built kernels (bf16 with every algorithm, fp16 with the owner algorithm only; B [K, N] not
+// with exchange), the workspace pointer and its overlaps, the partial precision.
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
 
 // gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in gemm_allreduce.cpp: it shares
