@@ -161,7 +161,9 @@ TEST(TpFusedReduceScatter, RotatedWalkPutsTheOwnShardLast) {
               const int shard = s.tile_of_work(w, 0).m * 128 / S;
               ASSERT_EQ(shard == r, w >= s.units() - own) << "P " << P << " M " << M << " N " << N << " r " << r << " w " << w;
               // and the walk starts at shard r + 1
-              if (w == 0) ASSERT_EQ(shard, (r + 1) % P);
+              if (w == 0) {
+                ASSERT_EQ(shard, (r + 1) % P);
+              }
             }
           }
       }
