@@ -182,12 +182,12 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                                              cfg.reserved_sms, a.workspace, cfg.trace, stream);
     return;
   }
-  gemm_allreduce_impl::note_sequential_use(comm, a.workspace, part_bytes, stream);  // the partial covers the flags
-  if (P == 1) {  // the sum of one partial: the GEMM straight into C_shard (all M rows)
+  if (P == 1) {  // the sum of one partial: the GEMM straight into C_shard (all M rows), the workspace untouched
     gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, a.C_shard, a.M, a.N, a.K_local, a.dtype, a.b_layout},
                          cfg.reserved_sms, stream);
     return;
   }
+  gemm_allreduce_impl::note_sequential_use(comm, a.workspace, part_bytes, stream);  // the partial covers the flags
   char* partial = static_cast<char*>(a.workspace);
   gemm_impl::team_gemm(comm, GemmArgs{a.A, a.B, partial, a.M, a.N, a.K_local, a.dtype, a.b_layout}, cfg.reserved_sms,
                        stream);
