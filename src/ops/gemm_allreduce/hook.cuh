@@ -103,9 +103,13 @@ struct PartialIO<__nv_bfloat16> : PartialIO16<__nv_bfloat16, __nv_bfloat162, Bf1
 template <>  // gemm_reducescatter in fp16: partials in the output dtype
 struct PartialIO<__half> : PartialIO16<__half, __half2, HalfCvt> {};
 
-// ET: C's CUTLASS element (cutlass::bfloat16_t, or cutlass::half_t for gemm_reducescatter in
-// fp16). Two-byte partials are in C's dtype, four-byte ones fp32.
-template <class ET>
+// ET: C's CUTLASS element (cutlass::bfloat16_t or cutlass::half_t). Two-byte partials are in C's
+// dtype, four-byte ones fp32. kTraced = false: the trace code compiled out. The launcher runs that
+// kernel whenever the ring is off: the trace code, even behind a uniform branch, costs registers
+// in the epilogue (the accumulators are live there): ptxas spilled 3784 bytes with it against 1256
+// without, and the fused reduce-scatter ran 4-31% slower on nvidia-h200
+// (bench/results/2026-12-02-tp-h200/run04-9cbc73c).
+template <class ET, bool kTraced>
 struct AllReduceHookT {
   struct SharedStorage {};  // nothing: partials travel from registers, sums land in registers
   using E = ET;
@@ -126,13 +130,13 @@ struct AllReduceHookT {
   trace::Ring ring{};              // null events: tracing off
   int grid_ctas = 0;               // the kernel's CTAs (the per-CTA trace slots)
 
-  CUTLASS_HOST_DEVICE bool clock_on() const { return ring.on(); }
+  CUTLASS_HOST_DEVICE bool clock_on() const { return kTraced && ring.on(); }
 
   // After the CTA's last tile (every consumer thread; the kernel calls it): kernel_end, for a CTA
   // that recorded a kernel_start (its thread 0 wrote that slot: it reads its own store back),
   // and the ring's counter raised to the end of the layout.
   CUTLASS_DEVICE void tail(int tid) const {
-    if (!ring.on() || tid != 0) return;
+    if (!kTraced || !ring.on() || tid != 0) return;
     const unsigned long long start = (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x;
     if (start < ring.capacity && ring.events[start].t_ns != 0) emit_cta(1, trace::EventKind::kKernelEnd, ptx::globaltimer());
     trace::reserve(ring, (unsigned long long)kTileEvents * lay.T + 2ull * grid_ctas);
@@ -178,7 +182,7 @@ struct AllReduceHookT {
     // The call's tag; the counter changes only after every CTA's last read (see plan.hpp).
     const uint64_t tag = *reinterpret_cast<volatile const uint64_t*>(ws + Layout::kEpochOff) + 1;
     const size_t lane_off = (size_t)tid * 16;  // fragment order: vector i of thread tid at (i*256+tid)*16
-    const bool rec = ring.on() && tid == 0;
+    const bool rec = kTraced && ring.on() && tid == 0;
     if (rec) {
       const uint64_t now = ptx::globaltimer();
       if (v.seq == 0) emit_cta(0, trace::EventKind::kKernelStart, v.t_mma_start_ns);
@@ -265,7 +269,7 @@ struct AllReduceHookT {
             ctx, "gemm_allreduce.done", tag, [&] { return ptx::ld_acquire_sys(f); },
             [&](uint64_t x) { return dev::rolling_ge(x, tag); });
         // All-reduce: tile u is final in this rank's C now (reduce-scatter: the owner recorded it).
-        if (ring.on() && lay.shard_tm == 0) emit(u, trace::EventKind::kTileLanded, ptx::globaltimer());
+        if (kTraced && ring.on() && lay.shard_tm == 0) emit(u, trace::EventKind::kTileLanded, ptx::globaltimer());
       }
       bar();
       if (tid == 0) {
@@ -283,8 +287,7 @@ struct AllReduceHookT {
   }
 };
 
-using AllReduceHook = AllReduceHookT<cutlass::bfloat16_t>;
-static_assert(std::is_trivially_copyable_v<AllReduceHook>, "hooks travel in the kernel parameters");
-static_assert(std::is_trivially_copyable_v<AllReduceHookT<cutlass::half_t>>, "hooks travel in the kernel parameters");
+static_assert(std::is_trivially_copyable_v<AllReduceHookT<cutlass::bfloat16_t, true>>, "hooks travel in the kernel parameters");
+static_assert(std::is_trivially_copyable_v<AllReduceHookT<cutlass::half_t, true>>, "hooks travel in the kernel parameters");
 
 }  // namespace tw::gemm_allreduce_impl
