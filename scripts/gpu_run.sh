@@ -12,6 +12,10 @@
 #   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
 #                 decode and ragged shapes in bf16 and fp16, acceptance in fp16, decode on the unswapped
 #                 stream-K tile for the record
+#   gemmplans     (nvidia-h200) `bench gemm --plans`: the decode and ragged sweeps under every candidate
+#                 plan (tiles, splits, decompositions, the hook kernel) in one process per sweep, the
+#                 best per shape (bench_gemm_plans_{decode,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
+#                 bf16): what the plan rule (src/ops/gemm/plan.hpp) is read off
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
@@ -38,7 +42,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
+  full | quick | sanitize | gemm | gemmplans | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -224,6 +228,22 @@ if [ "$MODE" = gemm ]; then
   step "the other kernel on the shapes the rule decides (plan.hpp use_streamk): for the record"
   TILEWIRE_GEMM_KERNEL=streamk run 100 "$TW" bench gemm --sweep tail -R 7
   TILEWIRE_GEMM_KERNEL=hook run 100 "$TW" bench gemm -m 512 -n 4096 -k 4096 -R 7
+fi
+
+if [ "$MODE" = gemmplans ]; then
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  DECODE_PLANS="auto;hook;tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2"
+  DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=4;tile=swap128x64,mode=splitk,splits=8"
+  DECODE_PLANS+=";tile=swap128x64,mode=streamk;tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2"
+  DECODE_PLANS+=";tile=128x128,mode=heuristic;tile=128x128,mode=streamk"
+  RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"
+  RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=streamk;tile=128x128,mode=heuristic"
+  for d in ${GEMMPLANS_DTYPES:-bf16}; do
+    step "bench gemm --plans, decode, $d"
+    run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json"
+    step "bench gemm --plans, ragged, $d"
+    run 150 "$TW" bench gemm --dtype $d --sweep ragged -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_ragged_$d.json"
+  done
 fi
 
 if [ "$MODE" = acceptance ]; then

@@ -4,6 +4,7 @@
 //   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--dtype bf16|fp16]
 //                       [--sweep acceptance|grid|skinny|tail|decode|ragged]
 //                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
+//                       [--plans "auto;hook;tile=swap128x64,mode=splitk,splits=8;..."]
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
@@ -12,6 +13,10 @@
 // ulps (relative 2^-6) + 2^-6 absolute (the same bound for fp16, whose ulps are smaller).
 // Sweeps: decode = M in {1, 16, 32, 64, 128, 256} x N in {4096, 8192, 14336, 57344} x K in
 // {4096, 8192}; ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0 when every check passed, 1 when not.
+// --plans: every shape under each plan in turn (the same inputs; each plan checked and timed in
+// alternation with cuBLASLt), then the best per shape: what a plan rule is read off. A plan is auto
+// (tw::gemm's rule), hook, streamk (the stream-K kernel, its own plan) or a TILEWIRE_GEMM_STREAMK_PLAN
+// spec (the stream-K kernel with those overrides), set through gemm_impl::set_measurement_plan.
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: bench/results/2026-11-30-s3-h200/ (run02: the figures in README.md), -s2-h200/.
 #include <cuda_bf16.h>
@@ -23,6 +28,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -31,6 +37,7 @@
 
 #include "bench_args.hpp"  // median
 #include "commands.hpp"
+#include "ops/gemm/launch.hpp"  // gemm_impl::set_measurement_plan
 #include "runtime/cublaslt.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -51,6 +58,7 @@ struct GemmBenchArgs {
   int iters = 20, warmup = 5, repeats = 5;
   GemmConfig cfg;
   std::string json_path;
+  std::vector<std::string> plans = {"auto"};  // --plans
   bool help = false;
 };
 
@@ -68,7 +76,10 @@ constexpr const char* kUsage =
     "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (4)   --raster auto|m|n (auto)\n"
-    "  --json FILE           also write every row as JSON\n";
+    "  --json FILE           also write every row as JSON\n"
+    "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
+    "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64,\n"
+    "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n";
 
 int to_int(const std::string& opt, const std::string& v) {
   char* end = nullptr;
@@ -110,6 +121,18 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
       TW_REQUIRE(v == "auto" || v == "m" || v == "n", kInvalidArgument, "bench gemm: --raster auto|m|n");
       a.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
     } else if (o == "--json") a.json_path = v;
+    else if (o == "--plans") {
+      a.plans.clear();
+      std::stringstream ss(v);
+      for (std::string p; std::getline(ss, p, ';');)
+        if (!p.empty()) a.plans.push_back(p);
+      TW_REQUIRE(!a.plans.empty(), kInvalidArgument, "bench gemm: --plans needs at least one plan");
+      for (const std::string& p : a.plans) {  // a bad spec fails here, before any GPU work
+        gemm_impl::StreamKPlan probe;
+        const Status st = gemm_impl::apply_streamk_plan_override(p == "auto" || p == "hook" || p == "streamk" ? "" : p, &probe);
+        TW_REQUIRE(st.ok, kInvalidArgument, "bench gemm: --plans: " + st.reason);
+      }
+    }
     else TW_REQUIRE(false, kInvalidArgument, "bench gemm: unknown option '" + o + "' (--help)");
   }
   if (sweep == "acceptance") a.shapes = {{8192, 8192, 8192}, {8192, 8192, 4096}, {16384, 8192, 4096},
@@ -160,8 +183,18 @@ __global__ void count_wrong(const T* got, const T* want, size_t n, unsigned long
   if (local) atomicAdd(wrong, local);
 }
 
+// "auto": tw::gemm's rule (no measurement plan); "hook", "streamk": that kernel; else a stream-K spec.
+std::optional<gemm_impl::MeasurementPlan> measurement_plan_of(const std::string& spec) {
+  using gemm_impl::KernelPref;
+  if (spec == "auto") return std::nullopt;
+  if (spec == "hook") return gemm_impl::MeasurementPlan{KernelPref::kHook, ""};
+  if (spec == "streamk") return gemm_impl::MeasurementPlan{KernelPref::kStreamK, ""};
+  return gemm_impl::MeasurementPlan{KernelPref::kStreamK, spec};
+}
+
 struct Row {
   Shape s;
+  std::string plan_spec = "auto";  // --plans entry
   double tw_us = 0, cublas_us = 0;
   unsigned long long wrong = 0;
   std::string tw_plan, cublas_algo;  // what ran: gemm_plan(), LtMatmul::describe()
@@ -208,9 +241,9 @@ std::pair<double, double> time_pair_us(int warmup, int iters, int repeats, cudaS
   return {median(ta), median(tb)};
 }
 
-Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t st, int l2_bytes) {
-  Row row;
-  row.s = s;
+// One row per --plans entry, on the same inputs.
+std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t st, int l2_bytes) {
+  std::vector<Row> rows;
   const size_t na = size_t(s.m) * s.k, nb = size_t(s.n) * s.k, nc = size_t(s.m) * s.n;
   const size_t set_bytes = 2 * (na + nb + nc);
   size_t free_b = 0, total_b = 0;
@@ -236,11 +269,8 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
   TW_CUDA_CHECK(cudaMalloc(&ref, 2 * nc));
   TW_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   TW_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
-  TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
 
   const LtMatmul mm(lt, s.m, s.n, s.k, a.layout, ws_bytes, a.dtype);
-  row.cublas_algo = mm.describe();
-  row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg);
   auto cublas = [&](int i, void* out) {
     const int j = i % sets;
     mm.run(A[j], B[j], out, ws, st);
@@ -250,24 +280,43 @@ Row bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt, cudaStream_t
     gemm(GemmArgs{A[j], B[j], C[j], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg, st);
   };
 
-  // Check every set once (before timing), then time both on the same rotation.
-  for (int j = 0; j < sets; ++j) {
-    tilewire(j);
-    cublas(j, ref);
-    if (a.dtype == DType::kFloat16)
-      count_wrong<<<1024, 256, 0, st>>>(static_cast<__half*>(C[j]), static_cast<__half*>(ref), nc, wrong);
-    else
-      count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc, wrong);
+  for (const std::string& spec : a.plans) {
+    Row row;
+    row.s = s;
+    row.plan_spec = spec;
+    gemm_impl::set_measurement_plan(measurement_plan_of(spec));
+    row.cublas_algo = mm.describe();
+    try {
+      row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg);
+      tilewire(0);  // a plan the kernel refuses for this shape is reported, and the sweep goes on
+    } catch (const Error& e) {
+      if (a.plans.size() == 1) throw;
+      std::printf("# %d x %d x %d, plan %s: not run: %s\n", s.m, s.n, s.k, spec.c_str(), e.what());
+      continue;
+    }
+    TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
+    // Check every set once (before timing), then time both on the same rotation.
+    for (int j = 0; j < sets; ++j) {
+      tilewire(j);
+      cublas(j, ref);
+      if (a.dtype == DType::kFloat16)
+        count_wrong<<<1024, 256, 0, st>>>(static_cast<__half*>(C[j]), static_cast<__half*>(ref), nc, wrong);
+      else
+        count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc,
+                                          wrong);
+    }
+    TW_CUDA_CHECK(cudaGetLastError());
+    std::tie(row.tw_us, row.cublas_us) =
+        time_pair_us(a.warmup, a.iters, a.repeats, st, tilewire, [&](int i) { cublas(i, C[i % sets]); });
+    TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
+    TW_CUDA_CHECK(cudaStreamSynchronize(st));
+    rows.push_back(row);
   }
-  TW_CUDA_CHECK(cudaGetLastError());
-  std::tie(row.tw_us, row.cublas_us) =
-      time_pair_us(a.warmup, a.iters, a.repeats, st, tilewire, [&](int i) { cublas(i, C[i % sets]); });
-  TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
-  TW_CUDA_CHECK(cudaStreamSynchronize(st));
+  gemm_impl::set_measurement_plan(std::nullopt);
 
   for (int i = 0; i < sets; ++i) cudaFree(A[i]), cudaFree(B[i]), cudaFree(C[i]);
   cudaFree(ref), cudaFree(ws), cudaFree(wrong);
-  return row;
+  return rows;
 }
 
 }  // namespace
@@ -302,14 +351,21 @@ int bench_gemm(const std::vector<std::string>& argv) {
               "ratio", "#wrong");
   std::vector<Row> rows;
   bool ok = true;
+  const bool many = a.plans.size() > 1;
   for (Shape s : a.shapes) {
-    const Row r = bench_one(a, s, lt.get(), st, prop.l2CacheSize);
-    std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
-                r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
-    std::printf("#   tilewire: %s | cublasLt: %s\n", r.tw_plan.c_str(), r.cublas_algo.c_str());
+    const Row* best = nullptr;
+    const std::vector<Row> shape_rows = bench_one(a, s, lt.get(), st, prop.l2CacheSize);
+    for (const Row& r : shape_rows) {
+      std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
+                  r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
+      std::printf("#   %s%stilewire: %s | cublasLt: %s\n", many ? r.plan_spec.c_str() : "", many ? " -> " : "",
+                  r.tw_plan.c_str(), r.cublas_algo.c_str());
+      ok = ok && r.wrong == 0;
+      if (r.wrong == 0 && (!best || r.cublas_us / r.tw_us > best->cublas_us / best->tw_us)) best = &r;
+      rows.push_back(r);
+    }
+    if (many && best) std::printf("#   best: %s (%.3f)\n", best->plan_spec.c_str(), best->cublas_us / best->tw_us);
     std::fflush(stdout);
-    ok = ok && r.wrong == 0;
-    rows.push_back(r);
   }
   cudaStreamDestroy(st);
   if (json.is_open()) {
@@ -321,7 +377,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
       o << (i ? "," : "") << "{\"m\":" << r.s.m << ",\"n\":" << r.s.n << ",\"k\":" << r.s.k << ",\"tw_us\":" << r.tw_us
         << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"cublas_us\":" << r.cublas_us
         << ",\"cublas_tflops\":" << r.tflops(r.cublas_us) << ",\"ratio\":" << r.tflops(r.tw_us) / r.tflops(r.cublas_us)
-        << ",\"wrong\":" << r.wrong << ",\"tw_plan\":\"" << r.tw_plan << "\",\"cublas_algo\":\"" << r.cublas_algo
+        << ",\"wrong\":" << r.wrong << ",\"plan_spec\":\"" << r.plan_spec << "\",\"tw_plan\":\"" << r.tw_plan << "\",\"cublas_algo\":\"" << r.cublas_algo
         << "\"}";
     }
     o << "],\"ok\":" << (ok ? "true" : "false") << "}\n";

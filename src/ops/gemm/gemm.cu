@@ -46,6 +46,19 @@ const std::string& streamk_plan_override() {
   return v;
 }
 
+std::optional<MeasurementPlan>& measurement_plan() {
+  static std::optional<MeasurementPlan> p;
+  return p;
+}
+void set_measurement_plan(const std::optional<MeasurementPlan>& plan) {
+  if (plan) {
+    StreamKPlan probe;
+    const Status st = apply_streamk_plan_override(plan->streamk, &probe);
+    TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  }
+  measurement_plan() = plan;
+}
+
 namespace {
 struct Choice {
   GemmKernel kernel;
@@ -60,16 +73,17 @@ int device_sms() {
   return num_sms;
 }
 
-// Which kernel: TILEWIRE_GEMM_KERNEL, else plan.hpp's rule; the stream-K plan with
-// TILEWIRE_GEMM_STREAMK_PLAN's overrides. The TILEWIRE_GEMM_EPILOGUE variants exist to measure the
+// Which kernel: TILEWIRE_GEMM_KERNEL (or the measurement plan), else plan.hpp's rule; the stream-K
+// plan with TILEWIRE_GEMM_STREAMK_PLAN's (or the measurement plan's) overrides. The TILEWIRE_GEMM_EPILOGUE variants exist to measure the
 // hook kernel, so with one of them set "auto" means the hook kernel.
 Choice choose(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
-  KernelPref pref = kernel_pref();
+  const std::optional<MeasurementPlan>& mp = measurement_plan();
+  KernelPref pref = mp ? mp->kernel : kernel_pref();
   if (pref == KernelPref::kAuto && epilogue_variant() != Epilogue::kStaged) pref = KernelPref::kHook;
   Choice c{kernel_for(a, cfg, num_sms, pref), {}, resolve_raster(a, cfg, kBlkM, kBlkN)};
   if (c.kernel == GemmKernel::kStreamK) {
     c.streamk = plan_streamk(a, cfg, num_sms);
-    const Status st = apply_streamk_plan_override(streamk_plan_override(), &c.streamk);
+    const Status st = apply_streamk_plan_override(mp ? mp->streamk : streamk_plan_override(), &c.streamk);
     TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   }
   return c;
