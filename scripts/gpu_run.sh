@@ -233,7 +233,7 @@ fi
 if [ "$MODE" = gemmplans ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   DECODE_PLANS="auto;hook;tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2"
-  DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=4;tile=swap128x64,mode=splitk,splits=8"
+  DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=3;tile=swap128x64,mode=splitk,splits=4;tile=swap128x64,mode=splitk,splits=8"
   DECODE_PLANS+=";tile=swap128x64,mode=streamk;tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2"
   DECODE_PLANS+=";tile=128x128,mode=heuristic;tile=128x128,mode=streamk"
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"

@@ -436,3 +436,35 @@ TEST(GemmPlan, StreamKPlanOverride) {
     EXPECT_EQ(q.splits, good.splits) << bad;
   }
 }
+
+// Given the call, another tile gets its own grid's order (raster, swizzle) unless the spec names it.
+TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
+  using tw::gemm_impl::apply_streamk_plan_override;
+  using tw::gemm_impl::StreamKPlan;
+  using tw::gemm_impl::StreamKTile;
+  const GemmArgs a = args(256, 8192, 4096);
+  const tw::GemmConfig cfg;  // swizzle 4
+  const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
+  ASSERT_EQ(base.tile, StreamKTile::k128x128c1);  // under one hook wave: grid 2 x 64
+  EXPECT_EQ(base.swizzle, 2);                     // 4 would pad the 2 tile rows
+  StreamKPlan want = base;
+  want.tile = StreamKTile::k128x64swap;
+  tw::gemm_impl::streamk_order(a, cfg, &want);    // grid 64 x 4: swizzle 4 fits
+  EXPECT_EQ(want.swizzle, 4);
+
+  StreamKPlan p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
+  EXPECT_EQ(p.swizzle, want.swizzle);
+  EXPECT_EQ(p.raster, want.raster);
+  p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64,swizzle=1,raster=m", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.swizzle, 1);
+  EXPECT_EQ(p.raster, tw::gemm_impl::Raster::kAlongM);
+  p = base;  // the same tile: the plan's order stays
+  ASSERT_TRUE(apply_streamk_plan_override("tile=128x128,mode=streamk", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.swizzle, base.swizzle);
+  p = base;  // without the call (the old form): nothing reordered
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64", &p).ok);
+  EXPECT_EQ(p.swizzle, base.swizzle);
+}

@@ -83,7 +83,7 @@ Choice choose(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   Choice c{kernel_for(a, cfg, num_sms, pref), {}, resolve_raster(a, cfg, kBlkM, kBlkN)};
   if (c.kernel == GemmKernel::kStreamK) {
     c.streamk = plan_streamk(a, cfg, num_sms);
-    const Status st = apply_streamk_plan_override(mp ? mp->streamk : streamk_plan_override(), &c.streamk);
+    const Status st = apply_streamk_plan_override(mp ? mp->streamk : streamk_plan_override(), &c.streamk, &a, &cfg);
     TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   }
   return c;

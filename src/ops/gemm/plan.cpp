@@ -209,8 +209,10 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
   return p;
 }
 
-Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan) {
+Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, const GemmArgs* a,
+                                   const GemmConfig* cfg) {
   StreamKPlan p = *plan;
+  bool raster_set = false, swizzle_set = false;
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64, mode=heuristic|dp|splitk|streamk, "
@@ -252,13 +254,23 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan) {
       p.deterministic = v == "1";
     } else if (k == "swizzle") {
       if (!as_int(1, 8, &p.swizzle) || (p.swizzle & (p.swizzle - 1)) != 0) return bad("swizzle '" + v + "'");
+      swizzle_set = true;
     } else if (k == "raster") {
       if (v == "m") p.raster = Raster::kAlongM;
       else if (v == "n") p.raster = Raster::kAlongN;
       else return bad("raster '" + v + "'");
+      raster_set = true;
     } else {
       return bad("unknown key '" + k + "'");
     }
+  }
+  // Another tile walks another grid (swapped axes, other tile counts): its own raster and swizzle,
+  // unless the spec names them.
+  if (a != nullptr && cfg != nullptr && p.tile != plan->tile) {
+    StreamKPlan ordered = p;
+    streamk_order(*a, *cfg, &ordered);
+    if (!raster_set) p.raster = ordered.raster;
+    if (!swizzle_set) p.swizzle = ordered.swizzle;
   }
   *plan = p;
   return Status{};

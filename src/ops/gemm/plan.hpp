@@ -148,8 +148,10 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
 // swap128x64, mode heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8,
 // raster m | n (the kernel's: swapped for swap128x64). Empty leaves the plan as it is. A bad
-// entry: ok = false and the reason.
-Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan);
+// entry: ok = false and the reason. Given the call's (a, cfg), a tile other than the plan's gets
+// that tile's streamk_order (raster and swizzle on its own grid) unless the spec names them.
+Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, const GemmArgs* a = nullptr,
+                                   const GemmConfig* cfg = nullptr);
 // "streamk 128x256c2 mode streamk det 1 raster m swizzle 4"; the swapped tile is "swap128x64c1".
 std::string describe(const StreamKPlan& p);
 
