@@ -8,9 +8,10 @@
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
-// of `repeats`, the two kernels timed in alternation after a warm-up of both (time_pair_us).
-// TFLOP/s = 2*M*N*K / time. #wrong: elements of tilewire's C farther from cuBLASLt's than 2 bf16
-// ulps (relative 2^-6) + 2^-6 absolute (the same bound for fp16, whose ulps are smaller).
+// of `repeats`, the two kernels timed in alternation after a warm-up of both (time_pair_us); each
+// row also gives the host time per call (enqueueing only). TFLOP/s = 2*M*N*K / time. #wrong:
+// elements of tilewire's C farther from cuBLASLt's than 2 bf16 ulps (relative 2^-6) + 2^-6
+// absolute (the same bound for fp16, whose ulps are smaller).
 // Sweeps: decode = M in {1, 16, 32, 64, 128, 256} x N in {4096, 8192, 14336, 57344} x K in
 // {4096, 8192}; ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0 when every check passed, 1 when not.
 // --plans: every shape under each plan in turn (the same inputs; each plan checked and timed in
@@ -25,13 +26,13 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -196,6 +197,7 @@ struct Row {
   Shape s;
   std::string plan_spec = "auto";  // --plans entry
   double tw_us = 0, cublas_us = 0;
+  double tw_host_us = 0, cublas_host_us = 0;  // host time per call to enqueue it (time_pair_us)
   unsigned long long wrong = 0;
   std::string tw_plan, cublas_algo;  // what ran: gemm_plan(), LtMatmul::describe()
   double tflops(double us) const { return us > 0 ? 2.0 * s.m * s.n * s.k / (us * 1e-6) / 1e12 : 0; }
@@ -206,17 +208,27 @@ struct Row {
 // kWarmMs of GPU time. Why: an H200 lowers its SM clock within tens of milliseconds of full-power
 // GEMMs, so a candidate timed first from idle clocks and the other after it would be compared at
 // different clocks (seen on nvidia-h200: cuBLASLt timed second drifted 686 -> 808 us on one shape
-// within a run). Medians per candidate.
+// within a run). Medians per candidate. Also the host's time per call (the loop that enqueues
+// the calls, not waiting for them): where it reaches the GPU time, the GPU waited for the host
+// and the figure is the host's launch path, not the kernel.
 constexpr double kWarmMs = 200.0;
 
+struct PairTimes {
+  double a_us = 0, b_us = 0;            // GPU time per call (events)
+  double a_host_us = 0, b_host_us = 0;  // host time per call to enqueue it
+};
+
 template <class FA, class FB>
-std::pair<double, double> time_pair_us(int warmup, int iters, int repeats, cudaStream_t st, FA&& a, FB&& b) {
+PairTimes time_pair_us(int warmup, int iters, int repeats, cudaStream_t st, FA&& a, FB&& b) {
   cudaEvent_t e0, e1;
   TW_CUDA_CHECK(cudaEventCreate(&e0));
   TW_CUDA_CHECK(cudaEventCreate(&e1));
+  double host_ms = 0;  // of the last timed() call
   auto timed = [&](auto&& call, int n) {
     TW_CUDA_CHECK(cudaEventRecord(e0, st));
+    const auto h0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i) call(i);
+    host_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - h0).count();
     TW_CUDA_CHECK(cudaEventRecord(e1, st));
     TW_CUDA_CHECK(cudaEventSynchronize(e1));
     float ms = 0;
@@ -226,19 +238,16 @@ std::pair<double, double> time_pair_us(int warmup, int iters, int repeats, cudaS
   double warmed = 0;
   for (int round = 0; round < 1000 && (round == 0 || warmed < kWarmMs); ++round)
     warmed += timed(a, std::max(1, warmup)) + timed(b, std::max(1, warmup));
-  std::vector<double> ta, tb;
+  std::vector<double> ta, tb, ha, hb;
+  auto time_a = [&] { ta.push_back(timed(a, iters) * 1e3 / iters), ha.push_back(host_ms * 1e3 / iters); };
+  auto time_b = [&] { tb.push_back(timed(b, iters) * 1e3 / iters), hb.push_back(host_ms * 1e3 / iters); };
   for (int r = 0; r < repeats; ++r) {
-    if (r % 2 == 0) {
-      ta.push_back(timed(a, iters) * 1e3 / iters);
-      tb.push_back(timed(b, iters) * 1e3 / iters);
-    } else {
-      tb.push_back(timed(b, iters) * 1e3 / iters);
-      ta.push_back(timed(a, iters) * 1e3 / iters);
-    }
+    if (r % 2 == 0) time_a(), time_b();
+    else time_b(), time_a();
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
-  return {median(ta), median(tb)};
+  return {median(ta), median(tb), median(ha), median(hb)};
 }
 
 // One row per --plans entry, on the same inputs.
@@ -306,8 +315,9 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
                                           wrong);
     }
     TW_CUDA_CHECK(cudaGetLastError());
-    std::tie(row.tw_us, row.cublas_us) =
+    const PairTimes t =
         time_pair_us(a.warmup, a.iters, a.repeats, st, tilewire, [&](int i) { cublas(i, C[i % sets]); });
+    row.tw_us = t.a_us, row.cublas_us = t.b_us, row.tw_host_us = t.a_host_us, row.cublas_host_us = t.b_host_us;
     TW_CUDA_CHECK(cudaMemcpyAsync(&row.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
     TW_CUDA_CHECK(cudaStreamSynchronize(st));
     rows.push_back(row);
@@ -358,8 +368,8 @@ int bench_gemm(const std::vector<std::string>& argv) {
     for (const Row& r : shape_rows) {
       std::printf("%7d %7d %7d %10.1f %9.1f %10.1f %9.1f %7.3f %7llu\n", s.m, s.n, s.k, r.tw_us, r.tflops(r.tw_us),
                   r.cublas_us, r.tflops(r.cublas_us), r.tflops(r.tw_us) / r.tflops(r.cublas_us), r.wrong);
-      std::printf("#   %s%stilewire: %s | cublasLt: %s\n", many ? r.plan_spec.c_str() : "", many ? " -> " : "",
-                  r.tw_plan.c_str(), r.cublas_algo.c_str());
+      std::printf("#   %s%stilewire: %s | cublasLt: %s | host us/call %.1f / %.1f\n", many ? r.plan_spec.c_str() : "",
+                  many ? " -> " : "", r.tw_plan.c_str(), r.cublas_algo.c_str(), r.tw_host_us, r.cublas_host_us);
       ok = ok && r.wrong == 0;
       if (r.wrong == 0 && (!best || r.cublas_us / r.tw_us > best->cublas_us / best->tw_us)) best = &r;
       rows.push_back(r);
@@ -376,7 +386,8 @@ int bench_gemm(const std::vector<std::string>& argv) {
       const Row& r = rows[i];
       o << (i ? "," : "") << "{\"m\":" << r.s.m << ",\"n\":" << r.s.n << ",\"k\":" << r.s.k << ",\"tw_us\":" << r.tw_us
         << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"cublas_us\":" << r.cublas_us
-        << ",\"cublas_tflops\":" << r.tflops(r.cublas_us) << ",\"ratio\":" << r.tflops(r.tw_us) / r.tflops(r.cublas_us)
+        << ",\"cublas_tflops\":" << r.tflops(r.cublas_us) << ",\"tw_host_us\":" << r.tw_host_us
+        << ",\"cublas_host_us\":" << r.cublas_host_us << ",\"ratio\":" << r.tflops(r.tw_us) / r.tflops(r.cublas_us)
         << ",\"wrong\":" << r.wrong << ",\"plan_spec\":\"" << r.plan_spec << "\",\"tw_plan\":\"" << r.tw_plan << "\",\"cublas_algo\":\"" << r.cublas_algo
         << "\"}";
     }
