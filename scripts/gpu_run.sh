@@ -12,8 +12,9 @@
 #   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
 #                 decode and ragged shapes in bf16 and fp16, acceptance in fp16, decode on the unswapped
 #                 stream-K tile for the record
-#   gemmplans     (nvidia-h200) `bench gemm --plans`: the decode and ragged sweeps under every candidate
-#                 plan (tiles, splits, decompositions, the hook kernel) in one process per sweep, the
+#   gemmplans     (nvidia-h200) the ping-pong tiles' GPU test, then `bench gemm --plans`: the decode and
+#                 ragged sweeps under every candidate plan (tiles, splits, decompositions, the ping-pong
+#                 tiles, the hook kernel) in one process per sweep, the
 #                 best per shape (bench_gemm_plans_{decode,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
 #                 bf16): what the plan rule (src/ops/gemm/plan.hpp) is read off
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
@@ -211,7 +212,7 @@ if [ "$MODE" = gemm ]; then
   run 150 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
   step "memcheck on the small GEMM tests (hook and stream-K kernels)"
   run 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
-    --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile:Gemm.DecodeShapesOnTheSwappedTile'
+    --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile:Gemm.DecodeShapesOnTheSwappedTile:Gemm.DecodeShapesOnThePingpongTiles'
   step "bench gemm"
   run 150 "$TW" bench gemm --sweep acceptance -R 9 --json "$OUT/bench_gemm_acceptance.json"
   run 150 "$TW" bench gemm --sweep grid -R 7 --json "$OUT/bench_gemm_grid.json"
@@ -237,8 +238,11 @@ if [ "$MODE" = gemmplans ]; then
   DECODE_PLANS+=";tile=swap128x64,mode=streamk;tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2"
   DECODE_PLANS+=";tile=128x128,mode=heuristic;tile=128x128,mode=streamk"
   DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=4,det=0"  # atomics, not bitwise reproducible: what determinism costs
+  DECODE_PLANS+=";tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"
   RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=streamk;tile=128x128,mode=heuristic"
+  step "the ping-pong tiles' test (every element against the reference)"
+  run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
   for d in ${GEMMPLANS_DTYPES:-bf16}; do
     step "bench gemm --plans, decode, $d"
     run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json"

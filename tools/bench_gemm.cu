@@ -130,7 +130,8 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
       TW_REQUIRE(!a.plans.empty(), kInvalidArgument, "bench gemm: --plans needs at least one plan");
       for (const std::string& p : a.plans) {  // a bad spec fails here, before any GPU work
         gemm_impl::StreamKPlan probe;
-        const Status st = gemm_impl::apply_streamk_plan_override(p == "auto" || p == "hook" || p == "streamk" ? "" : p, &probe);
+        const bool named = p == "auto" || p == "hook" || p == "streamk";
+        const Status st = gemm_impl::apply_streamk_plan_override(named ? "" : p, &probe);
         TW_REQUIRE(st.ok, kInvalidArgument, "bench gemm: --plans: " + st.reason);
       }
     }

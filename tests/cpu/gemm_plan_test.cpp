@@ -468,3 +468,45 @@ TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64", &p).ok);
   EXPECT_EQ(p.swizzle, base.swizzle);
 }
+
+// The ping-pong tiles: swapped, data-parallel only (a split of the plan does not carry over).
+TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
+  using tw::gemm_impl::apply_streamk_plan_override;
+  using tw::gemm_impl::Decomposition;
+  using tw::gemm_impl::StreamKPlan;
+  using tw::gemm_impl::StreamKTile;
+  using tw::gemm_impl::tile_shape;
+  for (StreamKTile t : {StreamKTile::k64x16swap, StreamKTile::k64x32swap, StreamKTile::k64x64swap}) {
+    EXPECT_TRUE(tile_shape(t).swapped);
+    EXPECT_TRUE(tile_shape(t).pingpong);
+    EXPECT_EQ(tile_shape(t).blk_m, 64);
+  }
+  for (StreamKTile t : {StreamKTile::k128x256c2, StreamKTile::k128x128c1, StreamKTile::k128x64c1,
+                        StreamKTile::k128x64swap})
+    EXPECT_FALSE(tile_shape(t).pingpong);
+  EXPECT_EQ(tile_shape(StreamKTile::k64x16swap).blk_n, 16);
+  EXPECT_EQ(tile_shape(StreamKTile::k64x32swap).blk_n, 32);
+  const auto g = tw::gemm_impl::streamk_grid(args(1, 4096, 4096), StreamKTile::k64x16swap);
+  EXPECT_EQ(g.tiles_m, 64);  // N / 64: twice the 128-row tile's
+  EXPECT_EQ(g.tiles_n, 1);
+
+  const GemmArgs a = args(1, 4096, 4096);
+  const tw::GemmConfig cfg;
+  const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
+  ASSERT_EQ(base.decomposition, Decomposition::kSplitK);  // the swapped 128-row tile, split 4
+  StreamKPlan p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k64x16swap);
+  EXPECT_EQ(p.decomposition, Decomposition::kDataParallel);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk swap64x16pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  p = base;
+  EXPECT_TRUE(apply_streamk_plan_override("tile=swap64x32,mode=heuristic", &p, &a, &cfg).ok);
+  for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk"}) {
+    p = base;
+    const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
+    EXPECT_FALSE(st.ok) << bad;
+    EXPECT_NE(st.reason.find("data-parallel only"), std::string::npos) << st.reason;
+    EXPECT_EQ(p.tile, base.tile) << bad;
+  }
+}

@@ -12,11 +12,13 @@
 #include <cmath>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common.cuh"
 #include "ops/gemm/gemm_sm90.cuh"
+#include "ops/gemm/launch.hpp"  // set_measurement_plan
 #include "ops/gemm/plan.hpp"
 #include "tilewire/ops/gemm.hpp"
 
@@ -405,6 +407,40 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
       TW_CUDA_CHECK(cudaStreamSynchronize(s));
       EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
     }
+}
+
+// The ping-pong tiles (plan.hpp k64x*swap), forced through the measurement plan: every element
+// against the reference, and a second run bitwise the same (data-parallel: no reduction order).
+TEST(Gemm, DecodeShapesOnThePingpongTiles) {
+  TW_SKIP_UNLESS_SM90();
+  struct Shape {
+    int M, N;
+  };
+  struct ResetPlan {
+    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+  } reset;
+  for (const char* tile : {"swap64x16", "swap64x32", "swap64x64"})
+    for (DType t : {kBf16, DType::kFloat16})
+      for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 5144}}) {
+        const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
+        SCOPED_TRACE(p.name() + " " + tile);
+        tw::gemm_impl::set_measurement_plan(
+            tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile});
+        Stream s;
+        Buffers b(p);
+        b.fill_and_poison(s);
+        const tw::GemmArgs a = b.args();
+        const std::string plan = tw::gemm_plan(a, {});
+        EXPECT_NE(plan.find(std::string("streamk ") + tile + "pp mode dp"), std::string::npos) << plan;
+        tw::gemm(a, {}, s);
+        TW_CUDA_CHECK(cudaStreamSynchronize(s));
+        const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+        EXPECT_EQ(compare(p, reference(p), c), "");
+        tw_test::poison(b.C.data(), b.C.bytes, s);
+        tw::gemm(a, {}, s);
+        TW_CUDA_CHECK(cudaStreamSynchronize(s));
+        EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+      }
 }
 
 // ------------------------------------------------------------------------------ custom hook

@@ -1,7 +1,7 @@
 // src/ops/gemm/launch.hpp — the GEMM kernels this build instantiates, one translation unit each
 // (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu and
 // gemm_sm90_f16_{nk,kn}.cu (the hook kernel), gemm_sm90_{bf16,f16}_nk_streamk.cu (the stream-K
-// kernel, kNK plain GEMM only).
+// kernel, kNK plain GEMM only) and gemm_sm90_{bf16,f16}_nk_pingpong.cu (its ping-pong tiles).
 // Arguments are already checked (gemm.cu); num_sms is the device's SM count.
 #pragma once
 #include <cuda_runtime.h>
@@ -47,6 +47,11 @@ void launch_bf16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sm
                             cudaStream_t stream);
 void launch_f16_nk_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                            cudaStream_t stream);
+// The ping-pong tiles of the same kernel family (plan.tile with tile_shape(..).pingpong).
+void launch_bf16_nk_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                             cudaStream_t stream);
+void launch_f16_nk_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                            cudaStream_t stream);
 void launch_bf16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                     const Gate& gate = {});
 void launch_f16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,

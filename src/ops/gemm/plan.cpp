@@ -212,10 +212,11 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
 Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, const GemmArgs* a,
                                    const GemmConfig* cfg) {
   StreamKPlan p = *plan;
-  bool raster_set = false, swizzle_set = false;
+  bool raster_set = false, swizzle_set = false, mode_set = false;
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
-                             " (keys: tile=128x256|128x128|128x64|swap128x64, mode=heuristic|dp|splitk|streamk, "
+                             " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64, "
+                             "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n)"};
   };
   size_t at = 0;
@@ -240,6 +241,9 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "128x128") p.tile = StreamKTile::k128x128c1;
       else if (v == "128x64") p.tile = StreamKTile::k128x64c1;
       else if (v == "swap128x64") p.tile = StreamKTile::k128x64swap;
+      else if (v == "swap64x16") p.tile = StreamKTile::k64x16swap;
+      else if (v == "swap64x32") p.tile = StreamKTile::k64x32swap;
+      else if (v == "swap64x64") p.tile = StreamKTile::k64x64swap;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;
@@ -247,6 +251,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "splitk") p.decomposition = Decomposition::kSplitK;
       else if (v == "streamk") p.decomposition = Decomposition::kStreamK;
       else return bad("mode '" + v + "'");
+      mode_set = true;
     } else if (k == "splits") {
       if (!as_int(1, 64, &p.splits)) return bad("splits '" + v + "'");
     } else if (k == "det") {
@@ -263,6 +268,12 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
     } else {
       return bad("unknown key '" + k + "'");
     }
+  }
+  if (tile_shape(p.tile).pingpong) {  // data-parallel only: a split the plan had does not carry over
+    if (!mode_set) p.decomposition = Decomposition::kDataParallel;
+    if (p.decomposition != Decomposition::kHeuristic && p.decomposition != Decomposition::kDataParallel)
+      return bad("the ping-pong tiles (swap64x*) are data-parallel only (mode heuristic or dp)");
+    p.splits = 1;
   }
   // Another tile walks another grid (swapped axes, other tile counts): its own raster and swizzle,
   // unless the spec names them.
@@ -283,7 +294,7 @@ std::string describe(const StreamKPlan& p) {
                      : p.decomposition == Decomposition::kSplitK       ? "splitk"
                                                                        : "streamk";
   std::string s = std::string("streamk ") + (t.swapped ? "swap" : "") + std::to_string(t.blk_m) + "x" +
-                  std::to_string(t.blk_n) + "c" + std::to_string(t.cluster_m) + " mode " + mode;
+                  std::to_string(t.blk_n) + (t.pingpong ? "pp" : "c" + std::to_string(t.cluster_m)) + " mode " + mode;
   if (p.decomposition == Decomposition::kSplitK) s += " splits " + std::to_string(p.splits);
   s += std::string(" det ") + (p.deterministic ? "1" : "0") + " raster " + (p.raster == Raster::kAlongM ? "m" : "n") +
        " swizzle " + std::to_string(p.swizzle);

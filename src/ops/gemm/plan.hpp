@@ -80,18 +80,32 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                N on the 128-wide MMA dimension, M on the 64-wide one, so at M <= 64 a tile
 //                wastes none of its 128 rows and the grid has ceil(N / 128) tiles, each streaming
 //                128 rows of B. C^T column-major is C row-major, so nothing is transposed.
+//   k64x16swap, k64x32swap, k64x64swap   swapped (64, 16 | 32 | 64, 64) tiles on CUTLASS's ping-pong
+//                kernel (two consumer warpgroups, each on its own 64-row tile, taking turns at the
+//                tensor cores) with its persistent data-parallel scheduler: no split of K (the
+//                ping-pong kernel does not take the stream-K scheduler) but twice the tiles of the
+//                128-row tile, a narrow side sized to M (cuBLASLt picks 64x8 .. 256x32 tiles
+//                without a split on most decode shapes) and deep pipelines (22 stages at 64x16).
+//                Decomposition kDataParallel or kHeuristic (the same here) only.
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
-enum class StreamKTile { k128x256c2, k128x128c1, k128x64c1, k128x64swap };
+enum class StreamKTile { k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
   bool swapped;
+  bool pingpong;                // CUTLASS's ping-pong kernel, data-parallel (else the stream-K one)
 };
 constexpr StreamKTileShape tile_shape(StreamKTile t) {
-  return t == StreamKTile::k128x256c2   ? StreamKTileShape{128, 256, 2, false}
-         : t == StreamKTile::k128x128c1 ? StreamKTileShape{128, 128, 1, false}
-         : t == StreamKTile::k128x64c1  ? StreamKTileShape{128, 64, 1, false}
-                                        : StreamKTileShape{128, 64, 1, true};
+  switch (t) {
+    case StreamKTile::k128x256c2: return {128, 256, 2, false, false};
+    case StreamKTile::k128x128c1: return {128, 128, 1, false, false};
+    case StreamKTile::k128x64c1: return {128, 64, 1, false, false};
+    case StreamKTile::k128x64swap: return {128, 64, 1, true, false};
+    case StreamKTile::k64x16swap: return {64, 16, 1, true, true};
+    case StreamKTile::k64x32swap: return {64, 32, 1, true, true};
+    case StreamKTile::k64x64swap: return {64, 64, 1, true, true};
+  }
+  return {128, 128, 1, false, false};
 }
 
 // The output tile grid the kernel of `t` walks, in the kernel's own (M, N): (ceil(M / blk_m),
@@ -146,7 +160,7 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64, mode heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8,
+// swap128x64 | swap64x16 | swap64x32 | swap64x64 (the last three: mode heuristic or dp), mode heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8,
 // raster m | n (the kernel's: swapped for swap128x64). Empty leaves the plan as it is. A bad
 // entry: ok = false and the reason. Given the call's (a, cfg), a tile other than the plan's gets
 // that tile's streamk_order (raster and swizzle on its own grid) unless the spec names them.

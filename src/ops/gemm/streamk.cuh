@@ -1,8 +1,10 @@
 // src/ops/gemm/streamk.cuh — the plain GEMM's stream-K kernel: A [M, K] row-major, B as [N, K]
 // (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Four
-// tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
+// stream-K tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
 // (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
-// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). gemm.cu
+// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Three more
+// swapped tiles, (64, 16 | 32 | 64, 64), run CUTLASS's ping-pong kernel, data-parallel
+// (PingpongSwapGemm below; gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
 // picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
 // ops never come here.
 //
@@ -135,6 +137,7 @@ template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap>
 struct StreamKGemm {
   using E = Element;
   static constexpr bool kSwapAB = kSwap;
+  static constexpr bool kStreamK = true;
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
   using LayoutA = cutlass::layout::RowMajor;     // A [M, K]; swapped: B [N, K]
@@ -167,17 +170,53 @@ struct StreamKGemm {
   static_assert(std::is_same_v<typename Kernel::StrideD, StrideDWanted>);
 };
 
+// The swapped ping-pong tiles (plan.hpp k64x*swap): CUTLASS's ping-pong kernel (two consumer
+// warpgroups on two 64-row tiles, alternating mainloop and epilogue) with its persistent
+// data-parallel scheduler, the same operands and strides as the swapped stream-K tile, the
+// non-cooperative TMA epilogue. No K split, no scratch.
+template <class Element, int kTileM, int kTileN>
+struct PingpongSwapGemm {
+  using E = Element;
+  static constexpr bool kSwapAB = true;
+  static constexpr bool kStreamK = false;
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
+  using LayoutA = cutlass::layout::RowMajor;     // B [N, K]
+  using LayoutB = cutlass::layout::ColumnMajor;  // A [M, K]
+  using LayoutD = cutlass::layout::ColumnMajor;  // D' [N, M] = C [M, N]
+  static constexpr int kAlign = 16 / sizeof(E);
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
+      cutlass::epilogue::TmaWarpSpecialized,
+      cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
+      ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Scheduler = typename Kernel::TileScheduler;
+  static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
+  static_assert(std::is_same_v<typename Kernel::StrideA, cute::Stride<int64_t, cute::_1, int64_t>>);
+  static_assert(std::is_same_v<typename Kernel::StrideB, cute::Stride<int64_t, cute::_1, int64_t>>);
+  static_assert(std::is_same_v<typename Kernel::StrideD, cute::Stride<cute::_1, int64_t, int64_t>>);
+};
+
 // plan.hpp names them; the tile sizes there are these.
 template <class E, StreamKTile t>
-using GemmOf = StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped>;
+using GemmOf = std::conditional_t<
+    tile_shape(t).pingpong, PingpongSwapGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n>,
+    StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped>>;
 
 template <class G>
 void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
   using E = typename G::E;
   using Kernel = typename G::Kernel;
   using Scheduler = typename G::Scheduler;
-  using Decomp = typename Scheduler::DecompositionMode;
-  using Reduction = typename Scheduler::ReductionMode;
   const int M = a.M, N = a.N, K = a.K;
   // The kernel's problem: C's when plain, (N, M) with A and B exchanged when swapped (header).
   const int Mk = G::kSwapAB ? N : M, Nk = G::kSwapAB ? M : N;
@@ -206,12 +245,23 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
   args.scheduler.max_swizzle_size = plan.swizzle;
   args.scheduler.raster_order =
       plan.raster == Raster::kAlongN ? Scheduler::RasterOrderOptions::AlongN : Scheduler::RasterOrderOptions::AlongM;
-  args.scheduler.splits = plan.decomposition == Decomposition::kSplitK ? plan.splits : 1;
-  args.scheduler.decomposition_mode = plan.decomposition == Decomposition::kDataParallel ? Decomp::DataParallel
-                                      : plan.decomposition == Decomposition::kSplitK     ? Decomp::SplitK
-                                      : plan.decomposition == Decomposition::kStreamK    ? Decomp::StreamK
-                                                                                         : Decomp::Heuristic;
-  args.scheduler.reduction_mode = plan.deterministic ? Reduction::Deterministic : Reduction::Nondeterministic;
+  int64_t splits = 1, decomposition = -1, reduction = -1;  // the scratch key's scheduler fields
+  if constexpr (G::kStreamK) {
+    using Decomp = typename Scheduler::DecompositionMode;
+    using Reduction = typename Scheduler::ReductionMode;
+    args.scheduler.splits = plan.decomposition == Decomposition::kSplitK ? plan.splits : 1;
+    args.scheduler.decomposition_mode = plan.decomposition == Decomposition::kDataParallel ? Decomp::DataParallel
+                                        : plan.decomposition == Decomposition::kSplitK     ? Decomp::SplitK
+                                        : plan.decomposition == Decomposition::kStreamK    ? Decomp::StreamK
+                                                                                           : Decomp::Heuristic;
+    args.scheduler.reduction_mode = plan.deterministic ? Reduction::Deterministic : Reduction::Nondeterministic;
+    splits = args.scheduler.splits;
+    decomposition = int64_t(args.scheduler.decomposition_mode);
+    reduction = int64_t(args.scheduler.reduction_mode);
+  } else {
+    TW_REQUIRE(plan.decomposition == Decomposition::kDataParallel || plan.decomposition == Decomposition::kHeuristic,
+               kInvalidArgument, "gemm: the ping-pong tiles (swap64x*) are data-parallel only");
+  }
 
   typename G::Device op;
   cutlass::Status st = op.can_implement(args);
@@ -222,16 +272,8 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
   // last launch on this scratch had another layout (scratch.hpp). M and N are C's; plan.tile tells
   // the swapped tile's layout apart.
   const size_t bytes = G::Device::get_workspace_size(args);
-  const ScratchKey key{int64_t(plan.tile),
-                       M,
-                       N,
-                       K,
-                       args.hw_info.sm_count,
-                       args.scheduler.splits,
-                       int64_t(args.scheduler.decomposition_mode),
-                       plan.swizzle,
-                       int64_t(args.scheduler.raster_order),
-                       int64_t(args.scheduler.reduction_mode)};
+  const ScratchKey key{int64_t(plan.tile), M, N, K, args.hw_info.sm_count, splits, decomposition, plan.swizzle,
+                       int64_t(args.scheduler.raster_order), reduction};
   std::optional<ScratchLease> lease;
   void* workspace = nullptr;
   if (bytes > 0) {
@@ -256,7 +298,21 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
   if (lease) lease->enqueued(key);
 }
 
-// The kernel of plan.tile for element type E (cutlass::bfloat16_t or cutlass::half_t).
+// The ping-pong tiles' kernels for element type E (their own translation units:
+// gemm_sm90_{bf16,f16}_nk_pingpong.cu).
+template <class E>
+void launch_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                     cudaStream_t stream) {
+  switch (plan.tile) {
+    case StreamKTile::k64x16swap: return run_streamk<GemmOf<E, StreamKTile::k64x16swap>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k64x32swap: return run_streamk<GemmOf<E, StreamKTile::k64x32swap>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k64x64swap: return run_streamk<GemmOf<E, StreamKTile::k64x64swap>>(a, cfg, num_sms, plan, stream);
+    default: break;
+  }
+  TW_REQUIRE(false, kInvalidArgument, "gemm: not a ping-pong tile");
+}
+
+// The stream-K kernel of plan.tile for element type E (cutlass::bfloat16_t or cutlass::half_t).
 template <class E>
 void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
   using Wide = GemmOf<E, StreamKTile::k128x256c2>;
@@ -271,6 +327,7 @@ void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamK
     case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64swap: run_streamk<Swapped>(a, cfg, num_sms, plan, stream); return;
+    default: break;  // the ping-pong tiles: launch_pingpong
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
 }
