@@ -16,7 +16,7 @@
 #                 ragged sweeps under every candidate plan (tiles, splits, decompositions, the ping-pong
 #                 tiles, the hook kernel) in one process per sweep, the
 #                 best per shape (bench_gemm_plans_{decode,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
-#                 bf16): what the plan rule (src/ops/gemm/plan.hpp) is read off
+#                 bf16): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
