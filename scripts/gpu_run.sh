@@ -16,7 +16,7 @@
 #                 ragged sweeps under every candidate plan (tiles, splits, decompositions, the ping-pong
 #                 tiles, the hook kernel) in one process per sweep, the
 #                 best per shape (bench_gemm_plans_{decode,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
-#                 bf16): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
+#                 "bf16 fp16"): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
@@ -243,7 +243,7 @@ if [ "$MODE" = gemmplans ]; then
   RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=streamk;tile=128x128,mode=heuristic"
   step "the ping-pong tiles' test (every element against the reference)"
   run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
-  for d in ${GEMMPLANS_DTYPES:-bf16}; do
+  for d in ${GEMMPLANS_DTYPES:-bf16 fp16}; do
     step "bench gemm --plans, decode, $d"
     run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json"
     step "bench gemm --plans, ragged, $d"
