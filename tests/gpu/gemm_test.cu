@@ -382,6 +382,25 @@ TEST(Gemm, StreamKScratchReuseAcrossShapes) {
 // at N = 4096), every element of C is checked against the fp64 reference in bf16 and fp16, C
 // poisoned first, and a second run on the same stream (counters left zero by the first, no
 // memset) must give the same bits.
+// One decode-shaped call on the plan tw::gemm picks (which must name `plan_part`): every element
+// against the reference, then a second run into poisoned C bitwise the same.
+void check_decode_call(const Problem& p, const std::string& plan_part) {
+  Stream s;
+  Buffers b(p);
+  b.fill_and_poison(s);
+  const tw::GemmArgs a = b.args();
+  const std::string plan = tw::gemm_plan(a, {});
+  EXPECT_NE(plan.find(plan_part), std::string::npos) << plan;
+  tw::gemm(a, {}, s);
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+  EXPECT_EQ(compare(p, reference(p), c), "");
+  tw_test::poison(b.C.data(), b.C.bytes, s);
+  tw::gemm(a, {}, s);
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+}
+
 TEST(Gemm, DecodeShapesOnTheSwappedTile) {
   TW_SKIP_UNLESS_SM90();
   struct Shape {
@@ -392,20 +411,7 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
                      Shape{33, 5144}}) {
       const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
       SCOPED_TRACE(p.name());
-      Stream s;
-      Buffers b(p);
-      b.fill_and_poison(s);
-      const tw::GemmArgs a = b.args();
-      const std::string plan = tw::gemm_plan(a, {});
-      EXPECT_NE(plan.find("streamk swap128x64c1"), std::string::npos) << plan;
-      tw::gemm(a, {}, s);
-      TW_CUDA_CHECK(cudaStreamSynchronize(s));
-      const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
-      EXPECT_EQ(compare(p, reference(p), c), "");
-      tw_test::poison(b.C.data(), b.C.bytes, s);
-      tw::gemm(a, {}, s);
-      TW_CUDA_CHECK(cudaStreamSynchronize(s));
-      EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+      check_decode_call(p, "streamk swap128x64c1");
     }
 }
 
@@ -426,20 +432,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
         SCOPED_TRACE(p.name() + " " + tile);
         tw::gemm_impl::set_measurement_plan(
             tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile});
-        Stream s;
-        Buffers b(p);
-        b.fill_and_poison(s);
-        const tw::GemmArgs a = b.args();
-        const std::string plan = tw::gemm_plan(a, {});
-        EXPECT_NE(plan.find(std::string("streamk ") + tile + "pp mode dp"), std::string::npos) << plan;
-        tw::gemm(a, {}, s);
-        TW_CUDA_CHECK(cudaStreamSynchronize(s));
-        const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
-        EXPECT_EQ(compare(p, reference(p), c), "");
-        tw_test::poison(b.C.data(), b.C.bytes, s);
-        tw::gemm(a, {}, s);
-        TW_CUDA_CHECK(cudaStreamSynchronize(s));
-        EXPECT_TRUE(tw_test::to_host(b.C.data(), b.C.bytes, s) == c) << "second run differs from the first";
+        check_decode_call(p, std::string("streamk ") + tile + "pp mode dp");
       }
 }
 

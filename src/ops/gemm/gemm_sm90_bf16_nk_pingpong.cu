@@ -1,4 +1,4 @@
-// The plain GEMM's ping-pong tiles for bf16 A, B [N, K] and C (streamk.cuh PingpongSwapGemm): the
+// The plain GEMM's ping-pong tiles for bf16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong): the
 // swapped (64, 16 | 32 | 64, 64) tiles, data-parallel.
 #include "streamk.cuh"
 

@@ -4,7 +4,7 @@
 // (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
 // one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Three more
 // swapped tiles, (64, 16 | 32 | 64, 64), run CUTLASS's ping-pong kernel, data-parallel
-// (PingpongSwapGemm below; gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
+// (CutlassGemm below with kPingpong; gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
 // picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
 // ops never come here.
 //
@@ -128,16 +128,34 @@ namespace tw::gemm_impl {
 namespace streamk {
 
 // ------------------------------------------------------------------------------ the kernels
+// Two CUTLASS kernels, the same operands: the cooperative kernel (two consumer warpgroups on one
+// 128-row tile) with the stream-K scheduler (tilewire's ResettingStreamK), which can split K; and
+// the ping-pong kernel (two consumer warpgroups on two 64-row tiles, taking turns at the tensor
+// cores) with the persistent data-parallel scheduler (CUTLASS's ping-pong kernel refuses the
+// stream-K one), for the swapped ping-pong tiles (plan.hpp k64x*swap): no split, no scratch.
+template <bool kPingpong>
+struct Schedules {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecializedCooperative;
+  using Scheduler = ResettingStreamKTag;
+};
+template <>
+struct Schedules<true> {
+  using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::TmaWarpSpecialized;
+  using Scheduler = cutlass::gemm::PersistentScheduler;
+};
+
 // kSwapAB: the kernel computes D' = B A^T with D' column-major (header comment); A' and B' keep
 // the layouts of the plain problem (both K-contiguous), only D's layout and who is who change.
 // The epilogue builder takes a column-major D with TMA: its smem layout is M-major, the stores
 // from registers are transposing stmatrix (SM90_U16x8_STSM_T), its auto epilogue tile for the
 // cooperative schedule (128, 32) as in the plain 128x64 tile.
-template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap>
-struct StreamKGemm {
+template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap, bool kPingpong>
+struct CutlassGemm {
   using E = Element;
   static constexpr bool kSwapAB = kSwap;
-  static constexpr bool kStreamK = true;
+  static constexpr bool kStreamK = !kPingpong;  // the stream-K scheduler (else data-parallel)
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
   using LayoutA = cutlass::layout::RowMajor;     // A [M, K]; swapped: B [N, K]
@@ -149,18 +167,19 @@ struct StreamKGemm {
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
-      cutlass::epilogue::TmaWarpSpecializedCooperative,
+      typename Schedules<kPingpong>::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
       ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename Schedules<kPingpong>::Mainloop>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      ResettingStreamKTag>;
+                                                      typename Schedules<kPingpong>::Scheduler>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Scheduler = typename Kernel::TileScheduler;
-  static_assert(std::is_same_v<Scheduler, ResettingStreamK<TileShape, ClusterShape>>, "counters reset by the kernel");
+  static_assert(kPingpong || std::is_same_v<Scheduler, ResettingStreamK<TileShape, ClusterShape>>,
+                "counters reset by the kernel");
   static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
   // The strides run_streamk builds: K-contiguous A' and B', D' contiguous along M' when swapped.
   static_assert(std::is_same_v<typename Kernel::StrideA, cute::Stride<int64_t, cute::_1, int64_t>>);
@@ -170,47 +189,10 @@ struct StreamKGemm {
   static_assert(std::is_same_v<typename Kernel::StrideD, StrideDWanted>);
 };
 
-// The swapped ping-pong tiles (plan.hpp k64x*swap): CUTLASS's ping-pong kernel (two consumer
-// warpgroups on two 64-row tiles, alternating mainloop and epilogue) with its persistent
-// data-parallel scheduler, the same operands and strides as the swapped stream-K tile, the
-// non-cooperative TMA epilogue. No K split, no scratch.
-template <class Element, int kTileM, int kTileN>
-struct PingpongSwapGemm {
-  using E = Element;
-  static constexpr bool kSwapAB = true;
-  static constexpr bool kStreamK = false;
-  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_1, cute::_1>;
-  using LayoutA = cutlass::layout::RowMajor;     // B [N, K]
-  using LayoutB = cutlass::layout::ColumnMajor;  // A [M, K]
-  using LayoutD = cutlass::layout::ColumnMajor;  // D' [N, M] = C [M, N]
-  static constexpr int kAlign = 16 / sizeof(E);
-
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, E, LayoutD, kAlign,
-      cutlass::epilogue::TmaWarpSpecialized,
-      cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
-      ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedPingpong>::CollectiveOp;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
-  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
-  using Scheduler = typename Kernel::TileScheduler;
-  static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
-  static_assert(std::is_same_v<typename Kernel::StrideA, cute::Stride<int64_t, cute::_1, int64_t>>);
-  static_assert(std::is_same_v<typename Kernel::StrideB, cute::Stride<int64_t, cute::_1, int64_t>>);
-  static_assert(std::is_same_v<typename Kernel::StrideD, cute::Stride<cute::_1, int64_t, int64_t>>);
-};
-
 // plan.hpp names them; the tile sizes there are these.
 template <class E, StreamKTile t>
-using GemmOf = std::conditional_t<
-    tile_shape(t).pingpong, PingpongSwapGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n>,
-    StreamKGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped>>;
+using GemmOf = CutlassGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped,
+                           tile_shape(t).pingpong>;
 
 template <class G>
 void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
