@@ -79,7 +79,8 @@ constexpr const char* kUsage =
     "  --reserved-sms N      SMs left idle (0)   --swizzle 1|2|4|8 (4)   --raster auto|m|n (auto)\n"
     "  --json FILE           also write every row as JSON\n"
     "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
-    "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64,\n"
+    "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
+    "                        swap64x16|swap64x32|swap64x64 (the last three data-parallel only),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n";
 
 int to_int(const std::string& opt, const std::string& v) {
