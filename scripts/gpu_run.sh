@@ -239,6 +239,7 @@ if [ "$MODE" = gemmplans ]; then
   DECODE_PLANS+=";tile=128x128,mode=heuristic;tile=128x128,mode=streamk"
   DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=4,det=0"  # atomics, not bitwise reproducible: what determinism costs
   DECODE_PLANS+=";tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
+  DECODE_PLANS+=";tile=swap64x16,pdl=1;tile=swap64x32,pdl=1;tile=swap64x64,pdl=1"  # programmatic dependent launch
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"
   RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=streamk;tile=128x128,mode=heuristic"
   step "the ping-pong tiles' test (every element against the reference)"

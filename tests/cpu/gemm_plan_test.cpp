@@ -502,6 +502,18 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk swap64x16pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   p = base;
   EXPECT_TRUE(apply_streamk_plan_override("tile=swap64x32,mode=heuristic", &p, &a, &cfg).ok);
+  p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
+  EXPECT_FALSE(p.pdl);
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);
+  EXPECT_TRUE(p.pdl);
+  const std::string d = tw::gemm_impl::describe(p);
+  EXPECT_EQ(d.substr(d.size() - 4), " pdl") << d;
+  ASSERT_TRUE(apply_streamk_plan_override("pdl=0", &p, &a, &cfg).ok);
+  EXPECT_FALSE(p.pdl);
+  EXPECT_FALSE(apply_streamk_plan_override("pdl=2", &p, &a, &cfg).ok);
+  p = base;  // the stream-K tiles are built without grid dependency control
+  EXPECT_FALSE(apply_streamk_plan_override("pdl=1", &p, &a, &cfg).ok);
+  EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
   for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);

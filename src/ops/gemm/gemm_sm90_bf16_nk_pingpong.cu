@@ -1,5 +1,13 @@
 // The plain GEMM's ping-pong tiles for bf16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong): the
 // swapped (64, 16 | 32 | 64, 64) tiles, data-parallel.
+// Programmatic dependent launch (StreamKPlan::pdl, the ping-pong tiles only): with this defined,
+// CUTLASS's kernels wait (griddepcontrol.wait) for the kernel before them on the stream to complete
+// before their first global access, and let the next one launch from their last tile, so a launch
+// with PDL overlaps its launch and prologue with the kernel before it. Without a PDL launch the wait
+// returns at once. It must come before any CUTLASS header. Not in the stream-K translation units:
+// CUTLASS 4.2's stream-K scheduler does not compile with it (its is_last_tile, const, passes a
+// member to a non-const reference).
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #include "streamk.cuh"
 
 namespace tw::gemm_impl {

@@ -217,7 +217,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64, "
                              "mode=heuristic|dp|splitk|streamk, "
-                             "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n)"};
+                             "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
   size_t at = 0;
   while (at < spec.size()) {
@@ -257,6 +257,9 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
     } else if (k == "det") {
       if (v != "0" && v != "1") return bad("det '" + v + "'");
       p.deterministic = v == "1";
+    } else if (k == "pdl") {
+      if (v != "0" && v != "1") return bad("pdl '" + v + "'");
+      p.pdl = v == "1";
     } else if (k == "swizzle") {
       if (!as_int(1, 8, &p.swizzle) || (p.swizzle & (p.swizzle - 1)) != 0) return bad("swizzle '" + v + "'");
       swizzle_set = true;
@@ -275,6 +278,8 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       return bad("the ping-pong tiles (swap64x*) are data-parallel only (mode heuristic or dp)");
     p.splits = 1;
   }
+  if (p.pdl && !tile_shape(p.tile).pingpong)
+    return bad("pdl is built for the ping-pong tiles (swap64x*) only");
   // Another tile walks another grid (swapped axes, other tile counts): its own raster and swizzle,
   // unless the spec names them.
   if (a != nullptr && cfg != nullptr && p.tile != plan->tile) {
@@ -298,6 +303,7 @@ std::string describe(const StreamKPlan& p) {
   if (p.decomposition == Decomposition::kSplitK) s += " splits " + std::to_string(p.splits);
   s += std::string(" det ") + (p.deterministic ? "1" : "0") + " raster " + (p.raster == Raster::kAlongM ? "m" : "n") +
        " swizzle " + std::to_string(p.swizzle);
+  if (p.pdl) s += " pdl";
   return s;
 }
 

@@ -129,6 +129,7 @@ struct StreamKPlan {
   Raster raster = Raster::kAlongM;  // over the kernel's grid (streamk_grid), swapped for k128x64swap
   int swizzle = 1;               // CUTLASS max_swizzle_size (see streamk_swizzle)
   bool deterministic = true;     // partial tiles added in K order (bitwise reproducible), else atomics
+  bool pdl = false;              // ping-pong tiles: programmatic dependent launch (measured only)
 };
 
 // The plan tw::gemm uses (raster and swizzle from streamk_order, deterministic reduction):
@@ -160,8 +161,9 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | swap64x16 | swap64x32 | swap64x64 (the last three: mode heuristic or dp), mode heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8,
-// raster m | n (the kernel's: swapped for swap128x64). Empty leaves the plan as it is. A bad
+// swap128x64 | swap64x16 | swap64x32 | swap64x64 (the last three: mode heuristic or dp), mode
+// heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
+// (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad
 // entry: ok = false and the reason. Given the call's (a, cfg), a tile other than the plan's gets
 // that tile's streamk_order (raster and swizzle on its own grid) unless the spec names them.
 Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, const GemmArgs* a = nullptr,

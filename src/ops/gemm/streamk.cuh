@@ -273,7 +273,7 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
              std::string("gemm (stream-K): kernel parameters: ") + cutlassGetStatusString(st));
   TW_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                      int(Kernel::SharedStorageSize)));
-  st = op.run(stream);
+  st = op.run(stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/plan.pdl);
   TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
              std::string("gemm (stream-K): launch failed: ") + cutlassGetStatusString(st) + " (" +
                  cudaGetErrorString(cudaGetLastError()) + ")");
