@@ -209,7 +209,7 @@ fi
 if [ "$MODE" = gemm ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   step "GEMM tests"
-  run 150 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
+  run 200 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/gpu_tests_gemm.json"
   step "memcheck on the small GEMM tests (hook and stream-K kernels)"
   run 150 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
     --gtest_filter='Gemm.SmallShapes:Gemm.HookFiresOncePerTile:Gemm.DecodeShapesOnTheSwappedTile:Gemm.DecodeShapesOnThePingpongTiles'
