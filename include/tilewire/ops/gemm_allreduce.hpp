@@ -2,8 +2,8 @@
 //
 //   C = sum over ranks r of A_r [M, K_local] * B_r,   written to every rank's C [M, N],
 //   bf16 or fp16 in and out (A, B and C in one dtype), fp32 accumulation, bit-identical on every rank.
-//   fp16 runs the owner algorithm only (the relay and exchange kernels are bf16): built and
-//   CPU-tested, not yet run on a GPU.
+//   fp16 runs the owner algorithm only (the relay and exchange kernels are bf16); tested at 1-8
+//   virtual ranks on one H200, not timed.
 //
 // Status: correct and bit-identical on 2 x H200 (GPU tests, compute-sanitizer memcheck + racecheck);
 // 8192x8192x4096 (relay): 1.66-1.68x faster than cuBLASLt GEMM + NCCL, 1.02-1.06x the GEMM alone
