@@ -10,12 +10,11 @@
 #   sanitize      compute-sanitizer memcheck + racecheck on the GPU tests (its own call: with the
 #                 tests and benches it does not fit the device tool's 10-minute command limit)
 #   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
-#                 decode and ragged shapes in bf16 and fp16, acceptance in fp16, decode on the unswapped
-#                 stream-K tile for the record
-#   gemmplans     (nvidia-h200) the ping-pong tiles' GPU test, then `bench gemm --plans`: the decode and
-#                 ragged sweeps under every candidate plan (tiles, splits, decompositions, the ping-pong
-#                 tiles, the hook kernel) in one process per sweep, the
-#                 best per shape (bench_gemm_plans_{decode,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
+#                 decode, narrow and ragged shapes in bf16 and fp16, acceptance in fp16
+#   gemmplans     (nvidia-h200) the ping-pong tiles' GPU test, then `bench gemm --plans`: the decode,
+#                 narrow and ragged sweeps under every candidate plan (tiles, splits, decompositions,
+#                 the ping-pong tiles, the hook kernel) in one process per sweep, the best per shape
+#                 (bench_gemm_plans_{decode,narrow,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
 #                 "bf16 fp16"): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
@@ -216,14 +215,11 @@ if [ "$MODE" = gemm ]; then
   step "bench gemm"
   run 150 "$TW" bench gemm --sweep acceptance -R 9 --json "$OUT/bench_gemm_acceptance.json"
   run 150 "$TW" bench gemm --sweep grid -R 7 --json "$OUT/bench_gemm_grid.json"
-  step "bench gemm, decode and ragged shapes, bf16 and fp16"
+  step "bench gemm, decode, narrow and ragged shapes, bf16 and fp16"
   for d in bf16 fp16; do
     run 100 "$TW" bench gemm --dtype $d --sweep decode -R 5 --json "$OUT/bench_gemm_decode_$d.json"
+    run 100 "$TW" bench gemm --dtype $d --sweep narrow -R 5 --json "$OUT/bench_gemm_narrow_$d.json"
     run 100 "$TW" bench gemm --dtype $d --sweep ragged -R 5 --json "$OUT/bench_gemm_ragged_$d.json"
-  done
-  step "decode M <= 64 on the unswapped 128x64 stream-K tile (the plan before the swapped one): for the record"
-  for mode in heuristic splitk,splits=2; do
-    TILEWIRE_GEMM_STREAMK_PLAN=tile=128x64,mode=$mode run 100 "$TW" bench gemm --sweep decode -R 3
   done
   run 100 "$TW" bench gemm --dtype fp16 --sweep acceptance -R 5 --json "$OUT/bench_gemm_acceptance_fp16.json"
   step "the other kernel on the shapes the rule decides (plan.hpp use_streamk): for the record"
@@ -233,20 +229,21 @@ fi
 
 if [ "$MODE" = gemmplans ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
-  DECODE_PLANS="auto;hook;tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2"
-  DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=3;tile=swap128x64,mode=splitk,splits=4;tile=swap128x64,mode=splitk,splits=8"
-  DECODE_PLANS+=";tile=swap128x64,mode=streamk;tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2"
-  DECODE_PLANS+=";tile=128x128,mode=heuristic;tile=128x128,mode=streamk"
-  DECODE_PLANS+=";tile=swap128x64,mode=splitk,splits=4,det=0"  # atomics, not bitwise reproducible: what determinism costs
-  DECODE_PLANS+=";tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
-  DECODE_PLANS+=";tile=swap64x16,pdl=1;tile=swap64x32,pdl=1;tile=swap64x64,pdl=1"  # programmatic dependent launch
+  DECODE_PLANS="auto;hook;tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
+  DECODE_PLANS+=";tile=swap128x64pp;tile=128x128pp"  # the 128-row ping-pong tiles
+  DECODE_PLANS+=";tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2;tile=swap128x64,mode=splitk,splits=4"
+  DECODE_PLANS+=";tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2;tile=128x128,mode=heuristic"
+  DECODE_PLANS+=";tile=128x128,mode=streamk;tile=128x256,mode=heuristic"
+  DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=swap128x64pp,pdl=1;tile=128x128pp,pdl=1"  # programmatic dependent launch
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"
-  RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=streamk;tile=128x128,mode=heuristic"
+  RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=heuristic;tile=128x128pp"
   step "the ping-pong tiles' test (every element against the reference)"
   run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
   for d in ${GEMMPLANS_DTYPES:-bf16 fp16}; do
     step "bench gemm --plans, decode, $d"
     run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json"
+    step "bench gemm --plans, narrow, $d"
+    run 150 "$TW" bench gemm --dtype $d --sweep narrow -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_narrow_$d.json"
     step "bench gemm --plans, ragged, $d"
     run 150 "$TW" bench gemm --dtype $d --sweep ragged -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_ragged_$d.json"
   done

@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
 """Read `tilewire bench gemm --plans ... --json FILE` output and say what a plan rule could reach.
 
-  scripts/plan_table.py bench_gemm_plans_decode_bf16.json [more.json ...] [--by m|n|k|mn]
+  scripts/plan_table.py bench_gemm_plans_decode_bf16.json[.gz] [more.json ...] [--by m|n|k|mn]
 
 Per shape: every plan's ratio (cuBLASLt time / tilewire time, from the same pair timing), the
 best plan and the rule's own plan ("auto"). Then per group of shapes (--by, default m): how often
 each plan is the best and its geometric mean, and the geometric mean of auto, of the best plan
 per shape (what a perfect rule would reach) and of the best single plan per group (what a rule
-keyed on that group alone reaches). Rows with #wrong > 0 are left out and counted.
+keyed on that group alone reaches). Rows with #wrong > 0 are left out and counted. Each file is
+read on its own (one dtype and sweep per file).
 """
 import argparse
 import collections
+import gzip
 import json
 import math
 
@@ -24,18 +26,23 @@ def main():
     ap.add_argument("files", nargs="+")
     ap.add_argument("--by", default="m", choices=["m", "n", "k", "mn"])
     args = ap.parse_args()
+    for f in args.files:
+        with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
+            doc = json.load(fh)
+        print(f"== {f}: {doc.get('dtype', '?')}, B {doc.get('layout', '?')}")
+        table(doc, args)
+        print()
 
+
+def table(doc, args):
     shapes = collections.OrderedDict()  # (m, n, k) -> {plan_spec: ratio}
     wrong = 0
-    for f in args.files:
-        with open(f) as fh:
-            doc = json.load(fh)
-        for r in doc["rows"]:
-            if r.get("wrong", 0):
-                wrong += 1
-                continue
-            key = (r["m"], r["n"], r["k"])
-            shapes.setdefault(key, {})[r.get("plan_spec", "auto")] = r["cublas_us"] / r["tw_us"]
+    for r in doc["rows"]:
+        if r.get("wrong", 0):
+            wrong += 1
+            continue
+        key = (r["m"], r["n"], r["k"])
+        shapes.setdefault(key, {})[r.get("plan_spec", "auto")] = r["cublas_us"] / r["tw_us"]
 
     plans = sorted({p for v in shapes.values() for p in v})
     print(f"{len(shapes)} shapes, {len(plans)} plans" + (f", {wrong} rows left out (#wrong > 0)" if wrong else ""))

@@ -2,7 +2,7 @@
 // same inputs, every result checked against cuBLASLt's on the device.
 //
 //   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--dtype bf16|fp16]
-//                       [--sweep acceptance|grid|skinny|tail|decode|ragged]
+//                       [--sweep acceptance|grid|skinny|tail|decode|narrow|ragged]
 //                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
 //                       [--plans "auto;hook;tile=swap128x64,mode=splitk,splits=8;..."]
 //
@@ -13,7 +13,9 @@
 // elements of tilewire's C farther from cuBLASLt's than 2 bf16 ulps (relative 2^-6) + 2^-6
 // absolute (the same bound for fp16, whose ulps are smaller).
 // Sweeps: decode = M in {1, 16, 32, 64, 128, 256} x N in {4096, 8192, 14336, 57344} x K in
-// {4096, 8192}; ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0 when every check passed, 1 when not.
+// {4096, 8192}; narrow = the decode M x N in {1024, 2048} x K in {4096, 8192} (tensor-parallel
+// shards of N); ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0
+// when every check passed, 1 when not.
 // --plans: every shape under each plan in turn (the same inputs; each plan checked and timed in
 // alternation with cuBLASLt), then the best per shape: what a plan rule is read off. A plan is auto
 // (tw::gemm's rule), hook, streamk (the stream-K kernel, its own plan) or a TILEWIRE_GEMM_STREAMK_PLAN
@@ -70,8 +72,8 @@ constexpr const char* kUsage =
     "                        4096x8192x8192, 2048x8192x4096); grid: M {128,512,2048,8192} x N {4096,8192}\n"
     "                        x K {4096,8192}; skinny: the grid's M = 128 shapes; tail: 4096x8192x8192,\n"
     "                        2048x8192x4096 (ragged last waves); decode: M {1,16,32,64,128,256} x N {4096,\n"
-    "                        8192,14336,57344} x K {4096,8192}; ragged: M {3000,5000,6143} x N {5144,10248}\n"
-    "                        x K {3584,4000}\n"
+    "                        8192,14336,57344} x K {4096,8192}; narrow: the decode M x N {1024,2048} x K\n"
+    "                        {4096,8192}; ragged: M {3000,5000,6143} x N {5144,10248} x K {3584,4000}\n"
     "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
     "  --dtype bf16|fp16     A, B and C (default bf16); fp32 accumulation either way\n"
     "  --iters N             timed calls per repeat (20)     --warmup N   untimed calls first (5)\n"
@@ -80,7 +82,8 @@ constexpr const char* kUsage =
     "  --json FILE           also write every row as JSON\n"
     "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
     "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
-    "                        swap64x16|swap64x32|swap64x64 (the last three data-parallel only),\n"
+    "                        swap64x16|swap64x32|swap64x64|swap128x64pp|128x128pp (the last five:\n"
+    "                        ping-pong, data-parallel only),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n";
 
 int to_int(const std::string& opt, const std::string& v) {
@@ -152,13 +155,17 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
     for (int mm : {1, 16, 32, 64, 128, 256})
       for (int nn : {4096, 8192, 14336, 57344})
         for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
+  } else if (sweep == "narrow") {
+    for (int mm : {1, 16, 32, 64, 128, 256})
+      for (int nn : {1024, 2048})
+        for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
   } else if (sweep == "ragged") {
     for (int mm : {3000, 5000, 6143})
       for (int nn : {5144, 10248})
         for (int kk : {3584, 4000}) a.shapes.push_back({mm, nn, kk});
   } else
     TW_REQUIRE(sweep.empty(), kInvalidArgument,
-               "bench gemm: --sweep acceptance|grid|skinny|tail|decode|ragged, got '" + sweep + "'");
+               "bench gemm: --sweep acceptance|grid|skinny|tail|decode|narrow|ragged, got '" + sweep + "'");
   if (m || n || k) {
     TW_REQUIRE(m > 0 && n > 0 && k > 0, kInvalidArgument, "bench gemm: -m, -n and -k go together, all positive");
     a.shapes.push_back({m, n, k});

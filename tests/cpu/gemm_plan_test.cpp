@@ -166,8 +166,9 @@ TEST(GemmPlan, HookWaves) {
   EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 1);
 }
 
-// The bench's GEMM grid and acceptance shapes on 132 SMs: M <= 128 and grids whose last wave is
-// mostly empty go to the stream-K kernel; ragged multi-wave grids stay on the hook kernel (plan.hpp).
+// The bench's GEMM grid, acceptance and ragged shapes on 132 SMs: M <= 128 and grids whose last
+// wave is mostly empty go to the stream-K kernel (1.023 w + 0.15 < 0.99 ceil(w) at w >= 1 waves);
+// the others stay on the hook kernel (plan.hpp).
 TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
   using tw::gemm_impl::use_streamk;
   struct Case {
@@ -178,9 +179,12 @@ TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
   const Case cases[] = {
       {128, 4096, true, "0.24 waves"},          {128, 8192, true, "0.48 waves"},
       {512, 4096, true, "0.48 waves"},          {512, 8192, false, "0.97 waves: last wave 97% full"},
-      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, false, "3.88 waves: 4.27 > 4"},
-      {4096, 8192, false, "7.76 waves: 8.5 > 8"}, {8192, 4096, false, "7.76 waves"},
+      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, false, "3.88 waves: 4.12 > 3.96"},
+      {4096, 8192, false, "7.76 waves: 8.09 > 7.92"}, {8192, 4096, false, "7.76 waves"},
       {8192, 8192, false, "15.5 waves"},        {16384, 8192, false, "31.0 waves"},
+      {3000, 5144, false, "3.82 waves: 4.06 > 3.96"}, {3000, 10248, true, "7.45 waves: 7.77 < 7.92"},
+      {5000, 5144, true, "6.36 waves: 6.66 < 6.93"}, {5000, 10248, true, "12.42 waves: 12.86 < 12.87"},
+      {6143, 5144, false, "7.64 waves: 7.96 > 7.92"}, {6143, 10248, false, "14.91 waves"},
   };
   for (const Case& c : cases)
     for (int K : {4096, 8192})
@@ -209,11 +213,16 @@ TEST(GemmPlan, StreamKRuleEdges) {
   EXPECT_FALSE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
   cfg.reserved_sms = 10;
   EXPECT_TRUE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
-  // Exactly at the wave threshold the hook kernel stays.
+  // Full waves stay on the hook kernel; a last wave under a quarter full after 14-15 leaves it.
   cfg.reserved_sms = 0;
   EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66, 64), cfg, kSms)) << "15 full waves";
-  EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 64), cfg, kSms)) << "15 waves and a ragged 16th";
-  EXPECT_FALSE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14 waves and a ragged 15th";
+  EXPECT_TRUE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 64), cfg, kSms)) << "15.23 waves: 15.73 < 15.84";
+  EXPECT_TRUE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14.21 waves: 14.69 < 14.85";
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 14, 256 * 69, 64), cfg, kSms)) << "14.64 waves: 15.12 > 14.85";
+  // M <= 256 on a grid that plan_streamk's decode rows take: the CUTLASS kernels.
+  EXPECT_TRUE(use_streamk(args(256, 14336, 4096), cfg, kSms)) << "0.85 hook waves, 224 128x128 tiles";
+  EXPECT_TRUE(use_streamk(args(257, 14336, 4096), cfg, kSms)) << "2 x 56 units: 1.70 waves: 1.89 < 1.98";
+  EXPECT_FALSE(use_streamk(args(257, 16384, 4096), cfg, kSms)) << "2 x 64 units: 1.94 waves: 2.13 > 1.98";
 }
 
 TEST(GemmPlan, KernelPreferenceOverridesTheRule) {
@@ -249,25 +258,21 @@ TEST(GemmPlan, StreamKPlan) {
   p = plan_streamk(args(2048, 8192, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
   EXPECT_EQ(p.raster, Raster::kAlongM) << "16 tile rows, 32 tile columns";
-  // One tile row (M <= 128): 128x64 tiles; split-K 2 while the units fit on the SMs, no swizzle
-  // over a single tile row.
+  // M = 128: the first tile whose grid makes at most a wave, data-parallel.
   p = plan_streamk(args(128, 4096, 4096), cfg, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k128x64c1);
-  EXPECT_EQ(p.decomposition, Decomposition::kSplitK) << "64 tiles x 2 splits = 128 units on 132 SMs";
-  EXPECT_EQ(p.splits, 2);
-  EXPECT_EQ(p.swizzle, 1);
-  EXPECT_EQ(p.raster, Raster::kAlongM);
-  p = plan_streamk(args(128, 8192, 4096), cfg, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k128x64c1);
-  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "128 tiles already fill a wave";
+  EXPECT_EQ(p.tile, StreamKTile::k64x64swap) << "64 x 2 = 128 ping-pong tiles on 132 SMs";
+  EXPECT_EQ(p.decomposition, Decomposition::kDataParallel);
   EXPECT_EQ(p.splits, 1);
-  p = plan_streamk(args(7, 4096, 512), cfg, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
+  p = plan_streamk(args(128, 8192, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap) << "128 x 2 = 256 64-row tiles; 64 x 2 = 128 128-row ones";
+  EXPECT_EQ(p.decomposition, Decomposition::kDataParallel);
+  p = plan_streamk(args(7, 1024, 512), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap) << "16 ping-pong tiles are under sms / 4";
   EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "8 K tiles: too short to split";
   GemmConfig reserved = cfg;
   reserved.reserved_sms = 8;
-  EXPECT_EQ(plan_streamk(args(128, 4096, 4096), reserved, kSms).decomposition, Decomposition::kHeuristic)
-      << "128 units do not fit on 124 SMs";
+  EXPECT_EQ(plan_streamk(args(128, 4096, 4096), reserved, kSms).tile, StreamKTile::k128x64swap)
+      << "128 ping-pong tiles do not fit on 124 SMs";
   p = plan_streamk(args(512, 4096, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
   EXPECT_EQ(p.swizzle, 4) << "4 x 32 tiles";
@@ -278,38 +283,61 @@ TEST(GemmPlan, StreamKPlan) {
   EXPECT_EQ(p.swizzle, 1);
 }
 
-// M <= 64: the swapped tile (C^T = B A^T, N on the 128-row side), ceil(N / 128) tiles, split-K
-// so that tiles * splits fill the SMs with >= 8 K tiles per split.
-TEST(GemmPlan, StreamKSwappedPlanForDecodeShapes) {
+// M <= 256, the decode rows (plan.hpp): at M <= 64 the swapped ping-pong tile whose narrow side
+// covers M, data-parallel; under sms / 4 of its tiles the split-K swapped 128-row tile, so that
+// tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the first tile whose
+// grid fits.
+TEST(GemmPlan, StreamKDecodePlan) {
   using tw::gemm_impl::Decomposition;
   using tw::gemm_impl::plan_streamk;
   using tw::gemm_impl::StreamKTile;
   GemmConfig cfg;
-  for (int M : {1, 16, 32, 33, 64})
-    for (DType t : {DType::kBFloat16, DType::kFloat16}) {
-      EXPECT_EQ(plan_streamk(args(M, 4096, 4096, BLayout::kNK, t), cfg, kSms).tile, StreamKTile::k128x64swap) << M;
-      EXPECT_EQ(tw::gemm_impl::kernel_for(args(M, 4096, 4096, BLayout::kNK, t), cfg, kSms,
-                                          tw::gemm_impl::KernelPref::kAuto),
-                tw::gemm_impl::GemmKernel::kStreamK)
-          << M;
-    }
-  for (int M : {65, 100, 128})
-    EXPECT_EQ(plan_streamk(args(M, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x64c1) << M;
-  EXPECT_EQ(plan_streamk(args(129, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x128c1);
+  struct Case {
+    int M, N;
+    StreamKTile tile;
+    Decomposition d;
+  };
+  const Case cases[] = {
+      {1, 4096, StreamKTile::k64x16swap, Decomposition::kDataParallel},
+      {16, 57344, StreamKTile::k64x16swap, Decomposition::kDataParallel},
+      {17, 4096, StreamKTile::k64x32swap, Decomposition::kDataParallel},
+      {32, 14336, StreamKTile::k64x32swap, Decomposition::kDataParallel},
+      {33, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},
+      {64, 57344, StreamKTile::k64x64swap, Decomposition::kDataParallel},
+      {65, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},    // 64 x 2 tiles
+      {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
+      {128, 14336, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 112
+      {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
+      {129, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 3
+      {256, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 4
+      {256, 8192, StreamKTile::k128x128c1, Decomposition::kHeuristic},      // 2 x 64
+      {256, 14336, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 2 x 112 <= 2 sms
+      {256, 57344, StreamKTile::k128x256c2, Decomposition::kHeuristic},     // 3.39 hook waves, 39% last
+      {128, 1024, StreamKTile::k128x64c1, Decomposition::kSplitK},          // 32 ping-pong tiles < 33
+  };
+  for (const Case& c : cases)
+    for (DType t : {DType::kBFloat16, DType::kFloat16})
+      for (int K : {4096, 8192}) {
+        const GemmArgs a = args(c.M, c.N, K, BLayout::kNK, t);
+        const auto p = plan_streamk(a, cfg, kSms);
+        EXPECT_EQ(p.tile, c.tile) << c.M << "x" << c.N << "x" << K;
+        EXPECT_EQ(p.decomposition, c.d) << c.M << "x" << c.N << "x" << K;
+        EXPECT_TRUE(p.deterministic);
+        EXPECT_FALSE(p.pdl) << "measured only";
+        EXPECT_EQ(tw::gemm_impl::kernel_for(a, cfg, kSms, tw::gemm_impl::KernelPref::kAuto),
+                  tw::gemm_impl::GemmKernel::kStreamK)
+            << c.M << "x" << c.N << "x" << K;
+      }
+  EXPECT_EQ(plan_streamk(args(128, 1024, 4096), cfg, kSms).splits, 2) << "2 x 16 units, 64 K tiles";
+  EXPECT_EQ(plan_streamk(args(257, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x128c1) << "M > 256: the general rule";
 
-  // M = 1, N = K = 4096: 32 tiles, 64 K tiles: min(132 / 32, 64 / 8) = 4 splits, 128 units.
-  auto p = plan_streamk(args(1, 4096, 4096), cfg, kSms);
-  EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
-  EXPECT_EQ(p.splits, 4);
-  EXPECT_TRUE(p.deterministic);
-  // M = 64, N = 57344, K = 8192: 448 tiles are 3.39 waves already: no split, CUTLASS's heuristic.
-  p = plan_streamk(args(64, 57344, 8192), cfg, kSms);
+  // Narrow grids at M <= 64: M = 1, N = 2048, K = 4096: 32 ping-pong tiles < 132 / 4; 16 swapped
+  // 128-row tiles, 64 K tiles: min(132 / 16, 64 / 8) = 8 splits, 128 units.
+  auto p = plan_streamk(args(1, 2048, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
-  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
-  EXPECT_EQ(p.splits, 1);
-  // 64 tiles: 2 splits; 112 tiles: none; 8192 x 8192 keeps >= 8 K tiles per split.
-  EXPECT_EQ(plan_streamk(args(1, 8192, 8192), cfg, kSms).splits, 2);
-  EXPECT_EQ(plan_streamk(args(16, 14336, 4096), cfg, kSms).decomposition, Decomposition::kHeuristic);
+  EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
+  EXPECT_EQ(p.splits, 8);
+  EXPECT_EQ(plan_streamk(args(1, 2112, 4096), cfg, kSms).tile, StreamKTile::k64x16swap) << "33 tiles";
   // Few tiles, long K: the K-tile bound wins (N = 256: 2 tiles; K = 2048: 32 K tiles -> 4 splits).
   p = plan_streamk(args(32, 256, 2048), cfg, kSms);
   EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
@@ -318,12 +346,16 @@ TEST(GemmPlan, StreamKSwappedPlanForDecodeShapes) {
   EXPECT_EQ(plan_streamk(args(32, 256, 1016), cfg, kSms).splits, 2) << "16 K tiles, the last one short";
   EXPECT_EQ(plan_streamk(args(32, 256, 960), cfg, kSms).decomposition, Decomposition::kHeuristic)
       << "15 K tiles: one split of >= 8";
-  // Reserved SMs: 132 - 70 = 62 SMs hold one split of 32 tiles only.
+  // Reserved SMs: 124 SMs take 32 ping-pong tiles (4 x 32 >= 124); 62 SMs hold 2 splits of 16.
   GemmConfig reserved = cfg;
+  reserved.reserved_sms = 8;
+  EXPECT_EQ(plan_streamk(args(1, 2048, 4096), reserved, kSms).tile, StreamKTile::k64x16swap);
   reserved.reserved_sms = 70;
-  EXPECT_EQ(plan_streamk(args(1, 4096, 4096), reserved, kSms).decomposition, Decomposition::kHeuristic);
-  reserved.reserved_sms = 4;
-  EXPECT_EQ(plan_streamk(args(1, 4096, 4096), reserved, kSms).splits, 4) << "128 SMs: 4 x 32";
+  p = plan_streamk(args(1, 1024, 4096), reserved, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k64x16swap) << "16 tiles: 4 x 16 >= 62";
+  p = plan_streamk(args(1, 512, 4096), reserved, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
+  EXPECT_EQ(p.splits, 8) << "4 tiles: min(62 / 4, 8)";
 }
 
 // The swapped grid is (ceil(N / 128), ceil(M / 64)): one tile column at M <= 64, no swizzle,
@@ -351,8 +383,9 @@ TEST(GemmPlan, StreamKSwappedGridAndOrder) {
 
   GemmConfig cfg;  // swizzle 4, raster auto
   auto p = tw::gemm_impl::plan_streamk(args(16, 4096, 4096), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k64x16swap);
   EXPECT_EQ(p.swizzle, 1) << "one tile column";
-  EXPECT_EQ(p.raster, Raster::kAlongN) << "32 tile rows, 1 column: resolve_raster's tie rule";
+  EXPECT_EQ(p.raster, Raster::kAlongN) << "64 tile rows, 1 column: resolve_raster's tie rule";
   StreamKPlan q;
   q.tile = StreamKTile::k128x64swap;
   cfg.raster = tw::GemmRaster::kAlongM;  // down C's M = along the kernel's N
@@ -469,7 +502,8 @@ TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
   EXPECT_EQ(p.swizzle, base.swizzle);
 }
 
-// The ping-pong tiles: swapped, data-parallel only (a split of the plan does not carry over).
+// The ping-pong tiles: data-parallel only (a split of the plan does not carry over); all swapped
+// but the 128x128 one.
 TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   using tw::gemm_impl::apply_streamk_plan_override;
   using tw::gemm_impl::Decomposition;
@@ -481,6 +515,11 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
     EXPECT_TRUE(tile_shape(t).pingpong);
     EXPECT_EQ(tile_shape(t).blk_m, 64);
   }
+  EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).swapped);
+  EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).pingpong);
+  EXPECT_EQ(tile_shape(StreamKTile::k128x64swappp).blk_m, 128);
+  EXPECT_FALSE(tile_shape(StreamKTile::k128x128pp).swapped);
+  EXPECT_TRUE(tile_shape(StreamKTile::k128x128pp).pingpong);
   for (StreamKTile t : {StreamKTile::k128x256c2, StreamKTile::k128x128c1, StreamKTile::k128x64c1,
                         StreamKTile::k128x64swap})
     EXPECT_FALSE(tile_shape(t).pingpong);
@@ -490,10 +529,10 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_EQ(g.tiles_m, 64);  // N / 64: twice the 128-row tile's
   EXPECT_EQ(g.tiles_n, 1);
 
-  const GemmArgs a = args(1, 4096, 4096);
+  const GemmArgs a = args(1, 1024, 4096);
   const tw::GemmConfig cfg;
   const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
-  ASSERT_EQ(base.decomposition, Decomposition::kSplitK);  // the swapped 128-row tile, split 4
+  ASSERT_EQ(base.decomposition, Decomposition::kSplitK);  // the swapped 128-row tile, split 8
   StreamKPlan p = base;
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k64x16swap);
@@ -502,6 +541,14 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk swap64x16pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   p = base;
   EXPECT_TRUE(apply_streamk_plan_override("tile=swap64x32,mode=heuristic", &p, &a, &cfg).ok);
+  p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x64pp", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swappp);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk swap128x64pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=128x128pp", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
   EXPECT_FALSE(p.pdl);
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);
@@ -514,7 +561,8 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   p = base;  // the stream-K tiles are built without grid dependency control
   EXPECT_FALSE(apply_streamk_plan_override("pdl=1", &p, &a, &cfg).ok);
   EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
-  for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk"}) {
+  for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk",
+                          "tile=128x128pp,mode=splitk,splits=2"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
     EXPECT_FALSE(st.ok) << bad;

@@ -249,6 +249,9 @@ void launch(const Variant& v, const tw::GemmArgs& a, const tw::GemmConfig& cfg, 
   const bool half = a.dtype == DType::kFloat16;
   const auto raster = tw::gemm_impl::resolve_raster(a, cfg, tw::gemm_impl::kBlkM, tw::gemm_impl::kBlkN);
   if (v.hook) half ? tw::gemm_impl::launch_f16_nk(a, cfg, num_sms, raster, s) : tw::gemm_impl::launch_bf16_nk(a, cfg, num_sms, raster, s);
+  else if (tw::gemm_impl::tile_shape(v.plan.tile).pingpong)  // the plan's decode tiles
+    half ? tw::gemm_impl::launch_f16_nk_pingpong(a, cfg, num_sms, v.plan, s)
+         : tw::gemm_impl::launch_bf16_nk_pingpong(a, cfg, num_sms, v.plan, s);
   else if (half) tw::gemm_impl::launch_f16_nk_streamk(a, cfg, num_sms, v.plan, s);
   else tw::gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, v.plan, s);
 }
@@ -406,17 +409,24 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
   struct Shape {
     int M, N;
   };
+  struct ResetPlan {
+    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+  } reset;
+  // The rule runs this tile at M <= 64 only on grids under sms / 4 ping-pong tiles; forced here.
   for (DType t : {kBf16, DType::kFloat16})
     for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 4096}, Shape{64, 4096}, Shape{1, 5144},
                      Shape{33, 5144}}) {
       const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
       SCOPED_TRACE(p.name());
+      tw::gemm_impl::set_measurement_plan(
+          tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, "tile=swap128x64"});
       check_decode_call(p, reference(p), "streamk swap128x64c1");
     }
 }
 
-// The ping-pong tiles (plan.hpp k64x*swap), forced through the measurement plan: every element
-// against the reference, and a second run bitwise the same (data-parallel: no reduction order).
+// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp), forced through the
+// measurement plan: every element against the reference, and a second run bitwise the same
+// (data-parallel: no reduction order).
 TEST(Gemm, DecodeShapesOnThePingpongTiles) {
   TW_SKIP_UNLESS_SM90();
   struct Shape {
@@ -425,16 +435,24 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
   struct ResetPlan {
     ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
   } reset;
-  // M = 100: several tiles along M on every narrow side; N = 1032: a partial last tile of N.
+  struct Tile {
+    const char* spec;       // TILEWIRE_GEMM_STREAMK_PLAN's name
+    const char* described;  // describe()'s
+  };
+  // M = 100: several tiles along M on every 64-wide narrow side; M = 200: two 128-row tiles of the
+  // plain one, the second partial; N = 1032: a partial last tile of N.
   for (DType t : {kBf16, DType::kFloat16})
-    for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 1032}}) {
+    for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 1032},
+                     Shape{200, 1032}}) {
       const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
       const Reference ref = reference(p);  // once per shape: the host fp64 sum is the slow part
-      for (const char* tile : {"swap64x16", "swap64x32", "swap64x64"}) {
-        SCOPED_TRACE(p.name() + " " + tile);
+      for (Tile tile : {Tile{"swap64x16", "swap64x16pp"}, Tile{"swap64x32", "swap64x32pp"},
+                        Tile{"swap64x64", "swap64x64pp"}, Tile{"swap128x64pp", "swap128x64pp"},
+                        Tile{"128x128pp", "128x128pp"}}) {
+        SCOPED_TRACE(p.name() + " " + tile.spec);
         tw::gemm_impl::set_measurement_plan(
-            tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile});
-        check_decode_call(p, ref, std::string("streamk ") + tile + "pp mode dp");
+            tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});
+        check_decode_call(p, ref, std::string("streamk ") + tile.described + " mode dp");
       }
     }
 }

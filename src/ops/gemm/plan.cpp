@@ -117,12 +117,66 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   return w;
 }
 
+namespace {
+constexpr int kPingpongMaxM = 64;       // M <= this: a swapped ping-pong tile covers M in one tile
+constexpr int kDecodeMaxM = 256;        // M <= this: the decode rows of plan_streamk
+constexpr int kMinKTilesPerSplit = 8;   // a split of the swapped tile's K loop keeps >= 8 K tiles
+
+int tiles_of(const GemmArgs& a, StreamKTile t) {
+  const StreamKGrid g = streamk_grid(a, t);
+  return g.tiles_m * g.tiles_n;
+}
+
+// plan_streamk's rows for M <= 256 that pick a tile by its grid (plan.hpp), before the raster and
+// swizzle; nullopt where the general rule applies (M > 128 without a fitting grid).
+std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  if (a.M > kDecodeMaxM) return std::nullopt;
+  const int sms = num_sms - cfg.reserved_sms;
+  const int k_tiles = ceil_div(a.K, 64);
+  StreamKPlan p;
+  auto fits = [&](StreamKTile t, int most) {  // a grid of sms / 4 .. `most` tiles
+    const int n = tiles_of(a, t);
+    return 4 * n >= sms && n <= most;
+  };
+  auto take = [&](StreamKTile t, Decomposition d) {
+    p.tile = t;
+    p.decomposition = d;
+    return p;
+  };
+  if (a.M <= kPingpongMaxM) {
+    const StreamKTile pp = a.M <= 16 ? StreamKTile::k64x16swap : a.M <= 32 ? StreamKTile::k64x32swap
+                                                                            : StreamKTile::k64x64swap;
+    if (4 * tiles_of(a, pp) >= sms) return take(pp, Decomposition::kDataParallel);
+    // A narrow grid: the split-K swapped tile, so that T * S units fill the SMs.
+    const int tiles = tiles_of(a, StreamKTile::k128x64swap);
+    const int splits = std::max(1, std::min(sms / tiles, k_tiles / kMinKTilesPerSplit));
+    if (splits == 1) return take(StreamKTile::k128x64swap, Decomposition::kHeuristic);
+    take(StreamKTile::k128x64swap, Decomposition::kSplitK);
+    p.splits = splits;
+    return p;
+  }
+  if (a.M <= kBlkM && fits(StreamKTile::k64x64swap, sms)) return take(StreamKTile::k64x64swap, Decomposition::kDataParallel);
+  if (fits(StreamKTile::k128x64swap, sms)) return take(StreamKTile::k128x64swap, Decomposition::kDataParallel);
+  const int square = tiles_of(a, StreamKTile::k128x128c1);
+  if (4 * square >= sms && (a.M <= kBlkM || square <= 2 * sms))
+    return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
+  if (a.M > kBlkM) return std::nullopt;
+  // Under sms / 4 tiles at M <= 128: the 128x64 tile, K split in 2 where that still fits.
+  if (2 * ceil_div(a.N, tile_shape(StreamKTile::k128x64c1).blk_n) <= sms && k_tiles >= 16) {
+    take(StreamKTile::k128x64c1, Decomposition::kSplitK);
+    p.splits = 2;
+    return p;
+  }
+  return take(StreamKTile::k128x64c1, Decomposition::kHeuristic);
+}
+}  // namespace
+
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.b_layout != BLayout::kNK) return false;  // not built (bf16 and fp16 are)
-  if (a.M <= kBlkM) return true;
-  const HookWaves w = hook_waves(a, cfg, num_sms);
-  const double waves = w.waves();
-  return waves * kStreamKPenalty < std::ceil(waves);
+  if (a.M <= kBlkM || decode_plan(a, cfg, num_sms)) return true;
+  const double waves = hook_waves(a, cfg, num_sms).waves();
+  if (waves < 1.0) return waves * kStreamKPenalty < 1.0;  // plan_streamk's 128x128 tiles
+  return kStreamKWaveCost * waves + kStreamKFixedWaves < 0.99 * std::ceil(waves);
 }
 
 GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref) {
@@ -167,38 +221,15 @@ void streamk_order(const GemmArgs& a, const GemmConfig& cfg, StreamKPlan* plan) 
   plan->swizzle = streamk_swizzle(g.tiles_m, g.tiles_n, t.cluster_m, cfg.swizzle);
 }
 
-namespace {
-constexpr int kSwapMaxM = 64;          // M <= this: the swapped tile (its narrow side is 64 wide)
-constexpr int kMinKTilesPerSplit = 8;  // a split of the swapped tile's K loop keeps >= 8 K tiles
-}  // namespace
-
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   StreamKPlan p;
-  const int sms = num_sms - cfg.reserved_sms;
-  const int k_tiles = ceil_div(a.K, 64);
-  if (a.M <= kSwapMaxM) {
-    p.tile = StreamKTile::k128x64swap;
-    const StreamKGrid g = streamk_grid(a, p.tile);
-    const int tiles = g.tiles_m * g.tiles_n;
-    const int splits = std::max(1, std::min(sms / tiles, k_tiles / kMinKTilesPerSplit));
-    if (splits > 1) {
-      p.decomposition = Decomposition::kSplitK;
-      p.splits = splits;
-    } else {
-      p.decomposition = Decomposition::kHeuristic;
-    }
-  } else if (a.M <= kBlkM) {
-    p.tile = StreamKTile::k128x64c1;
-    const int tiles_n = ceil_div(a.N, tile_shape(p.tile).blk_n);
-    if (2 * tiles_n <= sms && k_tiles >= 16) {
-      p.decomposition = Decomposition::kSplitK;
-      p.splits = 2;
-    } else {
-      p.decomposition = Decomposition::kHeuristic;
-    }
-  } else if (hook_waves(a, cfg, num_sms).waves() >= 1.0) {
+  if (const std::optional<StreamKPlan> d = decode_plan(a, cfg, num_sms)) {
+    p = *d;
+  } else if (const HookWaves w = hook_waves(a, cfg, num_sms); w.waves() >= 1.0) {
     p.tile = StreamKTile::k128x256c2;
-    p.decomposition = Decomposition::kStreamK;  // CUTLASS's heuristic keeps a tail over half full data-parallel
+    // CUTLASS's heuristic splits the last two waves' worth when the last wave is under half full
+    // (measured a little faster there than kStreamK on the ragged sweep); above half, kStreamK.
+    p.decomposition = w.tail_fill() < 0.5 ? Decomposition::kHeuristic : Decomposition::kStreamK;
   } else {
     p.tile = StreamKTile::k128x128c1;
     p.decomposition = Decomposition::kHeuristic;
@@ -215,7 +246,8 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   bool raster_set = false, swizzle_set = false, mode_set = false;
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
-                             " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64, "
+                             " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64|"
+                             "swap128x64pp|128x128pp, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
@@ -244,6 +276,8 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "swap64x16") p.tile = StreamKTile::k64x16swap;
       else if (v == "swap64x32") p.tile = StreamKTile::k64x32swap;
       else if (v == "swap64x64") p.tile = StreamKTile::k64x64swap;
+      else if (v == "swap128x64pp") p.tile = StreamKTile::k128x64swappp;
+      else if (v == "128x128pp") p.tile = StreamKTile::k128x128pp;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;
@@ -275,11 +309,11 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   if (tile_shape(p.tile).pingpong) {  // data-parallel only: a split the plan had does not carry over
     if (!mode_set) p.decomposition = Decomposition::kDataParallel;
     if (p.decomposition != Decomposition::kHeuristic && p.decomposition != Decomposition::kDataParallel)
-      return bad("the ping-pong tiles (swap64x*) are data-parallel only (mode heuristic or dp)");
+      return bad("the ping-pong tiles (swap64x*, *pp) are data-parallel only (mode heuristic or dp)");
     p.splits = 1;
   }
   if (p.pdl && !tile_shape(p.tile).pingpong)
-    return bad("pdl is built for the ping-pong tiles (swap64x*) only");
+    return bad("pdl is built for the ping-pong tiles (swap64x*, *pp) only");
   // Another tile walks another grid (swapped axes, other tile counts): its own raster and swizzle,
   // unless the spec names them.
   if (a != nullptr && cfg != nullptr && p.tile != plan->tile) {

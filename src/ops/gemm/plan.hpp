@@ -50,14 +50,19 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // When to leave the hook kernel (H200, 132 SMs, measured):
 //   * M <= 128: one row of 128x256 tiles gives 16-32 tiles for 132 SMs (0.34-0.47x cuBLASLt,
-//     bench/results/2026-11-30-s2-h200/run06-gemm); the stream-K kernel (plan_streamk: 128x64
-//     tiles, swapped operands at M <= 64) fills the machine.
-//   * otherwise the hook kernel runs ceil(waves) full-length waves, the CUTLASS stream-K kernel
-//     ~waves * kStreamKPenalty: its data-parallel mode with the same 128x256 tiles and order took
-//     1.11x the hook kernel's time on 2048x8192x4096 (bench/results/2026-11-30-s3-h200/run01), so
-//     splitting K pays only when the last wave is mostly empty (e.g. 1.1 waves, or under one wave
-//     at M > 128). The ragged acceptance shapes (3.88 and 7.76 waves) stay on the hook kernel.
-inline constexpr double kStreamKPenalty = 1.10;
+//     bench/results/2026-11-30-s2-h200/run06-gemm); the CUTLASS kernels (plan_streamk) fill the
+//     machine with narrower tiles.
+//   * otherwise the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the
+//     stream-K kernel on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged
+//     tail's K over every SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off
+//     the ragged sweep under both kernels (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd,
+//     hook / stream-K time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where
+//     that is under 0.99 ceil(w), i.e. last waves under ~0.65 full at 4-8 waves, under ~0.5 at 12.
+//     The five acceptance shapes (3.9, 7.8, 15.5, 15.5, 31.0 waves) stay on the hook kernel.
+//     Under one wave (plan_streamk: 128x128 tiles) stream-K where w * kStreamKPenalty < 1: the
+//     CUTLASS kernel's data-parallel mode took 1.11x the hook kernel's time on the same tiles
+//     (2048x8192x4096, bench/results/2026-11-30-s3-h200/run01).
+inline constexpr double kStreamKWaveCost = 1.023, kStreamKFixedWaves = 0.15, kStreamKPenalty = 1.10;
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
@@ -87,9 +92,15 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                128-row tile, a narrow side sized to M (cuBLASLt picks 64x8 .. 256x32 tiles
 //                without a split on most decode shapes) and deep pipelines (22 stages at 64x16).
 //                Decomposition kDataParallel or kHeuristic (the same here) only.
+//   k128x64swappp, k128x128pp   the ping-pong kernel again with 128-row tiles (one consumer warpgroup
+//                per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and the plain (128,
+//                128, 64) one, cuBLASLt's tiles on the decode shapes at M = 128 and 256, where a
+//                warpgroup's epilogue hides under the other's mainloop once a CTA has two tiles.
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
-enum class StreamKTile { k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap };
+enum class StreamKTile {
+  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp
+};
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
   bool swapped;
@@ -104,6 +115,8 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k64x16swap: return {64, 16, 1, true, true};
     case StreamKTile::k64x32swap: return {64, 32, 1, true, true};
     case StreamKTile::k64x64swap: return {64, 64, 1, true, true};
+    case StreamKTile::k128x64swappp: return {128, 64, 1, true, true};
+    case StreamKTile::k128x128pp: return {128, 128, 1, false, true};
   }
   return {128, 128, 1, false, false};
 }
@@ -132,20 +145,23 @@ struct StreamKPlan {
   bool pdl = false;              // ping-pong tiles: programmatic dependent launch (measured only)
 };
 
-// The plan tw::gemm uses (raster and swizzle from streamk_order, deterministic reduction):
-//   M <= 64         k128x64swap: T = ceil(N / 128) tiles (32 at N = 4096, 448 at N = 57344);
-//                   split-K S = max(1, min(sms / T, ceil(K / 64) / 8)) (sms = num_sms -
-//                   reserved_sms; every split keeps >= 8 K tiles) when S > 1, so that T * S
-//                   units fill the SMs; else kHeuristic, which is data-parallel except over more
-//                   than one wave with a last wave under half full (448 tiles: 3.39 waves), where
-//                   it splits the last two waves' worth of tiles in K (stream-K) instead of
-//                   leaving most SMs, and so HBM, idle in the last wave. Measured on the decode sweep
-//                   (bench/results/2026-12-02-gemm-fp16-h200/run02-9cbc73c): 0.66-1.00x cuBLASLt.
-//   M <= 128        k128x64c1; split-K 2 while 2 * ceil(N / 64) units fit on the SMs and K has
-//                   >= 16 K tiles, else kHeuristic (data-parallel at ~1 wave). cuBLASLt runs these
-//                   with 64x64 / 128x64 tiles, no split (its algorithm is printed by bench gemm).
-//   hook grid >= 1 wave   k128x256c2, kStreamK (the ragged tail is what stream-K fixes);
-//   otherwise       k128x128c1, kHeuristic.
+// The plan tw::gemm uses (raster and swizzle from streamk_order, deterministic reduction). The
+// decode rows follow cuBLASLt's picks (a tile whose narrow side is sized to M, a grid of about one
+// wave, no split) as measured on the decode sweep under every candidate plan
+// (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd); sms = num_sms - reserved_sms, and a
+// grid of "T tiles" is streamk_grid's count:
+//   M <= 64    the swapped ping-pong tile whose narrow side covers M: k64x16swap (M <= 16),
+//              k64x32swap (M <= 32), k64x64swap; data-parallel. T = ceil(N / 64): 0.93-1.10x there.
+//              Below sms / 4 tiles (N < 2112: no measured row) the split-K swapped tile instead:
+//              k128x64swap, S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles.
+//   M <= 256   the first of these whose grid fits: k64x64swap while T <= sms and M <= 128 (M = 128,
+//              N = 4096: 128 tiles); k128x64swap data-parallel while T <= sms (M = 128, N = 8192;
+//              M = 256, N = 4096); k128x128c1 kHeuristic while T <= sms (M <= 128) or <= 2 sms
+//              (M <= 256); else as below. Under sms / 4 tiles: k128x64c1 with split-K 2 when
+//              2 T <= sms and K has >= 16 K tiles.
+//   otherwise  k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last two
+//              waves' worth) when its last wave is under half full, else kStreamK; under a wave
+//              k128x128c1, kHeuristic.
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // Sets plan->raster and plan->swizzle for plan->tile, in the kernel's grid (streamk_grid):
@@ -162,7 +178,8 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | swap64x16 | swap64x32 | swap64x64 (the last three: mode heuristic or dp), mode
+// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp (mode
+// heuristic or dp), mode
 // heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
 // (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad
 // entry: ok = false and the reason. Given the call's (a, cfg), a tile other than the plan's gets

@@ -2,9 +2,10 @@
 // (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Four
 // stream-K tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
 // (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
-// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Three more
-// swapped tiles, (64, 16 | 32 | 64, 64), run CUTLASS's ping-pong kernel, data-parallel
-// (CutlassGemm below with kPingpong; gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
+// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Five more
+// tiles, the swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) and the plain (128, 128, 64), run
+// CUTLASS's ping-pong kernel, data-parallel (CutlassGemm below with kPingpong;
+// gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
 // picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
 // ops never come here.
 //
@@ -132,7 +133,8 @@ namespace streamk {
 // 128-row tile) with the stream-K scheduler (tilewire's ResettingStreamK), which can split K; and
 // the ping-pong kernel (two consumer warpgroups on two 64-row tiles, taking turns at the tensor
 // cores) with the persistent data-parallel scheduler (CUTLASS's ping-pong kernel refuses the
-// stream-K one), for the swapped ping-pong tiles (plan.hpp k64x*swap): no split, no scratch.
+// stream-K one), for the ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp): no
+// split, no scratch. A 128-row ping-pong tile is one warpgroup's, in two wgmma row blocks.
 template <bool kPingpong>
 struct Schedules {
   using Mainloop = cutlass::gemm::KernelTmaWarpSpecializedCooperative;
@@ -242,7 +244,7 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
     reduction = int64_t(args.scheduler.reduction_mode);
   } else {
     TW_REQUIRE(plan.decomposition == Decomposition::kDataParallel || plan.decomposition == Decomposition::kHeuristic,
-               kInvalidArgument, "gemm: the ping-pong tiles (swap64x*) are data-parallel only");
+               kInvalidArgument, "gemm: the ping-pong tiles (swap64x*, *pp) are data-parallel only");
   }
 
   typename G::Device op;
@@ -289,6 +291,9 @@ void launch_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, cons
     case StreamKTile::k64x16swap: return run_streamk<GemmOf<E, StreamKTile::k64x16swap>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k64x32swap: return run_streamk<GemmOf<E, StreamKTile::k64x32swap>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k64x64swap: return run_streamk<GemmOf<E, StreamKTile::k64x64swap>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k128x64swappp:
+      return run_streamk<GemmOf<E, StreamKTile::k128x64swappp>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k128x128pp: return run_streamk<GemmOf<E, StreamKTile::k128x128pp>>(a, cfg, num_sms, plan, stream);
     default: break;
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: not a ping-pong tile");
