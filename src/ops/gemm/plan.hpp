@@ -96,6 +96,8 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and the plain (128,
 //                128, 64) one, cuBLASLt's tiles on the decode shapes at M = 128 and 256, where a
 //                warpgroup's epilogue hides under the other's mainloop once a CTA has two tiles.
+//                Measured plans only: plan_streamk does not pick them (yet; run02-8b5921b has
+//                k128x128pp ahead of the rule at M = 256, N >= 8192).
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
@@ -152,8 +154,11 @@ struct StreamKPlan {
 // grid of "T tiles" is streamk_grid's count:
 //   M <= 64    the swapped ping-pong tile whose narrow side covers M: k64x16swap (M <= 16),
 //              k64x32swap (M <= 32), k64x64swap; data-parallel. T = ceil(N / 64): 0.93-1.10x there.
-//              Below sms / 4 tiles (N < 2112: no measured row) the split-K swapped tile instead:
-//              k128x64swap, S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles.
+//              Below sms / 4 tiles (N < 2112) the split-K swapped tile instead: k128x64swap,
+//              S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles. That choice is
+//              the weak one: 0.31-0.70x on the narrow sweep (N = 1024, 2048), where the ping-pong
+//              tile with the most tiles measured 0.64-1.35x (bench/results/2026-12-02-gemm-plans-h200/
+//              run02-8b5921b); not yet in the rule.
 //   M <= 256   the first of these whose grid fits: k64x64swap while T <= sms and M <= 128 (M = 128,
 //              N = 4096: 128 tiles); k128x64swap data-parallel while T <= sms (M = 128, N = 8192;
 //              M = 256, N = 4096); k128x128c1 kHeuristic while T <= sms (M <= 128) or <= 2 sms
