@@ -12,9 +12,9 @@
 #   gemm          (nvidia-h200) GEMM tests, memcheck on them, `tilewire bench gemm` acceptance + grid,
 #                 decode, narrow and ragged shapes in bf16 and fp16, acceptance in fp16
 #   gemmplans     (nvidia-h200) the ping-pong tiles' GPU test, then `bench gemm --plans`: the decode,
-#                 narrow and ragged sweeps under every candidate plan (tiles, splits, decompositions,
-#                 the ping-pong tiles, the hook kernel) in one process per sweep, the best per shape
-#                 (bench_gemm_plans_{decode,narrow,ragged}_DTYPE.json; GEMMPLANS_DTYPES, default
+#                 narrow, ragged and acceptance sweeps under every candidate plan (tiles, splits,
+#                 decompositions, the ping-pong tiles, the hook kernel) in one process per sweep, the
+#                 best per shape (bench_gemm_plans_{decode,narrow,ragged,acceptance}_DTYPE.json; GEMMPLANS_DTYPES, default
 #                 "bf16 fp16"): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
@@ -230,13 +230,12 @@ fi
 if [ "$MODE" = gemmplans ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   DECODE_PLANS="auto;hook;tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
-  DECODE_PLANS+=";tile=swap128x64pp;tile=128x128pp"  # the 128-row ping-pong tiles
+  DECODE_PLANS+=";tile=swap128x64pp;tile=128x128pp;tile=128x112pp"  # the 128-row ping-pong tiles
   DECODE_PLANS+=";tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2;tile=swap128x64,mode=splitk,splits=4"
-  DECODE_PLANS+=";tile=128x64,mode=heuristic;tile=128x64,mode=splitk,splits=2;tile=128x128,mode=heuristic"
-  DECODE_PLANS+=";tile=128x128,mode=streamk;tile=128x256,mode=heuristic"
-  DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=swap128x64pp,pdl=1;tile=128x128pp,pdl=1"  # programmatic dependent launch
-  RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,swizzle=1"
-  RAGGED_PLANS+=";tile=128x256,mode=streamk,raster=n;tile=128x128,mode=heuristic;tile=128x128pp"
+  DECODE_PLANS+=";tile=128x64,mode=heuristic;tile=128x128,mode=heuristic;tile=128x256,mode=heuristic"
+  DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=128x128pp,pdl=1;tile=128x112pp,pdl=1"  # programmatic dependent launch
+  RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,raster=n"
+  RAGGED_PLANS+=";tile=128x128,mode=heuristic;tile=128x128pp;tile=128x112pp"
   step "the ping-pong tiles' test (every element against the reference)"
   run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
   for d in ${GEMMPLANS_DTYPES:-bf16 fp16}; do
@@ -246,6 +245,8 @@ if [ "$MODE" = gemmplans ]; then
     run 150 "$TW" bench gemm --dtype $d --sweep narrow -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_narrow_$d.json"
     step "bench gemm --plans, ragged, $d"
     run 150 "$TW" bench gemm --dtype $d --sweep ragged -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_ragged_$d.json"
+    step "bench gemm --plans, acceptance, $d"
+    run 150 "$TW" bench gemm --dtype $d --sweep acceptance -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_acceptance_$d.json"
   done
 fi
 

@@ -266,8 +266,8 @@ TEST(GemmPlan, StreamKPlan) {
   p = plan_streamk(args(128, 8192, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x64swap) << "128 x 2 = 256 64-row tiles; 64 x 2 = 128 128-row ones";
   EXPECT_EQ(p.decomposition, Decomposition::kDataParallel);
-  p = plan_streamk(args(7, 1024, 512), cfg, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k128x64swap) << "16 ping-pong tiles are under sms / 4";
+  p = plan_streamk(args(7, 256, 512), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x64swap) << "4 ping-pong tiles are under sms / 16";
   EXPECT_EQ(p.decomposition, Decomposition::kHeuristic) << "8 K tiles: too short to split";
   GemmConfig reserved = cfg;
   reserved.reserved_sms = 8;
@@ -283,10 +283,10 @@ TEST(GemmPlan, StreamKPlan) {
   EXPECT_EQ(p.swizzle, 1);
 }
 
-// M <= 256, the decode rows (plan.hpp): at M <= 64 the swapped ping-pong tile whose narrow side
-// covers M, data-parallel; under sms / 4 of its tiles the split-K swapped 128-row tile, so that
-// tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the first tile whose
-// grid fits.
+// M <= 256, the decode rows (plan.hpp): the swapped ping-pong tile whose narrow side covers M,
+// halved on narrow grids, data-parallel; under sms / 16 of its tiles the split-K swapped 128-row
+// tile, so that tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the
+// first tile whose grid fits, else the 128-row ping-pong tile with the least work on its busiest SM.
 TEST(GemmPlan, StreamKDecodePlan) {
   using tw::gemm_impl::Decomposition;
   using tw::gemm_impl::plan_streamk;
@@ -306,14 +306,22 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {64, 57344, StreamKTile::k64x64swap, Decomposition::kDataParallel},
       {65, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},    // 64 x 2 tiles
       {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
-      {128, 14336, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 112
+      {128, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 128 x 1 (128x128: 112)
       {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
       {129, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 3
       {256, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 4
-      {256, 8192, StreamKTile::k128x128c1, Decomposition::kHeuristic},      // 2 x 64
-      {256, 14336, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 2 x 112 <= 2 sms
-      {256, 57344, StreamKTile::k128x256c2, Decomposition::kHeuristic},     // 3.39 hook waves, 39% last
-      {128, 1024, StreamKTile::k128x64c1, Decomposition::kSplitK},          // 32 ping-pong tiles < 33
+      {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64: 128 columns (112: 2 x 74)
+      {256, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 2 x 128: 224 columns, 128x128: 256
+      {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 7 x 128 = 8 x 112: the tie
+      // Narrow grids: the narrow side halved while the grid is under 0.45 * 132 = 59.4 tiles.
+      {128, 1024, StreamKTile::k64x32swap, Decomposition::kDataParallel},   // 16 x 2 < 59.4; 16 x 4
+      {128, 2048, StreamKTile::k64x64swap, Decomposition::kDataParallel},   // 32 x 2
+      {256, 1024, StreamKTile::k64x64swap, Decomposition::kDataParallel},   // 16 x 4
+      {256, 2048, StreamKTile::k64x64swap, Decomposition::kDataParallel},   // 32 x 4 = 128 <= 132
+      {64, 1024, StreamKTile::k64x16swap, Decomposition::kDataParallel},    // 16, 32, then 16 x 4
+      {64, 2048, StreamKTile::k64x32swap, Decomposition::kDataParallel},    // 32, then 32 x 2
+      {32, 2048, StreamKTile::k64x16swap, Decomposition::kDataParallel},    // 32, then 32 x 2
+      {1, 1024, StreamKTile::k64x16swap, Decomposition::kDataParallel},     // 16 tiles >= 132 / 16
   };
   for (const Case& c : cases)
     for (DType t : {DType::kBFloat16, DType::kFloat16})
@@ -328,16 +336,17 @@ TEST(GemmPlan, StreamKDecodePlan) {
                   tw::gemm_impl::GemmKernel::kStreamK)
             << c.M << "x" << c.N << "x" << K;
       }
-  EXPECT_EQ(plan_streamk(args(128, 1024, 4096), cfg, kSms).splits, 2) << "2 x 16 units, 64 K tiles";
+  EXPECT_EQ(plan_streamk(args(128, 1024, 4096), cfg, kSms).splits, 1) << "ping-pong: no split";
   EXPECT_EQ(plan_streamk(args(257, 4096, 4096), cfg, kSms).tile, StreamKTile::k128x128c1) << "M > 256: the general rule";
 
-  // Narrow grids at M <= 64: M = 1, N = 2048, K = 4096: 32 ping-pong tiles < 132 / 4; 16 swapped
-  // 128-row tiles, 64 K tiles: min(132 / 16, 64 / 8) = 8 splits, 128 units.
-  auto p = plan_streamk(args(1, 2048, 4096), cfg, kSms);
+  // Under 132 / 16 = 8.25 ping-pong tiles: M = 1, N = 512, K = 4096: 8 tiles; 4 swapped 128-row
+  // tiles, 64 K tiles: min(132 / 4, 64 / 8) = 8 splits, 32 units.
+  auto p = plan_streamk(args(1, 512, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
   EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
   EXPECT_EQ(p.splits, 8);
-  EXPECT_EQ(plan_streamk(args(1, 2112, 4096), cfg, kSms).tile, StreamKTile::k64x16swap) << "33 tiles";
+  EXPECT_EQ(plan_streamk(args(1, 576, 4096), cfg, kSms).tile, StreamKTile::k64x16swap) << "9 tiles";
+  EXPECT_EQ(plan_streamk(args(100, 512, 4096), cfg, kSms).tile, StreamKTile::k64x16swap) << "8 x 7 tiles";
   // Few tiles, long K: the K-tile bound wins (N = 256: 2 tiles; K = 2048: 32 K tiles -> 4 splits).
   p = plan_streamk(args(32, 256, 2048), cfg, kSms);
   EXPECT_EQ(p.decomposition, Decomposition::kSplitK);
@@ -346,16 +355,20 @@ TEST(GemmPlan, StreamKDecodePlan) {
   EXPECT_EQ(plan_streamk(args(32, 256, 1016), cfg, kSms).splits, 2) << "16 K tiles, the last one short";
   EXPECT_EQ(plan_streamk(args(32, 256, 960), cfg, kSms).decomposition, Decomposition::kHeuristic)
       << "15 K tiles: one split of >= 8";
-  // Reserved SMs: 124 SMs take 32 ping-pong tiles (4 x 32 >= 124); 62 SMs hold 2 splits of 16.
+  // Reserved SMs move both bounds: on 62 SMs 4 ping-pong tiles are >= 62 / 16, 2 are not; at
+  // M = 128, N = 4096 the 128 64-row tiles no longer fit on 124 SMs.
   GemmConfig reserved = cfg;
-  reserved.reserved_sms = 8;
-  EXPECT_EQ(plan_streamk(args(1, 2048, 4096), reserved, kSms).tile, StreamKTile::k64x16swap);
   reserved.reserved_sms = 70;
-  p = plan_streamk(args(1, 1024, 4096), reserved, kSms);
-  EXPECT_EQ(p.tile, StreamKTile::k64x16swap) << "16 tiles: 4 x 16 >= 62";
-  p = plan_streamk(args(1, 512, 4096), reserved, kSms);
+  EXPECT_EQ(plan_streamk(args(1, 256, 4096), reserved, kSms).tile, StreamKTile::k64x16swap) << "4 tiles";
+  p = plan_streamk(args(1, 128, 4096), reserved, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x64swap);
-  EXPECT_EQ(p.splits, 8) << "4 tiles: min(62 / 4, 8)";
+  EXPECT_EQ(p.splits, 8) << "1 tile: min(62 / 1, 64 / 8)";
+  reserved.reserved_sms = 8;
+  EXPECT_EQ(plan_streamk(args(128, 4096, 4096), reserved, kSms).tile, StreamKTile::k128x64swap);
+  // The 128-row ping-pong tiles by the columns on the busiest SM: M = 256, N = 7168 makes 2 x 56 =
+  // 112 128x128 tiles or 2 x 64 = 128 of 112 columns, one round each: 112 columns.
+  EXPECT_EQ(plan_streamk(args(256, 7168, 4096), cfg, kSms).tile, StreamKTile::k128x112pp);
+  EXPECT_EQ(plan_streamk(args(200, 14336, 4096), cfg, kSms).tile, StreamKTile::k128x112pp);
 }
 
 // The swapped grid is (ceil(N / 128), ceil(M / 64)): one tile column at M <= 64, no swizzle,
@@ -475,14 +488,14 @@ TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
   using tw::gemm_impl::apply_streamk_plan_override;
   using tw::gemm_impl::StreamKPlan;
   using tw::gemm_impl::StreamKTile;
-  const GemmArgs a = args(256, 8192, 4096);
+  const GemmArgs a = args(768, 4096, 4096);
   const tw::GemmConfig cfg;  // swizzle 4
   const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
-  ASSERT_EQ(base.tile, StreamKTile::k128x128c1);  // under one hook wave: grid 2 x 64
-  EXPECT_EQ(base.swizzle, 2);                     // 4 would pad the 2 tile rows
+  ASSERT_EQ(base.tile, StreamKTile::k128x128c1);  // under one hook wave: grid 6 x 32
+  EXPECT_EQ(base.swizzle, 2);                     // 4 would pad the 6 tile rows
   StreamKPlan want = base;
   want.tile = StreamKTile::k128x64swap;
-  tw::gemm_impl::streamk_order(a, cfg, &want);    // grid 64 x 4: swizzle 4 fits
+  tw::gemm_impl::streamk_order(a, cfg, &want);    // grid 32 x 12: swizzle 4 fits
   EXPECT_EQ(want.swizzle, 4);
 
   StreamKPlan p = base;
@@ -518,8 +531,12 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).swapped);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).pingpong);
   EXPECT_EQ(tile_shape(StreamKTile::k128x64swappp).blk_m, 128);
-  EXPECT_FALSE(tile_shape(StreamKTile::k128x128pp).swapped);
-  EXPECT_TRUE(tile_shape(StreamKTile::k128x128pp).pingpong);
+  for (StreamKTile t : {StreamKTile::k128x128pp, StreamKTile::k128x112pp}) {
+    EXPECT_FALSE(tile_shape(t).swapped);
+    EXPECT_TRUE(tile_shape(t).pingpong);
+    EXPECT_EQ(tile_shape(t).blk_m, 128);
+  }
+  EXPECT_EQ(tile_shape(StreamKTile::k128x112pp).blk_n, 112);
   for (StreamKTile t : {StreamKTile::k128x256c2, StreamKTile::k128x128c1, StreamKTile::k128x64c1,
                         StreamKTile::k128x64swap})
     EXPECT_FALSE(tile_shape(t).pingpong);
@@ -529,10 +546,10 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_EQ(g.tiles_m, 64);  // N / 64: twice the 128-row tile's
   EXPECT_EQ(g.tiles_n, 1);
 
-  const GemmArgs a = args(1, 1024, 4096);
+  const GemmArgs a = args(1, 256, 4096);
   const tw::GemmConfig cfg;
   const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
-  ASSERT_EQ(base.decomposition, Decomposition::kSplitK);  // the swapped 128-row tile, split 8
+  ASSERT_EQ(base.decomposition, Decomposition::kSplitK);  // 4 ping-pong tiles: the swapped 128-row tile, split 8
   StreamKPlan p = base;
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k64x16swap);
@@ -549,6 +566,10 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x128pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
   EXPECT_FALSE(p.pdl);
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);
@@ -562,7 +583,7 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_FALSE(apply_streamk_plan_override("pdl=1", &p, &a, &cfg).ok);
   EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
   for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk",
-                          "tile=128x128pp,mode=splitk,splits=2"}) {
+                          "tile=128x128pp,mode=splitk,splits=2", "tile=128x112pp,mode=streamk"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
     EXPECT_FALSE(st.ok) << bad;

@@ -381,10 +381,6 @@ TEST(Gemm, StreamKScratchReuseAcrossShapes) {
   }
 }
 
-// Decode shapes (M <= 64) through tw::gemm: the plan takes the swapped tile (C^T = B A^T, split-K
-// at N = 4096), every element of C is checked against the fp64 reference in bf16 and fp16, C
-// poisoned first, and a second run on the same stream (counters left zero by the first, no
-// memset) must give the same bits.
 // One decode-shaped call on the plan tw::gemm picks (which must name `plan_part`): every element
 // against `ref` (reference(p)), then a second run into poisoned C bitwise the same.
 void check_decode_call(const Problem& p, const Reference& ref, const std::string& plan_part) {
@@ -412,7 +408,8 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
   struct ResetPlan {
     ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
   } reset;
-  // The rule runs this tile at M <= 64 only on grids under sms / 4 ping-pong tiles; forced here.
+  // The swapped 128-row tile (C^T = B A^T) through tw::gemm, forced: the rule runs it at M <= 64
+  // only on grids under sms / 16 ping-pong tiles (split-K there), and at M = 65..256 in one wave.
   for (DType t : {kBf16, DType::kFloat16})
     for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 4096}, Shape{64, 4096}, Shape{1, 5144},
                      Shape{33, 5144}}) {
@@ -424,7 +421,7 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
     }
 }
 
-// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp), forced through the
+// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp, k128x112pp), forced through the
 // measurement plan: every element against the reference, and a second run bitwise the same
 // (data-parallel: no reduction order).
 TEST(Gemm, DecodeShapesOnThePingpongTiles) {
@@ -440,7 +437,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     const char* described;  // describe()'s
   };
   // M = 100: several tiles along M on every 64-wide narrow side; M = 200: two 128-row tiles of the
-  // plain one, the second partial; N = 1032: a partial last tile of N.
+  // plain ones, the second partial; N = 1032: a partial last tile of N (of 64, 112 and 128 columns).
   for (DType t : {kBf16, DType::kFloat16})
     for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 1032},
                      Shape{200, 1032}}) {
@@ -448,7 +445,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
       const Reference ref = reference(p);  // once per shape: the host fp64 sum is the slow part
       for (Tile tile : {Tile{"swap64x16", "swap64x16pp"}, Tile{"swap64x32", "swap64x32pp"},
                         Tile{"swap64x64", "swap64x64pp"}, Tile{"swap128x64pp", "swap128x64pp"},
-                        Tile{"128x128pp", "128x128pp"}}) {
+                        Tile{"128x128pp", "128x128pp"}, Tile{"128x112pp", "128x112pp"}}) {
         SCOPED_TRACE(p.name() + " " + tile.spec);
         tw::gemm_impl::set_measurement_plan(
             tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});

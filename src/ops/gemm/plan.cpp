@@ -127,27 +127,28 @@ int tiles_of(const GemmArgs& a, StreamKTile t) {
   return g.tiles_m * g.tiles_n;
 }
 
-// plan_streamk's rows for M <= 256 that pick a tile by its grid (plan.hpp), before the raster and
-// swizzle; nullopt where the general rule applies (M > 128 without a fitting grid).
+// The swapped ping-pong tile of narrow side b (16, 32, 64).
+StreamKTile swapped_pingpong(int b) {
+  return b <= 16 ? StreamKTile::k64x16swap : b <= 32 ? StreamKTile::k64x32swap : StreamKTile::k64x64swap;
+}
+
+// plan_streamk's rows for M <= 256 (plan.hpp), before the raster and swizzle; nullopt above.
 std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.M > kDecodeMaxM) return std::nullopt;
   const int sms = num_sms - cfg.reserved_sms;
   const int k_tiles = ceil_div(a.K, 64);
   StreamKPlan p;
-  auto fits = [&](StreamKTile t, int most) {  // a grid of sms / 4 .. `most` tiles
-    const int n = tiles_of(a, t);
-    return 4 * n >= sms && n <= most;
-  };
   auto take = [&](StreamKTile t, Decomposition d) {
     p.tile = t;
     p.decomposition = d;
     return p;
   };
-  if (a.M <= kPingpongMaxM) {
-    const StreamKTile pp = a.M <= 16 ? StreamKTile::k64x16swap : a.M <= 32 ? StreamKTile::k64x32swap
-                                                                            : StreamKTile::k64x64swap;
-    if (4 * tiles_of(a, pp) >= sms) return take(pp, Decomposition::kDataParallel);
-    // A narrow grid: the split-K swapped tile, so that T * S units fill the SMs.
+  // 1. The swapped ping-pong tile: its narrow side sized to M, halved on narrow grids.
+  int b = a.M <= 16 ? 16 : a.M <= 32 ? 32 : 64;
+  while (b > 16 && tiles_of(a, swapped_pingpong(b)) < kNarrowFill * sms) b /= 2;
+  const int narrow_tiles = tiles_of(a, swapped_pingpong(b));
+  if (16 * narrow_tiles < sms) {
+    // A grid too small to fill the SMs even so: the split-K swapped tile, T * S units.
     const int tiles = tiles_of(a, StreamKTile::k128x64swap);
     const int splits = std::max(1, std::min(sms / tiles, k_tiles / kMinKTilesPerSplit));
     if (splits == 1) return take(StreamKTile::k128x64swap, Decomposition::kHeuristic);
@@ -155,19 +156,17 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
     p.splits = splits;
     return p;
   }
-  if (a.M <= kBlkM && fits(StreamKTile::k64x64swap, sms)) return take(StreamKTile::k64x64swap, Decomposition::kDataParallel);
-  if (fits(StreamKTile::k128x64swap, sms)) return take(StreamKTile::k128x64swap, Decomposition::kDataParallel);
-  const int square = tiles_of(a, StreamKTile::k128x128c1);
-  if (4 * square >= sms && (a.M <= kBlkM || square <= 2 * sms))
+  if (a.M <= kPingpongMaxM || narrow_tiles <= sms) return take(swapped_pingpong(b), Decomposition::kDataParallel);
+  // 2. The swapped 128x64 tile in one wave.
+  if (tiles_of(a, StreamKTile::k128x64swap) <= sms) return take(StreamKTile::k128x64swap, Decomposition::kDataParallel);
+  // 3. One row of more than a wave of 128x128 tiles: the cooperative tile (measured ahead there).
+  if (a.M <= kBlkM && tiles_of(a, StreamKTile::k128x128c1) > sms)
     return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
-  if (a.M > kBlkM) return std::nullopt;
-  // Under sms / 4 tiles at M <= 128: the 128x64 tile, K split in 2 where that still fits.
-  if (2 * ceil_div(a.N, tile_shape(StreamKTile::k128x64c1).blk_n) <= sms && k_tiles >= 16) {
-    take(StreamKTile::k128x64c1, Decomposition::kSplitK);
-    p.splits = 2;
-    return p;
-  }
-  return take(StreamKTile::k128x64c1, Decomposition::kHeuristic);
+  // 4. The 128-row ping-pong tile whose busiest SM has the fewest columns to compute.
+  auto busiest = [&](StreamKTile t) { return ceil_div(tiles_of(a, t), sms) * tile_shape(t).blk_n; };
+  return take(busiest(StreamKTile::k128x112pp) < busiest(StreamKTile::k128x128pp) ? StreamKTile::k128x112pp
+                                                                                  : StreamKTile::k128x128pp,
+              Decomposition::kDataParallel);
 }
 }  // namespace
 
@@ -247,7 +246,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64|"
-                             "swap128x64pp|128x128pp, "
+                             "swap128x64pp|128x128pp|128x112pp, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
@@ -278,6 +277,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "swap64x64") p.tile = StreamKTile::k64x64swap;
       else if (v == "swap128x64pp") p.tile = StreamKTile::k128x64swappp;
       else if (v == "128x128pp") p.tile = StreamKTile::k128x128pp;
+      else if (v == "128x112pp") p.tile = StreamKTile::k128x112pp;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;

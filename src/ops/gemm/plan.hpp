@@ -49,9 +49,10 @@ struct HookWaves {
 HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // When to leave the hook kernel (H200, 132 SMs, measured):
-//   * M <= 128: one row of 128x256 tiles gives 16-32 tiles for 132 SMs (0.34-0.47x cuBLASLt,
-//     bench/results/2026-11-30-s2-h200/run06-gemm); the CUTLASS kernels (plan_streamk) fill the
-//     machine with narrower tiles.
+//   * M <= 256: plan_streamk's decode rows. One row of 128x256 tiles gives 16-32 tiles for 132
+//     SMs at M <= 128 (0.34-0.47x cuBLASLt, bench/results/2026-11-30-s2-h200/run06-gemm), two
+//     rows 0.30-0.94x at M = 256 (run02-8b5921b); the CUTLASS kernels fill the machine with
+//     narrower tiles.
 //   * otherwise the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the
 //     stream-K kernel on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged
 //     tail's K over every SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off
@@ -92,16 +93,18 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                128-row tile, a narrow side sized to M (cuBLASLt picks 64x8 .. 256x32 tiles
 //                without a split on most decode shapes) and deep pipelines (22 stages at 64x16).
 //                Decomposition kDataParallel or kHeuristic (the same here) only.
-//   k128x64swappp, k128x128pp   the ping-pong kernel again with 128-row tiles (one consumer warpgroup
-//                per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and the plain (128,
-//                128, 64) one, cuBLASLt's tiles on the decode shapes at M = 128 and 256, where a
-//                warpgroup's epilogue hides under the other's mainloop once a CTA has two tiles.
-//                Measured plans only: plan_streamk does not pick them (yet; run02-8b5921b has
-//                k128x128pp ahead of the rule at M = 256, N >= 8192).
+//   k128x64swappp, k128x128pp, k128x112pp   the ping-pong kernel again with 128-row tiles (one
+//                consumer warpgroup per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and
+//                the plain (128, 128, 64) and (128, 112, 64) ones, cuBLASLt's tiles on the decode shapes
+//                at M = 128 and 256, where a warpgroup's epilogue hides under the other's mainloop once
+//                a CTA has two tiles. 112 columns: N = 14336 is 128 of them, one tile per SM at M = 128
+//                and two at M = 256, where 128 columns make 112 or 224 tiles and some SMs run a 16384-
+//                element tile twice (cuBLASLt runs 128 tiles there).
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
-  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp
+  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
+  k128x112pp
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
@@ -119,6 +122,7 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k64x64swap: return {64, 64, 1, true, true};
     case StreamKTile::k128x64swappp: return {128, 64, 1, true, true};
     case StreamKTile::k128x128pp: return {128, 128, 1, false, true};
+    case StreamKTile::k128x112pp: return {128, 112, 1, false, true};
   }
   return {128, 128, 1, false, false};
 }
@@ -149,24 +153,26 @@ struct StreamKPlan {
 
 // The plan tw::gemm uses (raster and swizzle from streamk_order, deterministic reduction). The
 // decode rows follow cuBLASLt's picks (a tile whose narrow side is sized to M, a grid of about one
-// wave, no split) as measured on the decode sweep under every candidate plan
-// (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd); sms = num_sms - reserved_sms, and a
-// grid of "T tiles" is streamk_grid's count:
-//   M <= 64    the swapped ping-pong tile whose narrow side covers M: k64x16swap (M <= 16),
-//              k64x32swap (M <= 32), k64x64swap; data-parallel. T = ceil(N / 64): 0.93-1.10x there.
-//              Below sms / 4 tiles (N < 2112) the split-K swapped tile instead: k128x64swap,
-//              S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles. That choice is
-//              the weak one: 0.31-0.70x on the narrow sweep (N = 1024, 2048), where the ping-pong
-//              tile with the most tiles measured 0.64-1.35x (bench/results/2026-12-02-gemm-plans-h200/
-//              run02-8b5921b); not yet in the rule.
-//   M <= 256   the first of these whose grid fits: k64x64swap while T <= sms and M <= 128 (M = 128,
-//              N = 4096: 128 tiles); k128x64swap data-parallel while T <= sms (M = 128, N = 8192;
-//              M = 256, N = 4096); k128x128c1 kHeuristic while T <= sms (M <= 128) or <= 2 sms
-//              (M <= 256); else as below. Under sms / 4 tiles: k128x64c1 with split-K 2 when
-//              2 T <= sms and K has >= 16 K tiles.
+// wave, no split) as measured on the decode and narrow sweeps under every candidate plan
+// (bench/results/2026-12-02-gemm-plans-h200/, run01-8add6bd and run02-8b5921b); sms = num_sms -
+// reserved_sms, and a grid of "T tiles" is streamk_grid's count:
+//   M <= 256   1. the swapped ping-pong tile k64x{b}swap, b = 16 (M <= 16), 32 (M <= 32) or 64,
+//                 b halved while the grid is under kNarrowFill * sms tiles and b > 16 (more, shorter
+//                 tiles on narrow grids: M = 64, N = 1024 runs k64x16swap, 0.95 / 1.32x, where
+//                 k64x64swap ran 0.84 / 0.88x); data-parallel, at M <= 64 at any T (0.93-1.10x on
+//                 the decode sweep), at M > 64 while T <= sms (M = 128, N = 4096: 128 tiles).
+//                 Under sms / 16 tiles (N < 528 at M <= 16) the split-K swapped tile instead:
+//                 k128x64swap, S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles.
+//              2. M > 64: k128x64swap data-parallel while T <= sms (M = 128, N = 8192; M = 256,
+//                 N = 4096);
+//              3. M <= 128 with more than sms 128x128 tiles: k128x128c1, kHeuristic (N = 57344);
+//              4. else the ping-pong k128x128pp or k128x112pp, whichever puts fewer columns on the
+//                 busiest SM (ceil(T / sms) * blk_n; 128 on a tie): M = 256, N >= 8192 and M = 128,
+//                 N = 14336, where k128x128pp ran 0.87-0.98x against the cooperative tiles' 0.82-0.97x.
 //   otherwise  k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last two
 //              waves' worth) when its last wave is under half full, else kStreamK; under a wave
 //              k128x128c1, kHeuristic.
+inline constexpr double kNarrowFill = 0.45;
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
 // Sets plan->raster and plan->swizzle for plan->tile, in the kernel's grid (streamk_grid):
@@ -183,7 +189,7 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp (mode
+// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp | 128x112pp (mode
 // heuristic or dp), mode
 // heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
 // (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad
