@@ -33,11 +33,13 @@ static const Var kVars[] = {
      "staged_half (two 128-column passes), direct (register stores), none (mainloop only; C not written)."},
 #endif
     {"TILEWIRE_GEMM_KERNEL", Type::kString, "auto",
-     "Kernel of the plain GEMM: auto (stream-K for B [N,K] shapes with M <= 128 or whose 128x256 tile grid "
-     "leaves SMs idle in its last wave; the hook kernel otherwise: src/ops/gemm/plan.hpp), hook (tilewire's "
-     "persistent kernel, the one the fused ops use), streamk (CUTLASS stream-K wherever it is built: bf16 and fp16, B [N,K])."},
+     "Kernel of the plain GEMM: auto (CUTLASS's kernels for B [N,K] shapes with M <= 256, rows of whole 128-byte "
+     "lines on a grid of >= 1 128x128 tile per SM, or a 128x256 tile grid that leaves SMs idle in its last wave; "
+     "the hook kernel otherwise: src/ops/gemm/plan.hpp), hook (tilewire's persistent kernel, the one the fused ops "
+     "use), streamk (CUTLASS's stream-K and ping-pong kernels wherever they are built: bf16 and fp16, B [N,K])."},
     {"TILEWIRE_GEMM_STREAMK_PLAN", Type::kString, "",
-     "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64|swap128x64, "
+     "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64|swap128x64|"
+     "swap64x16|swap64x32|swap64x64|swap128x64pp|128x128pp, "
      "mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=1|2|4|8, raster=m|n (empty: the built-in rule)."},
     {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "16",
      "Fused GEMM + all-reduce, relay algorithm: rows of each 128-row tile the consumer warps push to the peer "

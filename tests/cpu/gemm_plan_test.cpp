@@ -186,9 +186,19 @@ TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
       {5000, 5144, true, "6.36 waves: 6.66 < 6.93"}, {5000, 10248, true, "12.42 waves: 12.86 < 12.87"},
       {6143, 5144, false, "7.64 waves: 7.96 > 7.92"}, {6143, 10248, false, "14.91 waves"},
   };
+  // The tail rule decides where rows are not whole 128-byte lines (K % 64 != 0 in 2-byte types).
   for (const Case& c : cases)
-    for (int K : {4096, 8192})
+    for (int K : {4000, 8200})
       EXPECT_EQ(use_streamk(args(c.M, c.N, K), {}, kSms), c.streamk) << c.M << "x" << c.N << "x" << K << ": " << c.why;
+  // Whole lines: the 128x128 ping-pong tile wherever its grid has a tile per SM, else the same rule.
+  for (const Case& c : cases)
+    for (int K : {3584, 4096, 8192}) {
+      const bool grid_fills = ((c.M + 127) / 128) * ((c.N + 127) / 128) >= kSms;
+      EXPECT_EQ(use_streamk(args(c.M, c.N, K), {}, kSms), grid_fills || c.streamk) << c.M << "x" << c.N << "x" << K;
+      EXPECT_EQ(tw::gemm_impl::plan_streamk(args(c.M, c.N, K), {}, kSms).tile == tw::gemm_impl::StreamKTile::k128x128pp,
+                grid_fills && c.M > 256)
+          << c.M << "x" << c.N << "x" << K;
+    }
 }
 
 TEST(GemmPlan, StreamKRuleEdges) {
@@ -201,35 +211,45 @@ TEST(GemmPlan, StreamKRuleEdges) {
   EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kKN, DType::kFloat16), cfg, kSms));
   // Tiny and odd shapes: under a wave.
   EXPECT_TRUE(use_streamk(args(1, 8, 16), cfg, kSms));
-  EXPECT_FALSE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
-  EXPECT_TRUE(use_streamk(args(256 * 36, 256 * 2, 64), cfg, kSms)) << "72 units: 1.09 waves";
-  EXPECT_TRUE(use_streamk(args(256 * 29, 256 * 2, 64), cfg, kSms)) << "58 units: 0.88 waves";
-  EXPECT_FALSE(use_streamk(args(256 * 31, 256 * 2, 64), cfg, kSms)) << "62 units: 0.94 waves";
+  EXPECT_FALSE(use_streamk(args(3000, 5144, 4000), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
+  EXPECT_TRUE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "whole lines, 984 128x128 tiles";
+  EXPECT_TRUE(use_streamk(args(256 * 36, 256 * 2, 72), cfg, kSms)) << "72 units: 1.09 waves";
+  EXPECT_TRUE(use_streamk(args(256 * 29, 256 * 2, 72), cfg, kSms)) << "58 units: 0.88 waves";
+  EXPECT_FALSE(use_streamk(args(256 * 31, 256 * 2, 72), cfg, kSms)) << "62 units: 0.94 waves";
+  EXPECT_TRUE(use_streamk(args(256 * 31, 256 * 2, 64), cfg, kSms)) << "whole lines: 248 128x128 tiles";
   // Reserved SMs move the waves: 2048x4096 is 128 units; 66 groups leave the last wave 94% full,
   // 64 groups make exactly 2 waves, 61 groups a 10% last wave.
   cfg.reserved_sms = 0;
-  EXPECT_FALSE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  EXPECT_FALSE(use_streamk(args(2048, 4096, 4000), cfg, kSms));
   cfg.reserved_sms = 4;
-  EXPECT_FALSE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  EXPECT_FALSE(use_streamk(args(2048, 4096, 4000), cfg, kSms));
   cfg.reserved_sms = 10;
-  EXPECT_TRUE(use_streamk(args(2048, 4096, 4096), cfg, kSms));
+  EXPECT_TRUE(use_streamk(args(2048, 4096, 4000), cfg, kSms));
+  // ... and the ping-pong tile's bound: M = 1024, N = 2048 has 8 x 16 = 128 tiles.
+  cfg.reserved_sms = 0;
+  EXPECT_EQ(tw::gemm_impl::plan_streamk(args(1024, 2048, 4096), cfg, kSms).tile, tw::gemm_impl::StreamKTile::k128x128c1)
+      << "128 tiles < 132 SMs: under a hook wave";
+  cfg.reserved_sms = 4;
+  EXPECT_EQ(tw::gemm_impl::plan_streamk(args(1024, 2048, 4096), cfg, kSms).tile, tw::gemm_impl::StreamKTile::k128x128pp)
+      << "128 tiles on 128 SMs";
   // Full waves stay on the hook kernel; a last wave under a quarter full after 14-15 leaves it.
   cfg.reserved_sms = 0;
-  EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66, 64), cfg, kSms)) << "15 full waves";
-  EXPECT_TRUE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 64), cfg, kSms)) << "15.23 waves: 15.73 < 15.84";
-  EXPECT_TRUE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 64), cfg, kSms)) << "14.21 waves: 14.69 < 14.85";
-  EXPECT_FALSE(use_streamk(args(128 * 2 * 14, 256 * 69, 64), cfg, kSms)) << "14.64 waves: 15.12 > 14.85";
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 15, 256 * 66, 72), cfg, kSms)) << "15 full waves";
+  EXPECT_TRUE(use_streamk(args(128 * 2 * 15, 256 * 66 + 8, 72), cfg, kSms)) << "15.23 waves: 15.73 < 15.84";
+  EXPECT_TRUE(use_streamk(args(128 * 2 * 14, 256 * 66 + 8, 72), cfg, kSms)) << "14.21 waves: 14.69 < 14.85";
+  EXPECT_FALSE(use_streamk(args(128 * 2 * 14, 256 * 69, 72), cfg, kSms)) << "14.64 waves: 15.12 > 14.85";
   // M <= 256 on a grid that plan_streamk's decode rows take: the CUTLASS kernels.
   EXPECT_TRUE(use_streamk(args(256, 14336, 4096), cfg, kSms)) << "0.85 hook waves, 224 128x128 tiles";
   EXPECT_TRUE(use_streamk(args(257, 14336, 4096), cfg, kSms)) << "2 x 56 units: 1.70 waves: 1.89 < 1.98";
-  EXPECT_FALSE(use_streamk(args(257, 16384, 4096), cfg, kSms)) << "2 x 64 units: 1.94 waves: 2.13 > 1.98";
+  EXPECT_FALSE(use_streamk(args(257, 16384, 4000), cfg, kSms)) << "2 x 64 units: 1.94 waves: 2.13 > 1.98";
+  EXPECT_TRUE(use_streamk(args(257, 16384, 4096), cfg, kSms)) << "whole lines: 3 x 128 128x128 tiles";
 }
 
 TEST(GemmPlan, KernelPreferenceOverridesTheRule) {
   using tw::gemm_impl::GemmKernel;
   using tw::gemm_impl::kernel_for;
   using tw::gemm_impl::KernelPref;
-  const GemmArgs small = args(128, 4096, 4096), big = args(8192, 8192, 8192);
+  const GemmArgs small = args(128, 4096, 4096), big = args(8192, 8192, 8200);  // big: rows not whole lines
   EXPECT_EQ(kernel_for(small, {}, kSms, KernelPref::kAuto), GemmKernel::kStreamK);
   EXPECT_EQ(kernel_for(big, {}, kSms, KernelPref::kAuto), GemmKernel::kHook);
   EXPECT_EQ(kernel_for(small, {}, kSms, KernelPref::kHook), GemmKernel::kHook);
@@ -249,15 +269,25 @@ TEST(GemmPlan, StreamKPlan) {
   using tw::gemm_impl::StreamKTile;
   GemmConfig cfg;  // swizzle 4
   // A ragged tail over several waves: the hook kernel's tile, stream-K over the last waves.
-  auto p = plan_streamk(args(4096, 8192, 8192), cfg, kSms);
+  // (Rows of 8200 or 4000 elements are not whole 128-byte lines: no ping-pong tile.)
+  auto p = plan_streamk(args(4096, 8192, 8200), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
   EXPECT_EQ(p.decomposition, Decomposition::kStreamK);
   EXPECT_EQ(p.swizzle, 4);
   EXPECT_EQ(p.raster, Raster::kAlongN) << "32 tile rows, 32 tile columns";
   EXPECT_TRUE(p.deterministic);
-  p = plan_streamk(args(2048, 8192, 4096), cfg, kSms);
+  p = plan_streamk(args(2048, 8192, 4000), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x256c2);
   EXPECT_EQ(p.raster, Raster::kAlongM) << "16 tile rows, 32 tile columns";
+  // Whole lines: the 128x128 ping-pong tile, data-parallel, on its own grid's order.
+  p = plan_streamk(args(4096, 8192, 8192), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
+  EXPECT_EQ(p.decomposition, Decomposition::kDataParallel);
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_EQ(p.raster, Raster::kAlongM) << "32 tile rows, 64 tile columns";
+  EXPECT_EQ(p.swizzle, 4);
+  EXPECT_TRUE(p.deterministic);
+  EXPECT_EQ(plan_streamk(args(4096, 8192, 8192, BLayout::kNK, DType::kFloat16), cfg, kSms).tile, StreamKTile::k128x128pp);
   // M = 128: the first tile whose grid makes at most a wave, data-parallel.
   p = plan_streamk(args(128, 4096, 4096), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k64x64swap) << "64 x 2 = 128 ping-pong tiles on 132 SMs";
@@ -306,13 +336,13 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {64, 57344, StreamKTile::k64x64swap, Decomposition::kDataParallel},
       {65, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},    // 64 x 2 tiles
       {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
-      {128, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 128 x 1 (128x128: 112)
+      {128, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 1 x 112
       {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
       {129, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 3
       {256, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 4
-      {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64: 128 columns (112: 2 x 74)
-      {256, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 2 x 128: 224 columns, 128x128: 256
-      {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 7 x 128 = 8 x 112: the tie
+      {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64
+      {256, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 112
+      {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 448
       // Narrow grids: the narrow side halved while the grid is under 0.45 * 132 = 59.4 tiles.
       {128, 1024, StreamKTile::k64x32swap, Decomposition::kDataParallel},   // 16 x 2 < 59.4; 16 x 4
       {128, 2048, StreamKTile::k64x64swap, Decomposition::kDataParallel},   // 32 x 2
@@ -365,10 +395,11 @@ TEST(GemmPlan, StreamKDecodePlan) {
   EXPECT_EQ(p.splits, 8) << "1 tile: min(62 / 1, 64 / 8)";
   reserved.reserved_sms = 8;
   EXPECT_EQ(plan_streamk(args(128, 4096, 4096), reserved, kSms).tile, StreamKTile::k128x64swap);
-  // The 128-row ping-pong tiles by the columns on the busiest SM: M = 256, N = 7168 makes 2 x 56 =
-  // 112 128x128 tiles or 2 x 64 = 128 of 112 columns, one round each: 112 columns.
-  EXPECT_EQ(plan_streamk(args(256, 7168, 4096), cfg, kSms).tile, StreamKTile::k128x112pp);
-  EXPECT_EQ(plan_streamk(args(200, 14336, 4096), cfg, kSms).tile, StreamKTile::k128x112pp);
+  // The last row: rows not whole 128-byte lines (K = 4000) keep the cooperative 128x128 tile.
+  p = plan_streamk(args(256, 14336, 4000), cfg, kSms);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
+  EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
+  EXPECT_EQ(plan_streamk(args(200, 14336, 4096), cfg, kSms).tile, StreamKTile::k128x128pp);
 }
 
 // The swapped grid is (ceil(N / 128), ceil(M / 64)): one tile column at M <= 64, no swizzle,
@@ -488,7 +519,7 @@ TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
   using tw::gemm_impl::apply_streamk_plan_override;
   using tw::gemm_impl::StreamKPlan;
   using tw::gemm_impl::StreamKTile;
-  const GemmArgs a = args(768, 4096, 4096);
+  const GemmArgs a = args(768, 4096, 4000);  // rows not whole lines: the general rule
   const tw::GemmConfig cfg;  // swizzle 4
   const StreamKPlan base = tw::gemm_impl::plan_streamk(a, cfg, 132);
   ASSERT_EQ(base.tile, StreamKTile::k128x128c1);  // under one hook wave: grid 6 x 32
@@ -531,12 +562,8 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).swapped);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).pingpong);
   EXPECT_EQ(tile_shape(StreamKTile::k128x64swappp).blk_m, 128);
-  for (StreamKTile t : {StreamKTile::k128x128pp, StreamKTile::k128x112pp}) {
-    EXPECT_FALSE(tile_shape(t).swapped);
-    EXPECT_TRUE(tile_shape(t).pingpong);
-    EXPECT_EQ(tile_shape(t).blk_m, 128);
-  }
-  EXPECT_EQ(tile_shape(StreamKTile::k128x112pp).blk_n, 112);
+  EXPECT_FALSE(tile_shape(StreamKTile::k128x128pp).swapped);
+  EXPECT_TRUE(tile_shape(StreamKTile::k128x128pp).pingpong);
   for (StreamKTile t : {StreamKTile::k128x256c2, StreamKTile::k128x128c1, StreamKTile::k128x64c1,
                         StreamKTile::k128x64swap})
     EXPECT_FALSE(tile_shape(t).pingpong);
@@ -566,10 +593,6 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x128pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
-  p = base;
-  ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
-  EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
-  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
   EXPECT_FALSE(p.pdl);
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);
@@ -583,7 +606,7 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_FALSE(apply_streamk_plan_override("pdl=1", &p, &a, &cfg).ok);
   EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
   for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk",
-                          "tile=128x128pp,mode=splitk,splits=2", "tile=128x112pp,mode=streamk"}) {
+                          "tile=128x128pp,mode=splitk,splits=2", "tile=128x128pp,mode=streamk"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
     EXPECT_FALSE(st.ok) << bad;

@@ -306,8 +306,9 @@ TEST(Gemm, BothKernelsWithReservedSmsAndRanks) {
   run_all_kernels({1000, 1032, 2056, BLayout::kNK, Fill::kSmallInt}, cfg);
 }
 
-// The acceptance shapes where tw::gemm takes the stream-K kernel (data-parallel waves, then the
-// last waves split in K), both kernels.
+// Two acceptance shapes with ragged last waves: the hook kernel, tw::gemm's plan (the 128x128
+// ping-pong tile: rows of whole lines) and the tail plan for rows that are not (data-parallel waves
+// of 128x256 tiles, then the last waves split in K).
 TEST(Gemm, BothKernelsOnRaggedWaveShapes) {
   TW_SKIP_UNLESS_SM90();
   const int num_sms = device_sms();
@@ -319,8 +320,12 @@ TEST(Gemm, BothKernelsOnRaggedWaveShapes) {
     b.fill_and_poison(s);
     const Reference ref = reference(p);
     const tw::GemmArgs a = b.args();
+    tw::gemm_impl::StreamKPlan tail = tw::gemm_impl::plan_streamk(a, {}, num_sms);
+    tail.tile = tw::gemm_impl::StreamKTile::k128x256c2, tail.decomposition = tw::gemm_impl::Decomposition::kStreamK;
+    tw::gemm_impl::streamk_order(a, {}, &tail);
     for (const Variant& v : {Variant{"hook", true, {}},
-                             Variant{"streamk", false, tw::gemm_impl::plan_streamk(a, {}, num_sms)}}) {
+                             Variant{"streamk", false, tw::gemm_impl::plan_streamk(a, {}, num_sms)},
+                             Variant{"streamk 128x256 stream-K", false, tail}}) {
       SCOPED_TRACE(v.name);
       tw_test::poison(b.C.data(), b.C.bytes, s);
       launch(v, a, {}, num_sms, s);
@@ -421,7 +426,7 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
     }
 }
 
-// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp, k128x112pp), forced through the
+// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp), forced through the
 // measurement plan: every element against the reference, and a second run bitwise the same
 // (data-parallel: no reduction order).
 TEST(Gemm, DecodeShapesOnThePingpongTiles) {
@@ -437,7 +442,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     const char* described;  // describe()'s
   };
   // M = 100: several tiles along M on every 64-wide narrow side; M = 200: two 128-row tiles of the
-  // plain ones, the second partial; N = 1032: a partial last tile of N (of 64, 112 and 128 columns).
+  // plain ones, the second partial; N = 1032: a partial last tile of N (of 64 and 128 columns).
   for (DType t : {kBf16, DType::kFloat16})
     for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 1032},
                      Shape{200, 1032}}) {
@@ -445,7 +450,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
       const Reference ref = reference(p);  // once per shape: the host fp64 sum is the slow part
       for (Tile tile : {Tile{"swap64x16", "swap64x16pp"}, Tile{"swap64x32", "swap64x32pp"},
                         Tile{"swap64x64", "swap64x64pp"}, Tile{"swap128x64pp", "swap128x64pp"},
-                        Tile{"128x128pp", "128x128pp"}, Tile{"128x112pp", "128x112pp"}}) {
+                        Tile{"128x128pp", "128x128pp"}}) {
         SCOPED_TRACE(p.name() + " " + tile.spec);
         tw::gemm_impl::set_measurement_plan(
             tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});

@@ -33,18 +33,20 @@
 //     the stream; making them visible to a peer earlier is the hook's job (release fence +
 //     signal, tilewire/device/signal.cuh).
 //
-// Two kernels for the plain GEMM. tw::gemm() runs, per call, either the hook kernel above (with
-// StoreC) or, for B kNK (bf16 and fp16), a stream-K kernel (src/ops/gemm/streamk.cuh):
-// CUTLASS's own cooperative kernel with CUTLASS's stream-K tile scheduler and TMA epilogue, whose
-// CTAs split the K loop of some tiles and add the fp32 partial tiles up in device scratch, so that
-// small grids (M = 128: 16 tiles of 128x256 for 132 SMs) keep every SM busy.
-// Rule (src/ops/gemm/plan.hpp use_streamk and plan_streamk, from H200 measurements): stream-K when
-// M <= 128 (M <= 64: the operands swapped, C^T = B A^T on 128x64 tiles, N along the MMA's 128-wide
-// side, split-K to fill the SMs; 65..128: 128x64 tiles, split-K 2 where the units fit) or when
-// the 128x256 grid's last wave is so empty that waves * 1.10 < ceil(waves) (the CUTLASS kernel is
-// ~10% slower per tile); the hook kernel otherwise. TILEWIRE_GEMM_KERNEL=auto|hook|streamk
-// overrides it (read once). Partial tiles are added in K order, so results are bitwise
-// reproducible with either kernel (the two kernels may differ from each other in the last bit).
+// Two kernel families for the plain GEMM. tw::gemm() runs, per call, either the hook kernel above
+// (with StoreC) or, for B kNK (bf16 and fp16), one of CUTLASS's own kernels (src/ops/gemm/streamk.cuh):
+// the cooperative kernel with CUTLASS's stream-K tile scheduler and TMA epilogue, whose CTAs split
+// the K loop of some tiles and add the fp32 partial tiles up in device scratch (small grids,
+// ragged last waves), and the ping-pong kernel, data-parallel (two consumer warpgroups on two
+// tiles, one's epilogue under the other's mainloop).
+// Rule (src/ops/gemm/plan.hpp use_streamk and plan_streamk, from H200 measurements against
+// cuBLASLt): M <= 256, the decode rows (the swapped ping-pong tiles with a narrow side sized to
+// M, a one-wave 128x64 tile, the 128x128 ping-pong or cooperative tile); M > 256 with rows of A
+// and B in whole 128-byte lines (K % 64 == 0) and a grid of at least one 128x128 tile per SM, the
+// 128x128 ping-pong tile; otherwise the hook kernel, or stream-K on its 128x256 tiles where the
+// last wave is so empty that 1.023 waves + 0.15 < 0.99 ceil(waves). TILEWIRE_GEMM_KERNEL=
+// auto|hook|streamk overrides it (read once). Partial tiles are added in K order, so results are
+// bitwise reproducible with every kernel (two kernels may differ from each other in the last bit).
 // The fused ops always use the hook kernel.
 //
 // What is built (compile time on a 2-core machine matters; each instantiation is ~1 min of nvcc),
@@ -55,6 +57,8 @@
 //   hook kernel, B kKN                src/ops/gemm/gemm_sm90_{bf16,f16}_kn.cu
 //   stream-K, B kNK                   src/ops/gemm/gemm_sm90_{bf16,f16}_nk_streamk.cu (128x256 tiles in
 //                                     2x1 clusters; 128x128, 128x64 and swapped 128x64 in 1x1 clusters)
+//   ping-pong, B kNK                  src/ops/gemm/gemm_sm90_{bf16,f16}_nk_pingpong.cu (swapped 64x16,
+//                                     64x32, 64x64 and 128x64; 128x128)
 // plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook.
 //
 // Device memory. gemm() takes no workspace: the stream-K kernel's scratch (fp32 partial tiles and

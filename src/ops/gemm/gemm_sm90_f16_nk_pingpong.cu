@@ -1,5 +1,5 @@
 // The plain GEMM's ping-pong tiles for fp16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong): the
-// swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) tiles and the plain (128, 128, 64) and (128, 112, 64) ones, data-parallel.
+// swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) tiles and the plain (128, 128, 64) one, data-parallel.
 // Programmatic dependent launch (StreamKPlan::pdl, the ping-pong tiles only): with this defined,
 // CUTLASS's kernels wait (griddepcontrol.wait) for the kernel before them on the stream to complete
 // before their first global access, and let the next one launch from their last tile, so a launch

@@ -127,6 +127,9 @@ int tiles_of(const GemmArgs& a, StreamKTile t) {
   return g.tiles_m * g.tiles_n;
 }
 
+// Rows of A and B (K elements each, both K-contiguous) start on 128-byte lines.
+bool whole_lines(const GemmArgs& a) { return (size_t)a.K * dtype_size(a.dtype) % kLineBytes == 0; }
+
 // The swapped ping-pong tile of narrow side b (16, 32, 64).
 StreamKTile swapped_pingpong(int b) {
   return b <= 16 ? StreamKTile::k64x16swap : b <= 32 ? StreamKTile::k64x32swap : StreamKTile::k64x64swap;
@@ -162,17 +165,20 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
   // 3. One row of more than a wave of 128x128 tiles: the cooperative tile (measured ahead there).
   if (a.M <= kBlkM && tiles_of(a, StreamKTile::k128x128c1) > sms)
     return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
-  // 4. The 128-row ping-pong tile whose busiest SM has the fewest columns to compute.
-  auto busiest = [&](StreamKTile t) { return ceil_div(tiles_of(a, t), sms) * tile_shape(t).blk_n; };
-  return take(busiest(StreamKTile::k128x112pp) < busiest(StreamKTile::k128x128pp) ? StreamKTile::k128x112pp
-                                                                                  : StreamKTile::k128x128pp,
-              Decomposition::kDataParallel);
+  // 4. The 128x128 ping-pong tile where rows are whole lines.
+  if (whole_lines(a)) return take(StreamKTile::k128x128pp, Decomposition::kDataParallel);
+  return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
+}
+
+// M > 256: the 128x128 ping-pong tile where rows are whole lines and its grid fills the SMs.
+bool wide_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  return a.M > kDecodeMaxM && whole_lines(a) && tiles_of(a, StreamKTile::k128x128pp) >= num_sms - cfg.reserved_sms;
 }
 }  // namespace
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.b_layout != BLayout::kNK) return false;  // not built (bf16 and fp16 are)
-  if (a.M <= kBlkM || decode_plan(a, cfg, num_sms)) return true;
+  if (a.M <= kBlkM || decode_plan(a, cfg, num_sms) || wide_pingpong(a, cfg, num_sms)) return true;
   const double waves = hook_waves(a, cfg, num_sms).waves();
   if (waves < 1.0) return waves * kStreamKPenalty < 1.0;  // plan_streamk's 128x128 tiles
   return kStreamKWaveCost * waves + kStreamKFixedWaves < 0.99 * std::ceil(waves);
@@ -224,6 +230,9 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
   StreamKPlan p;
   if (const std::optional<StreamKPlan> d = decode_plan(a, cfg, num_sms)) {
     p = *d;
+  } else if (wide_pingpong(a, cfg, num_sms)) {
+    p.tile = StreamKTile::k128x128pp;
+    p.decomposition = Decomposition::kDataParallel;
   } else if (const HookWaves w = hook_waves(a, cfg, num_sms); w.waves() >= 1.0) {
     p.tile = StreamKTile::k128x256c2;
     // CUTLASS's heuristic splits the last two waves' worth when the last wave is under half full
@@ -246,7 +255,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64|"
-                             "swap128x64pp|128x128pp|128x112pp, "
+                             "swap128x64pp|128x128pp, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
@@ -277,7 +286,6 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "swap64x64") p.tile = StreamKTile::k64x64swap;
       else if (v == "swap128x64pp") p.tile = StreamKTile::k128x64swappp;
       else if (v == "128x128pp") p.tile = StreamKTile::k128x128pp;
-      else if (v == "128x112pp") p.tile = StreamKTile::k128x112pp;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;

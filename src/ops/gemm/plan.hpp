@@ -51,19 +51,26 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 // When to leave the hook kernel (H200, 132 SMs, measured):
 //   * M <= 256: plan_streamk's decode rows. One row of 128x256 tiles gives 16-32 tiles for 132
 //     SMs at M <= 128 (0.34-0.47x cuBLASLt, bench/results/2026-11-30-s2-h200/run06-gemm), two
-//     rows 0.30-0.94x at M = 256 (run02-8b5921b); the CUTLASS kernels fill the machine with
-//     narrower tiles.
+//     rows 0.30-0.94x at M = 256 (2026-12-02-gemm-plans-h200/run02-8b5921b); the CUTLASS kernels
+//     fill the machine with narrower tiles.
+//   * M > 256 with rows of A and B whole 128-byte lines (K * element size % 128 == 0) and at least
+//     one 128x128 tile per SM: CUTLASS's ping-pong kernel on 128x128 tiles (k128x128pp), which
+//     measured 1.02-1.08x cuBLASLt on the five acceptance shapes (the hook kernel 0.96-1.02x) and
+//     0.95-1.06x on the ragged shapes of K = 3584 (hook / stream-K 0.87-0.99x), bf16 and fp16
+//     (2026-12-02-gemm-plans-h200/run03-89bd30b). At K = 4000 (rows of 8000 bytes, each 128-byte
+//     load split over two lines) the same tile fell to 0.87-0.98x, the hook kernel's 2x1
+//     clusters (half the L2 traffic per output) to 0.87-1.00x: the hook kernel keeps those.
 //   * otherwise the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the
 //     stream-K kernel on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged
 //     tail's K over every SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off
 //     the ragged sweep under both kernels (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd,
 //     hook / stream-K time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where
 //     that is under 0.99 ceil(w), i.e. last waves under ~0.65 full at 4-8 waves, under ~0.5 at 12.
-//     The five acceptance shapes (3.9, 7.8, 15.5, 15.5, 31.0 waves) stay on the hook kernel.
 //     Under one wave (plan_streamk: 128x128 tiles) stream-K where w * kStreamKPenalty < 1: the
 //     CUTLASS kernel's data-parallel mode took 1.11x the hook kernel's time on the same tiles
 //     (2048x8192x4096, bench/results/2026-11-30-s3-h200/run01).
 inline constexpr double kStreamKWaveCost = 1.023, kStreamKFixedWaves = 0.15, kStreamKPenalty = 1.10;
+inline constexpr int kLineBytes = 128;  // the ping-pong tile needs rows of A and B in whole lines
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
@@ -93,18 +100,15 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                128-row tile, a narrow side sized to M (cuBLASLt picks 64x8 .. 256x32 tiles
 //                without a split on most decode shapes) and deep pipelines (22 stages at 64x16).
 //                Decomposition kDataParallel or kHeuristic (the same here) only.
-//   k128x64swappp, k128x128pp, k128x112pp   the ping-pong kernel again with 128-row tiles (one
-//                consumer warpgroup per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and
-//                the plain (128, 128, 64) and (128, 112, 64) ones, cuBLASLt's tiles on the decode shapes
-//                at M = 128 and 256, where a warpgroup's epilogue hides under the other's mainloop once
-//                a CTA has two tiles. 112 columns: N = 14336 is 128 of them, one tile per SM at M = 128
-//                and two at M = 256, where 128 columns make 112 or 224 tiles and some SMs run a 16384-
-//                element tile twice (cuBLASLt runs 128 tiles there).
+//   k128x64swappp, k128x128pp   the ping-pong kernel again with 128-row tiles (one consumer
+//                warpgroup per tile, two wgmma row blocks): the swapped (128, 64, 64) tile and the
+//                plain (128, 128, 64) one, where a warpgroup's epilogue hides under the other's
+//                mainloop once a CTA has two tiles. k128x128pp is the plain GEMM's tile from M = 257
+//                up wherever its grid fills the SMs and rows are whole 128-byte lines (plan_streamk).
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
-  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
-  k128x112pp
+  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
@@ -122,7 +126,6 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k64x64swap: return {64, 64, 1, true, true};
     case StreamKTile::k128x64swappp: return {128, 64, 1, true, true};
     case StreamKTile::k128x128pp: return {128, 128, 1, false, true};
-    case StreamKTile::k128x112pp: return {128, 112, 1, false, true};
   }
   return {128, 128, 1, false, false};
 }
@@ -166,11 +169,12 @@ struct StreamKPlan {
 //              2. M > 64: k128x64swap data-parallel while T <= sms (M = 128, N = 8192; M = 256,
 //                 N = 4096);
 //              3. M <= 128 with more than sms 128x128 tiles: k128x128c1, kHeuristic (N = 57344);
-//              4. else the ping-pong k128x128pp or k128x112pp, whichever puts fewer columns on the
-//                 busiest SM (ceil(T / sms) * blk_n; 128 on a tie): M = 256, N >= 8192 and M = 128,
-//                 N = 14336, where k128x128pp ran 0.87-0.98x against the cooperative tiles' 0.82-0.97x.
-//   otherwise  k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last two
-//              waves' worth) when its last wave is under half full, else kStreamK; under a wave
+//              4. else k128x128pp where rows are whole lines (M = 256, N >= 8192 and M = 128,
+//                 N = 14336: 0.86-0.98x, the cooperative tiles 0.82-0.97x), k128x128c1 kHeuristic
+//                 where not.
+//   M > 256    k128x128pp, data-parallel, where rows are whole lines and T >= sms (use_streamk);
+//              else k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last
+//              two waves' worth) when its last wave is under half full, else kStreamK; under a wave
 //              k128x128c1, kHeuristic.
 inline constexpr double kNarrowFill = 0.45;
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
@@ -189,7 +193,7 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp | 128x112pp (mode
+// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp (mode
 // heuristic or dp), mode
 // heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
 // (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad
