@@ -16,6 +16,9 @@
 #                 decompositions, the ping-pong tiles, the hook kernel) in one process per sweep, the
 #                 best per shape (bench_gemm_plans_{decode,narrow,ragged,acceptance}_DTYPE.json; GEMMPLANS_DTYPES, default
 #                 "bf16 fp16"): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
+#   gemmpick      (nvidia-h200) close plans on a few shapes: `bench gemm --plans` with each plan of
+#                 GEMMPICK_PLANS listed twice in alternation (A;B;A;B), on each MxNxK of GEMMPICK_SHAPES,
+#                 bf16 and fp16, one JSON per line in bench_gemm_pick.jsonl
 #   fused         (nvidia-h200-x2) fused GEMM + all-reduce: tests, acceptance (4 processes) + trace,
 #                 grid, the other GPU tests, the all-reduce bench, compute-sanitizer
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
@@ -42,7 +45,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -248,6 +251,22 @@ if [ "$MODE" = gemmplans ]; then
     step "bench gemm --plans, acceptance, $d"
     run 150 "$TW" bench gemm --dtype $d --sweep acceptance -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_acceptance_$d.json"
   done
+fi
+
+if [ "$MODE" = gemmpick ]; then
+  { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
+  PICK="${GEMMPICK_PLANS:-tile=swap128x64,mode=dp;tile=swap128x64pp}"
+  PICK2="$PICK;$PICK"
+  TMPJ=$(mktemp -d)
+  for d in bf16 fp16; do
+    for shape in ${GEMMPICK_SHAPES:-256x4096x4096 256x4096x8192 128x8192x4096 128x8192x8192}; do
+      IFS=x read -r m n k <<<"$shape"
+      step "bench gemm --plans, $d, $shape"
+      run 60 "$TW" bench gemm --dtype $d -m "$m" -n "$n" -k "$k" -R 5 --plans "$PICK2" --json "$TMPJ/$d-$shape.json"
+      cat "$TMPJ/$d-$shape.json" >>"$OUT/bench_gemm_pick.jsonl" 2>/dev/null
+    done
+  done
+  rm -rf "$TMPJ"
 fi
 
 if [ "$MODE" = acceptance ]; then
