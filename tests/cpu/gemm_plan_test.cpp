@@ -338,8 +338,8 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
       {128, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 1 x 112
       {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
-      {129, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 3
-      {256, 4096, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 32 x 4
+      {129, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 3, ping-pong at M > 128
+      {256, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 4
       {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64
       {256, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 112
       {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 448

@@ -160,8 +160,11 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
     return p;
   }
   if (a.M <= kPingpongMaxM || narrow_tiles <= sms) return take(swapped_pingpong(b), Decomposition::kDataParallel);
-  // 2. The swapped 128x64 tile in one wave.
-  if (tiles_of(a, StreamKTile::k128x64swap) <= sms) return take(StreamKTile::k128x64swap, Decomposition::kDataParallel);
+  // 2. The swapped 128x64 tile in one wave: ping-pong at M > 128 (M = 256, N = 4096: 1.02-1.15x
+  // against the cooperative tile's 0.85-1.00x), cooperative at M <= 128 (N = 8192: 0.93-0.95x at
+  // K = 8192 against 0.86x, a tie at K = 4096; 2026-12-02-gemm-plans-h200/pick-fb02961).
+  if (tiles_of(a, StreamKTile::k128x64swap) <= sms)
+    return take(a.M > kBlkM ? StreamKTile::k128x64swappp : StreamKTile::k128x64swap, Decomposition::kDataParallel);
   // 3. One row of more than a wave of 128x128 tiles: the cooperative tile (measured ahead there).
   if (a.M <= kBlkM && tiles_of(a, StreamKTile::k128x128c1) > sms)
     return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
