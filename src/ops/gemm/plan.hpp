@@ -166,11 +166,13 @@ struct StreamKPlan {
 //                 the decode sweep), at M > 64 while T <= sms (M = 128, N = 4096: 128 tiles).
 //                 Under sms / 16 tiles (N < 528 at M <= 16) the split-K swapped tile instead:
 //                 k128x64swap, S = max(1, min(sms / T, ceil(K / 64) / 8)) splits of >= 8 K tiles.
-//              2. M > 64: k128x64swap data-parallel while T <= sms (M = 128, N = 8192; M = 256,
-//                 N = 4096);
+//              2. M > 64: the swapped 128x64 tile, data-parallel, while T <= sms: cooperative
+//                 (k128x64swap) at M <= 128 (N = 8192: 0.93-0.95x at K = 8192 against the ping-pong
+//                 tile's 0.86x), ping-pong (k128x64swappp) above (M = 256, N = 4096: 1.02-1.15x
+//                 against 0.85-1.00x; 2026-12-02-gemm-plans-h200/pick-fb02961);
 //              3. M <= 128 with more than sms 128x128 tiles: k128x128c1, kHeuristic (N = 57344);
 //              4. else k128x128pp where rows are whole lines (M = 256, N >= 8192 and M = 128,
-//                 N = 14336: 0.86-0.98x, the cooperative tiles 0.82-0.97x), k128x128c1 kHeuristic
+//                 N = 14336: 0.87-0.98x, the cooperative tiles 0.82-0.97x), k128x128c1 kHeuristic
 //                 where not.
 //   M > 256    k128x128pp, data-parallel, where rows are whole lines and T >= sms (use_streamk);
 //              else k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last
