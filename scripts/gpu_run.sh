@@ -233,12 +233,12 @@ fi
 if [ "$MODE" = gemmplans ]; then
   { nvidia-smi --query-gpu=index,name,clocks.sm,memory.total --format=csv; echo "commit $TILEWIRE_COMMIT"; } >>"$LOG" 2>&1
   DECODE_PLANS="auto;hook;tile=swap64x16;tile=swap64x32;tile=swap64x64"  # the ping-pong tiles, data-parallel
-  DECODE_PLANS+=";tile=swap128x64pp;tile=128x128pp"  # the 128-row ping-pong tiles
+  DECODE_PLANS+=";tile=swap128x64pp;tile=128x128pp;tile=128x112pp"  # the 128-row ping-pong tiles
   DECODE_PLANS+=";tile=swap128x64,mode=dp;tile=swap128x64,mode=splitk,splits=2;tile=swap128x64,mode=splitk,splits=4"
   DECODE_PLANS+=";tile=128x64,mode=heuristic;tile=128x128,mode=heuristic;tile=128x256,mode=heuristic"
   DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=128x128pp,pdl=1"  # programmatic dependent launch
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,raster=n"
-  RAGGED_PLANS+=";tile=128x128,mode=heuristic;tile=128x128pp"
+  RAGGED_PLANS+=";tile=128x128,mode=heuristic;tile=128x128pp;tile=128x112pp"
   step "the ping-pong tiles' test (every element against the reference)"
   run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
   for d in ${GEMMPLANS_DTYPES:-bf16 fp16}; do

@@ -82,7 +82,7 @@ constexpr const char* kUsage =
     "  --json FILE           also write every row as JSON\n"
     "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
     "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
-    "                        swap64x16|swap64x32|swap64x64|swap128x64pp|128x128pp (the last five:\n"
+    "                        swap64x16|swap64x32|swap64x64|swap128x64pp|128x128pp|128x112pp (the last six:\n"
     "                        ping-pong, data-parallel only),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n";
 

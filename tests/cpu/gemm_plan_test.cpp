@@ -562,8 +562,12 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).swapped);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).pingpong);
   EXPECT_EQ(tile_shape(StreamKTile::k128x64swappp).blk_m, 128);
-  EXPECT_FALSE(tile_shape(StreamKTile::k128x128pp).swapped);
-  EXPECT_TRUE(tile_shape(StreamKTile::k128x128pp).pingpong);
+  for (StreamKTile t : {StreamKTile::k128x128pp, StreamKTile::k128x112pp}) {
+    EXPECT_FALSE(tile_shape(t).swapped);
+    EXPECT_TRUE(tile_shape(t).pingpong);
+    EXPECT_EQ(tile_shape(t).blk_m, 128);
+  }
+  EXPECT_EQ(tile_shape(StreamKTile::k128x112pp).blk_n, 112);
   for (StreamKTile t : {StreamKTile::k128x256c2, StreamKTile::k128x128c1, StreamKTile::k128x64c1,
                         StreamKTile::k128x64swap})
     EXPECT_FALSE(tile_shape(t).pingpong);
@@ -593,6 +597,13 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x128pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  p = base;  // a measured plan only: the rule never picks it
+  ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  for (int M : {1, 64, 128, 200, 256, 1024, 8192})
+    for (int N : {1024, 4096, 14336, 57344})
+      EXPECT_NE(tw::gemm_impl::plan_streamk(args(M, N, 4096), cfg, 132).tile, StreamKTile::k128x112pp) << M << "x" << N;
   p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
   EXPECT_FALSE(p.pdl);
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);
@@ -606,7 +617,7 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_FALSE(apply_streamk_plan_override("pdl=1", &p, &a, &cfg).ok);
   EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
   for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk",
-                          "tile=128x128pp,mode=splitk,splits=2", "tile=128x128pp,mode=streamk"}) {
+                          "tile=128x128pp,mode=splitk,splits=2", "tile=128x112pp,mode=streamk"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
     EXPECT_FALSE(st.ok) << bad;

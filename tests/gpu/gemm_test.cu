@@ -426,7 +426,7 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
     }
 }
 
-// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp), forced through the
+// The ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp, k128x112pp), forced through the
 // measurement plan: every element against the reference, and a second run bitwise the same
 // (data-parallel: no reduction order).
 TEST(Gemm, DecodeShapesOnThePingpongTiles) {
@@ -442,7 +442,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     const char* described;  // describe()'s
   };
   // M = 100: several tiles along M on every 64-wide narrow side; M = 200: two 128-row tiles of the
-  // plain ones, the second partial; N = 1032: a partial last tile of N (of 64 and 128 columns).
+  // plain ones, the second partial; N = 1032: a partial last tile of N (of 64, 112 and 128 columns).
   for (DType t : {kBf16, DType::kFloat16})
     for (Shape sh : {Shape{1, 4096}, Shape{16, 4096}, Shape{33, 5144}, Shape{64, 4096}, Shape{100, 1032},
                      Shape{200, 1032}}) {
@@ -450,7 +450,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
       const Reference ref = reference(p);  // once per shape: the host fp64 sum is the slow part
       for (Tile tile : {Tile{"swap64x16", "swap64x16pp"}, Tile{"swap64x32", "swap64x32pp"},
                         Tile{"swap64x64", "swap64x64pp"}, Tile{"swap128x64pp", "swap128x64pp"},
-                        Tile{"128x128pp", "128x128pp"}}) {
+                        Tile{"128x128pp", "128x128pp"}, Tile{"128x112pp", "128x112pp"}}) {
         SCOPED_TRACE(p.name() + " " + tile.spec);
         tw::gemm_impl::set_measurement_plan(
             tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});

@@ -1,5 +1,5 @@
 // The plain GEMM's ping-pong tiles for bf16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong): the
-// swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) tiles and the plain (128, 128, 64) one, data-parallel.
+// swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) tiles and the plain (128, 128, 64) and (128, 112, 64) ones, data-parallel.
 // Programmatic dependent launch (StreamKPlan::pdl, the ping-pong tiles only): with this defined,
 // CUTLASS's kernels wait (griddepcontrol.wait) for the kernel before them on the stream to complete
 // before their first global access, and let the next one launch from their last tile, so a launch
@@ -8,6 +8,12 @@
 // CUTLASS 4.2's stream-K scheduler does not compile with it (its is_last_tile, const, passes a
 // member to a non-const reference).
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
+// The wgmma shapes of N = 8 steps (CuTe's "extended" atoms, off by default): the 128x112 tile's
+// 64x112x16 atom. Without it CuTe's atom selector falls back to the largest power-of-two-ish N
+// that divides the tile (64x16x16 for 112: seven times the instructions, each re-reading A from
+// shared memory; 0.12-0.73x cuBLASLt). The other tiles' atoms (N = 16, 32, 64, 128) are the same
+// either way (checked with ptxas -v on the instantiations).
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
 #include "streamk.cuh"
 
 namespace tw::gemm_impl {

@@ -105,10 +105,17 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                plain (128, 128, 64) one, where a warpgroup's epilogue hides under the other's
 //                mainloop once a CTA has two tiles. k128x128pp is the plain GEMM's tile from M = 257
 //                up wherever its grid fills the SMs and rows are whole 128-byte lines (plan_streamk).
+//   k128x112pp   the ping-pong kernel on (128, 112, 64) tiles, a measured plan only: N = 14336 is
+//                128 of its tiles, one wave at M = 128 and two tiles per SM at M = 256, where
+//                128x128 makes 224 tiles and leaves 92 SMs with two (cuBLASLt runs a one-wave grid
+//                there). Its wgmma is the 64x112x16 atom (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in
+//                the ping-pong translation units); without it CUTLASS's builder picks 64x16x16 atoms,
+//                and the tile measured 0.12-0.73x (2026-12-02-gemm-plans-h200/run03-89bd30b).
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
-  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp
+  k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
+  k128x112pp
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
@@ -126,6 +133,7 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k64x64swap: return {64, 64, 1, true, true};
     case StreamKTile::k128x64swappp: return {128, 64, 1, true, true};
     case StreamKTile::k128x128pp: return {128, 128, 1, false, true};
+    case StreamKTile::k128x112pp: return {128, 112, 1, false, true};
   }
   return {128, 128, 1, false, false};
 }
@@ -195,7 +203,7 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp (mode
+// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp | 128x112pp (mode
 // heuristic or dp), mode
 // heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
 // (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad

@@ -133,7 +133,7 @@ namespace streamk {
 // 128-row tile) with the stream-K scheduler (tilewire's ResettingStreamK), which can split K; and
 // the ping-pong kernel (two consumer warpgroups on two 64-row tiles, taking turns at the tensor
 // cores) with the persistent data-parallel scheduler (CUTLASS's ping-pong kernel refuses the
-// stream-K one), for the ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp): no
+// stream-K one), for the ping-pong tiles (plan.hpp k64x*swap, k128x64swappp, k128x128pp, k128x112pp): no
 // split, no scratch. A 128-row ping-pong tile is one warpgroup's, in two wgmma row blocks.
 template <bool kPingpong>
 struct Schedules {
@@ -294,6 +294,7 @@ void launch_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, cons
     case StreamKTile::k128x64swappp:
       return run_streamk<GemmOf<E, StreamKTile::k128x64swappp>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k128x128pp: return run_streamk<GemmOf<E, StreamKTile::k128x128pp>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k128x112pp: return run_streamk<GemmOf<E, StreamKTile::k128x112pp>>(a, cfg, num_sms, plan, stream);
     default: break;
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: not a ping-pong tile");
