@@ -547,7 +547,7 @@ TEST(GemmPlan, StreamKPlanOverrideReordersAnotherTile) {
 }
 
 // The ping-pong tiles: data-parallel only (a split of the plan does not carry over); all swapped
-// but the 128x128 one.
+// but the 128x128 and 128x112 ones.
 TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   using tw::gemm_impl::apply_streamk_plan_override;
   using tw::gemm_impl::Decomposition;

@@ -58,7 +58,7 @@
 //   stream-K, B kNK                   src/ops/gemm/gemm_sm90_{bf16,f16}_nk_streamk.cu (128x256 tiles in
 //                                     2x1 clusters; 128x128, 128x64 and swapped 128x64 in 1x1 clusters)
 //   ping-pong, B kNK                  src/ops/gemm/gemm_sm90_{bf16,f16}_nk_pingpong.cu (swapped 64x16,
-//                                     64x32, 64x64 and 128x64; 128x128)
+//                                     64x32, 64x64 and 128x64; 128x128; 128x112, measured plans only)
 // plus, in the test binary only, bf16 kNK with tests/gpu/gemm_test.cu's recording hook.
 //
 // Device memory. gemm() takes no workspace: the stream-K kernel's scratch (fp32 partial tiles and
