@@ -316,7 +316,8 @@ TEST(GemmPlan, StreamKPlan) {
 // M <= 256, the decode rows (plan.hpp): the swapped ping-pong tile whose narrow side covers M,
 // halved on narrow grids, data-parallel; under sms / 16 of its tiles the split-K swapped 128-row
 // tile, so that tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the
-// first tile whose grid fits, else the 128-row ping-pong tile with the least work on its busiest SM.
+// first tile whose grid fits, else the 128x128 ping-pong tile (cooperative where rows are not
+// whole 128-byte lines).
 TEST(GemmPlan, StreamKDecodePlan) {
   using tw::gemm_impl::Decomposition;
   using tw::gemm_impl::plan_streamk;

@@ -181,7 +181,8 @@ bool wide_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.b_layout != BLayout::kNK) return false;  // not built (bf16 and fp16 are)
-  if (a.M <= kBlkM || decode_plan(a, cfg, num_sms) || wide_pingpong(a, cfg, num_sms)) return true;
+  // decode_plan takes every M <= 256 (it has a row for every grid there).
+  if (a.M <= kDecodeMaxM || wide_pingpong(a, cfg, num_sms)) return true;
   const double waves = hook_waves(a, cfg, num_sms).waves();
   if (waves < 1.0) return waves * kStreamKPenalty < 1.0;  // plan_streamk's 128x128 tiles
   return kStreamKWaveCost * waves + kStreamKFixedWaves < 0.99 * std::ceil(waves);
