@@ -15,7 +15,7 @@
 #                 narrow, ragged and acceptance sweeps under every candidate plan (tiles, splits,
 #                 decompositions, the ping-pong tiles, the hook kernel) in one process per sweep, the
 #                 best per shape (bench_gemm_plans_{decode,narrow,ragged,acceptance}_DTYPE.json; GEMMPLANS_DTYPES, default
-#                 "bf16 fp16"): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
+#                 "bf16 fp16"; GEMMPLANS_SWEEPS, GEMMPLANS_DECODE, GEMMPLANS_RAGGED narrow it down): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
 #   gemmpick      (nvidia-h200) close plans on a few shapes: `bench gemm --plans` with each plan of
 #                 GEMMPICK_PLANS listed twice in alternation (A;B;A;B), on each MxNxK of GEMMPICK_SHAPES,
 #                 bf16 and fp16, one JSON per line in bench_gemm_pick.jsonl
@@ -239,17 +239,25 @@ if [ "$MODE" = gemmplans ]; then
   DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=128x128pp,pdl=1"  # programmatic dependent launch
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,raster=n"
   RAGGED_PLANS+=";tile=128x128,mode=heuristic;tile=128x128pp;tile=128x112pp"
-  step "the ping-pong tiles' test (every element against the reference)"
-  run 120 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles' --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
+  RAGGED_PLANS+=";tile=256x160;tile=256x160c2;tile=256x160,mode=streamk;tile=256x112"  # the 256-row tiles
+  DECODE_PLANS=${GEMMPLANS_DECODE:-$DECODE_PLANS}
+  RAGGED_PLANS=${GEMMPLANS_RAGGED:-$RAGGED_PLANS}
+  step "the ping-pong and 256-row tiles' tests (every element against the reference)"
+  run 180 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles:Gemm.RaggedShapesOnTheWideTiles' \
+    --gtest_output=json:"$OUT/gpu_tests_pingpong.json"
   for d in ${GEMMPLANS_DTYPES:-bf16 fp16}; do
-    step "bench gemm --plans, decode, $d"
-    run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json"
-    step "bench gemm --plans, narrow, $d"
-    run 150 "$TW" bench gemm --dtype $d --sweep narrow -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_narrow_$d.json"
-    step "bench gemm --plans, ragged, $d"
-    run 150 "$TW" bench gemm --dtype $d --sweep ragged -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_ragged_$d.json"
-    step "bench gemm --plans, acceptance, $d"
-    run 150 "$TW" bench gemm --dtype $d --sweep acceptance -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_acceptance_$d.json"
+    for sw in ${GEMMPLANS_SWEEPS:-decode narrow ragged acceptance}; do
+      case $sw in
+        decode) step "bench gemm --plans, decode, $d"
+          run 280 "$TW" bench gemm --dtype $d --sweep decode -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_decode_$d.json" ;;
+        narrow) step "bench gemm --plans, narrow, $d"
+          run 150 "$TW" bench gemm --dtype $d --sweep narrow -R 3 --plans "$DECODE_PLANS" --json "$OUT/bench_gemm_plans_narrow_$d.json" ;;
+        ragged) step "bench gemm --plans, ragged, $d"
+          run 150 "$TW" bench gemm --dtype $d --sweep ragged -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_ragged_$d.json" ;;
+        acceptance) step "bench gemm --plans, acceptance, $d"
+          run 150 "$TW" bench gemm --dtype $d --sweep acceptance -R 3 --plans "$RAGGED_PLANS" --json "$OUT/bench_gemm_plans_acceptance_$d.json" ;;
+      esac
+    done
   done
 fi
 

@@ -459,6 +459,29 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     }
 }
 
+// The 256-row cooperative tiles (plan.hpp k256x160c1, k256x160c2, k256x112c1), forced, data-parallel
+// and stream-K (deterministic: the second run bitwise the same): M = 520 is two whole 256-row tiles
+// and 8 rows (three row tiles, padded to four in 2x1 clusters), N = 1032 partial last tiles of 160
+// and 112 columns, K = 1000 a partial last K tile (rows of 2000 bytes, not whole 128-byte lines).
+TEST(Gemm, RaggedShapesOnTheWideTiles) {
+  TW_SKIP_UNLESS_SM90();
+  struct ResetPlan {
+    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+  } reset;
+  for (DType t : {kBf16, DType::kFloat16}) {
+    const Problem p{520, 1032, 1000, BLayout::kNK, Fill::kRandom, t};
+    const Reference ref = reference(p);
+    for (const char* tile : {"256x160", "256x160c2", "256x112"})
+      for (const char* mode : {"dp", "streamk"}) {
+        SCOPED_TRACE(p.name() + " " + tile + " " + mode);
+        const std::string spec = std::string("tile=") + tile + ",mode=" + mode;
+        tw::gemm_impl::set_measurement_plan(tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, spec});
+        const std::string described = std::string(tile) == "256x160c2" ? tile : std::string(tile) + "c1";
+        check_decode_call(p, ref, "streamk " + described + " mode " + mode);
+      }
+  }
+}
+
 // ------------------------------------------------------------------------------ custom hook
 // Stores C like the default hook, and records each call: counts[tile] += 1 (one thread per CTA),
 // extents[tile] = rows * 1000 + cols. Checks the contract's promises: every consumer thread sees

@@ -259,7 +259,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|swap64x64|"
-                             "swap128x64pp|128x128pp|128x112pp, "
+                             "swap128x64pp|128x128pp|128x112pp|256x160|256x160c2|256x112, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
@@ -291,6 +291,9 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "swap128x64pp") p.tile = StreamKTile::k128x64swappp;
       else if (v == "128x128pp") p.tile = StreamKTile::k128x128pp;
       else if (v == "128x112pp") p.tile = StreamKTile::k128x112pp;
+      else if (v == "256x160") p.tile = StreamKTile::k256x160c1;
+      else if (v == "256x160c2") p.tile = StreamKTile::k256x160c2;
+      else if (v == "256x112") p.tile = StreamKTile::k256x112c1;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;

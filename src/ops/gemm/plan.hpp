@@ -111,11 +111,18 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                there). Its wgmma is the 64x112x16 atom (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in
 //                the ping-pong translation units); without it CUTLASS's builder picks 64x16x16 atoms,
 //                and the tile measured 0.12-0.73x (2026-12-02-gemm-plans-h200/run03-89bd30b).
+//   k256x160c1, k256x160c2, k256x112c1   the cooperative kernel (stream-K scheduler) on 256-row
+//                tiles, each consumer warpgroup 128 rows (160 or 112 fp32 accumulators per thread):
+//                cuBLASLt's tile on the ragged sweep (its id 195, 160 x 256 in its column-major
+//                terms), 35% fewer bytes per flop than 128x128, and grids that come out in whole
+//                waves where 128x128 leaves a ragged one (5000 x 5144: 660 tiles, 5 waves, against
+//                1640 128x128 tiles, 12.4 waves). Their wgmma atoms (64x160x16, 64x112x16) are
+//                CuTe's extended shapes: their own translation units, gemm_sm90_{bf16,f16}_nk_wide.cu.
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
   k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
-  k128x112pp
+  k128x112pp, k256x160c1, k256x160c2, k256x112c1
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
@@ -134,6 +141,9 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k128x64swappp: return {128, 64, 1, true, true};
     case StreamKTile::k128x128pp: return {128, 128, 1, false, true};
     case StreamKTile::k128x112pp: return {128, 112, 1, false, true};
+    case StreamKTile::k256x160c1: return {256, 160, 1, false, false};
+    case StreamKTile::k256x160c2: return {256, 160, 2, false, false};
+    case StreamKTile::k256x112c1: return {256, 112, 1, false, false};
   }
   return {128, 128, 1, false, false};
 }
@@ -203,8 +213,8 @@ int streamk_swizzle(int tiles_m, int tiles_n, int cluster_m, int want);
 
 // TILEWIRE_GEMM_STREAMK_PLAN, for measurement: overrides fields of `plan` from a comma-separated
 // list of key=value ("tile=128x128,mode=splitk,splits=4,det=0"): tile 128x256 | 128x128 | 128x64 |
-// swap128x64 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 | swap128x64pp | 128x128pp | 128x112pp (mode
-// heuristic or dp), mode
+// swap128x64 | 256x160 | 256x160c2 | 256x112 | the ping-pong tiles swap64x16 | swap64x32 | swap64x64 |
+// swap128x64pp | 128x128pp | 128x112pp (mode heuristic or dp), mode
 // heuristic | dp | splitk | streamk, splits 1..64, det 0 | 1, swizzle 1 | 2 | 4 | 8, raster m | n
 // (the kernel's: swapped for the swapped tiles), pdl 0 | 1. Empty leaves the plan as it is. A bad
 // entry: ok = false and the reason. Given the call's (a, cfg), a tile other than the plan's gets

@@ -2,10 +2,11 @@
 // (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Four
 // stream-K tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
 // (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
-// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Five more
-// tiles, the swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) and the plain (128, 128, 64), run
-// CUTLASS's ping-pong kernel, data-parallel (CutlassGemm below with kPingpong;
-// gemm_sm90_{bf16,f16}_nk_pingpong.cu). gemm.cu
+// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Six more
+// tiles, the swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) and the plain (128, 128, 64) and
+// (128, 112, 64), run CUTLASS's ping-pong kernel, data-parallel (CutlassGemm below with kPingpong;
+// gemm_sm90_{bf16,f16}_nk_pingpong.cu); three 256-row tiles, (256, 160 | 112, 64) in 1x1 and
+// (256, 160, 64) in 2x1 clusters, run the cooperative one (gemm_sm90_{bf16,f16}_nk_wide.cu). gemm.cu
 // picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
 // ops never come here.
 //
@@ -300,6 +301,19 @@ void launch_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, cons
   TW_REQUIRE(false, kInvalidArgument, "gemm: not a ping-pong tile");
 }
 
+// The 256-row cooperative tiles for element type E (gemm_sm90_{bf16,f16}_nk_wide.cu, which enable
+// CuTe's extended wgmma atoms for their N = 160 and 112).
+template <class E>
+void launch_wide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
+  switch (plan.tile) {
+    case StreamKTile::k256x160c1: return run_streamk<GemmOf<E, StreamKTile::k256x160c1>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k256x160c2: return run_streamk<GemmOf<E, StreamKTile::k256x160c2>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k256x112c1: return run_streamk<GemmOf<E, StreamKTile::k256x112c1>>(a, cfg, num_sms, plan, stream);
+    default: break;
+  }
+  TW_REQUIRE(false, kInvalidArgument, "gemm: not a 256-row tile");
+}
+
 // The stream-K kernel of plan.tile for element type E (cutlass::bfloat16_t or cutlass::half_t).
 template <class E>
 void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
@@ -315,7 +329,7 @@ void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamK
     case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64swap: run_streamk<Swapped>(a, cfg, num_sms, plan, stream); return;
-    default: break;  // the ping-pong tiles: launch_pingpong
+    default: break;  // the ping-pong tiles: launch_pingpong; the 256-row ones: launch_wide
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
 }
