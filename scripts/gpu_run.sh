@@ -14,8 +14,10 @@
 #   gemmplans     (nvidia-h200) the ping-pong tiles' GPU test, then `bench gemm --plans`: the decode,
 #                 narrow, ragged and acceptance sweeps under every candidate plan (tiles, splits,
 #                 decompositions, the ping-pong tiles, the hook kernel) in one process per sweep, the
-#                 best per shape (bench_gemm_plans_{decode,narrow,ragged,acceptance}_DTYPE.json; GEMMPLANS_DTYPES, default
-#                 "bf16 fp16"; GEMMPLANS_SWEEPS, GEMMPLANS_DECODE, GEMMPLANS_RAGGED narrow it down): what the plan rule (src/ops/gemm/plan.hpp) is read off (scripts/plan_table.py)
+#                 best per shape (bench_gemm_plans_{decode,narrow,ragged,acceptance}_DTYPE.json;
+#                 GEMMPLANS_DTYPES, default "bf16 fp16"; GEMMPLANS_SWEEPS, GEMMPLANS_DECODE and
+#                 GEMMPLANS_RAGGED narrow it down): what the plan rule (src/ops/gemm/plan.hpp) is read
+#                 off (scripts/plan_table.py)
 #   gemmpick      (nvidia-h200) close plans on a few shapes: `bench gemm --plans` with each plan of
 #                 GEMMPICK_PLANS listed twice in alternation (A;B;A;B), on each MxNxK of GEMMPICK_SHAPES,
 #                 bf16 and fp16, one JSON per line in bench_gemm_pick.jsonl
@@ -239,7 +241,9 @@ if [ "$MODE" = gemmplans ]; then
   DECODE_PLANS+=";tile=swap64x64,pdl=1;tile=128x128pp,pdl=1"  # programmatic dependent launch
   RAGGED_PLANS="auto;hook;streamk;tile=128x256,mode=heuristic;tile=128x256,mode=streamk,raster=n"
   RAGGED_PLANS+=";tile=128x128,mode=heuristic;tile=128x128pp;tile=128x112pp"
-  RAGGED_PLANS+=";tile=256x160;tile=256x160c2;tile=256x160,mode=streamk;tile=256x112"  # the 256-row tiles
+  # The 256-row tiles. A spec that names a cooperative tile and no mode keeps the plan's mode
+  # (stream-K where the rule runs 128x256 stream-K): name it.
+  RAGGED_PLANS+=";tile=256x160,mode=dp;tile=256x160c2,mode=dp;tile=256x160,mode=streamk;tile=256x112,mode=dp"
   DECODE_PLANS=${GEMMPLANS_DECODE:-$DECODE_PLANS}
   RAGGED_PLANS=${GEMMPLANS_RAGGED:-$RAGGED_PLANS}
   step "the ping-pong and 256-row tiles' tests (every element against the reference)"

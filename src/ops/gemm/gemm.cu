@@ -120,7 +120,7 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
     if (gemm_impl::tile_shape(choice.streamk.tile).pingpong) {
       if (f16) gemm_impl::launch_f16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
       else gemm_impl::launch_bf16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
-    } else if (gemm_impl::tile_shape(choice.streamk.tile).blk_m == 256) {
+    } else if (gemm_impl::tile_shape(choice.streamk.tile).blk_m == 256) {  // their own TUs (extended atoms)
       if (f16) gemm_impl::launch_f16_nk_wide(a, cfg, num_sms, choice.streamk, stream);
       else gemm_impl::launch_bf16_nk_wide(a, cfg, num_sms, choice.streamk, stream);
     } else {

@@ -9,7 +9,7 @@
 namespace tw::gemm_impl {
 
 void launch_bf16_nk_wide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
-                       cudaStream_t stream) {
+                         cudaStream_t stream) {
   streamk::launch_wide<cutlass::bfloat16_t>(a, cfg, num_sms, plan, stream);
 }
 

@@ -1,8 +1,8 @@
 // src/ops/gemm/launch.hpp — the GEMM kernels this build instantiates, one translation unit each
 // (so a 2-core build compiles them in parallel): gemm_sm90_bf16_nk.cu, gemm_sm90_bf16_kn.cu and
 // gemm_sm90_f16_{nk,kn}.cu (the hook kernel), gemm_sm90_{bf16,f16}_nk_streamk.cu (the stream-K
-// kernel, kNK plain GEMM only) and gemm_sm90_{bf16,f16}_nk_pingpong.cu (its ping-pong tiles) and gemm_sm90_{bf16,f16}_nk_wide.cu
-// (its 256-row tiles).
+// kernel, kNK plain GEMM only), gemm_sm90_{bf16,f16}_nk_pingpong.cu (its ping-pong tiles) and
+// gemm_sm90_{bf16,f16}_nk_wide.cu (its 256-row tiles).
 // Arguments are already checked (gemm.cu); num_sms is the device's SM count.
 #pragma once
 #include <cuda_runtime.h>
