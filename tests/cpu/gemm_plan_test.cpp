@@ -166,39 +166,86 @@ TEST(GemmPlan, HookWaves) {
   EXPECT_EQ(hook_waves(args(4096, 8192, 64), cfg, kSms).groups, 1);
 }
 
-// The bench's GEMM grid, acceptance and ragged shapes on 132 SMs: M <= 128 and grids whose last
-// wave is mostly empty go to the stream-K kernel (1.023 w + 0.15 < 0.99 ceil(w) at w >= 1 waves);
-// the others stay on the hook kernel (plan.hpp).
+// The bench's GEMM grid, acceptance and ragged shapes on 132 SMs (plan.hpp, use_streamk): M <= 128
+// and grids whose last wave is mostly empty go to the stream-K kernel (1.023 w + 0.15 < 0.99
+// ceil(w) at w >= 1 waves); at M > 256 the 256x160 tile wherever its full waves cost less than the
+// hook tile's (kHookTileCost, rows not whole lines) or the 128x128 ping-pong tile's
+// (kPingpongTileCost, whole lines).
 TEST(GemmPlan, StreamKRuleOnTheMeasuredShapes) {
+  using tw::gemm_impl::plan_streamk;
+  using tw::gemm_impl::StreamKTile;
   using tw::gemm_impl::use_streamk;
   struct Case {
     int M, N;
-    bool streamk;
+    bool streamk;  // the hook tile's tail rule
+    bool wide;     // k256x160c2 where rows are not whole lines
+    bool wide_lines;  // k256x160c2 where they are
     const char* why;
   };
   const Case cases[] = {
-      {128, 4096, true, "0.24 waves"},          {128, 8192, true, "0.48 waves"},
-      {512, 4096, true, "0.48 waves"},          {512, 8192, false, "0.97 waves: last wave 97% full"},
-      {2048, 4096, false, "1.94 waves, 94%"},   {2048, 8192, false, "3.88 waves: 4.12 > 3.96"},
-      {4096, 8192, false, "7.76 waves: 8.09 > 7.92"}, {8192, 4096, false, "7.76 waves"},
-      {8192, 8192, false, "15.5 waves"},        {16384, 8192, false, "31.0 waves"},
-      {3000, 5144, false, "3.82 waves: 4.06 > 3.96"}, {3000, 10248, true, "7.45 waves: 7.77 < 7.92"},
-      {5000, 5144, true, "6.36 waves: 6.66 < 6.93"}, {5000, 10248, true, "12.42 waves: 12.86 < 12.87"},
-      {6143, 5144, false, "7.64 waves: 7.96 > 7.92"}, {6143, 10248, false, "14.91 waves"},
+      {128, 4096, true, false, false, "0.24 waves"},
+      {128, 8192, true, false, false, "0.48 waves"},
+      {512, 4096, true, false, false, "0.48 waves; 2 x 26 256x160 tiles are under a wave"},
+      {512, 8192, false, false, false, "0.97 waves: last wave 97% full; 256x160: 52 units < 66"},
+      {2048, 4096, false, false, false, "1.94 waves; 256x160: 4 x 26 = 104 units, 2 waves of 40960 > 0.975 * 2 * 32768"},
+      {2048, 8192, false, false, false, "3.88 waves: 4.12 > 3.96; 256x160: 4 waves"},
+      {4096, 8192, false, false, false, "7.76 waves: 8 * 0.975 * 32768 < 7 * 40960"},
+      {8192, 4096, false, false, false, "7.76 waves; 256x160: 16 x 26 = 416 units, 7 waves"},
+      {8192, 8192, false, false, false, "15.5 waves; 256x160: 832 units, 13 waves"},
+      {16384, 8192, false, false, false, "31.0 waves; 256x160: 26 waves"},
+      {3000, 5144, false, true, true, "3.82 waves (4 * 0.975 * 32768) against 256x160's 3.0 (3 * 40960)"},
+      {3000, 10248, true, true, false, "7.45 waves: 7.77 * 0.975 * 32768 > 6 * 40960; 128x128: 15 waves"},
+      {5000, 5144, true, true, true, "6.36 waves: 6.66 hook waves against 5; 128x128: 13 waves"},
+      {5000, 10248, true, true, false, "12.42 waves: 12.86 hook waves against 10"},
+      {6143, 5144, false, true, false, "7.64 waves: 8 hook waves against 6; 128x128: 15 waves"},
+      {6143, 10248, false, false, false, "14.91 waves: 15 * 0.975 * 32768 < 12 * 40960"},
   };
-  // The tail rule decides where rows are not whole 128-byte lines (K % 64 != 0 in 2-byte types).
+  // Rows not whole 128-byte lines (K % 64 != 0 in 2-byte types): the hook tile or 256x160.
   for (const Case& c : cases)
-    for (int K : {4000, 8200})
-      EXPECT_EQ(use_streamk(args(c.M, c.N, K), {}, kSms), c.streamk) << c.M << "x" << c.N << "x" << K << ": " << c.why;
-  // Whole lines: the 128x128 ping-pong tile wherever its grid has a tile per SM, else the same rule.
+    for (int K : {4000, 8200}) {
+      const GemmArgs a = args(c.M, c.N, K);
+      EXPECT_EQ(use_streamk(a, {}, kSms), c.streamk || c.wide) << c.M << "x" << c.N << "x" << K << ": " << c.why;
+      EXPECT_EQ(plan_streamk(a, {}, kSms).tile == StreamKTile::k256x160c2, c.wide) << c.M << "x" << c.N << "x" << K;
+    }
+  // Whole lines: the 128x128 ping-pong tile wherever its grid has a tile per SM and 256x160's full
+  // waves do not cost less; below a tile per SM, the rows-not-whole-lines rule.
   for (const Case& c : cases)
     for (int K : {3584, 4096, 8192}) {
+      const GemmArgs a = args(c.M, c.N, K);
       const bool grid_fills = ((c.M + 127) / 128) * ((c.N + 127) / 128) >= kSms;
-      EXPECT_EQ(use_streamk(args(c.M, c.N, K), {}, kSms), grid_fills || c.streamk) << c.M << "x" << c.N << "x" << K;
-      EXPECT_EQ(tw::gemm_impl::plan_streamk(args(c.M, c.N, K), {}, kSms).tile == tw::gemm_impl::StreamKTile::k128x128pp,
-                grid_fills && c.M > 256)
-          << c.M << "x" << c.N << "x" << K;
+      const StreamKTile t = plan_streamk(a, {}, kSms).tile;
+      EXPECT_EQ(use_streamk(a, {}, kSms), grid_fills || c.streamk || c.wide) << c.M << "x" << c.N << "x" << K;
+      EXPECT_EQ(t == StreamKTile::k128x128pp, grid_fills && c.M > 256 && !c.wide_lines) << c.M << "x" << c.N << "x" << K;
+      EXPECT_EQ(t == StreamKTile::k256x160c2, c.wide_lines) << c.M << "x" << c.N << "x" << K;
     }
+  // The 256x160 tile's plan: CUTLASS's heuristic (data-parallel in whole waves), its own order.
+  const auto p = plan_streamk(args(5000, 5144, 4000), {}, kSms);
+  EXPECT_EQ(p.decomposition, tw::gemm_impl::Decomposition::kHeuristic);
+  EXPECT_EQ(p.swizzle, 1) << "10 cluster rows x 33 columns: a swizzle of 2 would pad a column";
+  EXPECT_EQ(p.splits, 1);
+  EXPECT_TRUE(p.deterministic);
+  EXPECT_EQ(plan_streamk(args(5000, 5144, 4000, BLayout::kNK, DType::kFloat16), {}, kSms).tile, StreamKTile::k256x160c2);
+}
+
+// The cost model's bounds: 256x160 needs a full wave of its clusters; reserved SMs shrink both
+// tiles' groups.
+TEST(GemmPlan, WideTileEdges) {
+  using tw::gemm_impl::plan_streamk;
+  using tw::gemm_impl::StreamKTile;
+  // 3000 x 5144: 6 x 33 = 198 units, 3 waves on 66 groups. On 64 groups (4 reserved SMs): 3.09,
+  // 4 waves of 256x160 (163840) against 3.92 hook waves (min(4, 4.16) * 0.975 * 32768 = 127795).
+  GemmConfig cfg;
+  EXPECT_EQ(plan_streamk(args(3000, 5144, 4000), cfg, kSms).tile, StreamKTile::k256x160c2);
+  cfg.reserved_sms = 4;
+  EXPECT_NE(plan_streamk(args(3000, 5144, 4000), cfg, kSms).tile, StreamKTile::k256x160c2);
+  EXPECT_FALSE(tw::gemm_impl::use_streamk(args(3000, 5144, 4000), cfg, kSms)) << "the hook kernel: 3.94 waves";
+  // Under a wave of 256x160 clusters: never that tile (M = 768, N = 4096: 2 x 26 = 52 < 66 units).
+  cfg.reserved_sms = 0;
+  EXPECT_NE(plan_streamk(args(768, 4096, 4000), cfg, kSms).tile, StreamKTile::k256x160c2);
+  EXPECT_NE(plan_streamk(args(768, 4096, 4096), cfg, kSms).tile, StreamKTile::k256x160c2);
+  // M <= 256 never takes it (the decode rows).
+  for (int N : {5144, 10248, 57344})
+    EXPECT_NE(plan_streamk(args(256, N, 4000), cfg, kSms).tile, StreamKTile::k256x160c2) << N;
 }
 
 TEST(GemmPlan, StreamKRuleEdges) {
@@ -211,7 +258,8 @@ TEST(GemmPlan, StreamKRuleEdges) {
   EXPECT_FALSE(use_streamk(args(128, 4096, 4096, BLayout::kKN, DType::kFloat16), cfg, kSms));
   // Tiny and odd shapes: under a wave.
   EXPECT_TRUE(use_streamk(args(1, 8, 16), cfg, kSms));
-  EXPECT_FALSE(use_streamk(args(3000, 5144, 4000), cfg, kSms)) << "12 x 21 = 252 units: 3.82 waves";
+  EXPECT_TRUE(use_streamk(args(3000, 5144, 4000), cfg, kSms)) << "3.82 hook waves; 256x160: 3 full waves";
+  EXPECT_FALSE(use_streamk(args(6143, 10248, 4000), cfg, kSms)) << "14.91 hook waves; 256x160: 12 waves";
   EXPECT_TRUE(use_streamk(args(3000, 5144, 3584), cfg, kSms)) << "whole lines, 984 128x128 tiles";
   EXPECT_TRUE(use_streamk(args(256 * 36, 256 * 2, 72), cfg, kSms)) << "72 units: 1.09 waves";
   EXPECT_TRUE(use_streamk(args(256 * 29, 256 * 2, 72), cfg, kSms)) << "58 units: 0.88 waves";
@@ -316,8 +364,9 @@ TEST(GemmPlan, StreamKPlan) {
 // M <= 256, the decode rows (plan.hpp): the swapped ping-pong tile whose narrow side covers M,
 // halved on narrow grids, data-parallel; under sms / 16 of its tiles the split-K swapped 128-row
 // tile, so that tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the
-// first tile whose grid fits, else the 128x128 ping-pong tile (cooperative where rows are not
-// whole 128-byte lines).
+// first tile whose grid fits, else the 128-row ping-pong tile, 112 columns wide where its full
+// waves give each SM fewer columns than 128 (cooperative 128x128 where rows are not whole
+// 128-byte lines).
 TEST(GemmPlan, StreamKDecodePlan) {
   using tw::gemm_impl::Decomposition;
   using tw::gemm_impl::plan_streamk;
@@ -337,12 +386,12 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {64, 57344, StreamKTile::k64x64swap, Decomposition::kDataParallel},
       {65, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},    // 64 x 2 tiles
       {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
-      {128, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 1 x 112
+      {128, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 1 x 128 (not 1 x 112 of 128)
       {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
       {129, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 3, ping-pong at M > 128
       {256, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 4
       {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64
-      {256, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 112
+      {256, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 2 x 128: 2 waves of 112 columns
       {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 448
       // Narrow grids: the narrow side halved while the grid is under 0.45 * 132 = 59.4 tiles.
       {128, 1024, StreamKTile::k64x32swap, Decomposition::kDataParallel},   // 16 x 2 < 59.4; 16 x 4
@@ -400,7 +449,9 @@ TEST(GemmPlan, StreamKDecodePlan) {
   p = plan_streamk(args(256, 14336, 4000), cfg, kSms);
   EXPECT_EQ(p.tile, StreamKTile::k128x128c1);
   EXPECT_EQ(p.decomposition, Decomposition::kHeuristic);
-  EXPECT_EQ(plan_streamk(args(200, 14336, 4096), cfg, kSms).tile, StreamKTile::k128x128pp);
+  EXPECT_EQ(plan_streamk(args(200, 14336, 4096), cfg, kSms).tile, StreamKTile::k128x112pp) << "2 x 128: 224 columns";
+  EXPECT_EQ(plan_streamk(args(200, 16384, 4096), cfg, kSms).tile, StreamKTile::k128x128pp)
+      << "2 x 147 112-column tiles: 3 waves, 336 columns against 2 x 128 = 256";
 }
 
 // The swapped grid is (ceil(N / 128), ceil(M / 64)): one tile column at M <= 64, no swizzle,
@@ -598,13 +649,18 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x128pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x128pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
-  p = base;  // a measured plan only: the rule never picks it
+  p = base;
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
+  // The rule takes 112 columns only at 128 <= M <= 256 (decode rule 4), where whole 112-column
+  // waves give each SM fewer columns than 128-column ones (of these, N = 14336 only).
   for (int M : {1, 64, 128, 200, 256, 1024, 8192})
-    for (int N : {1024, 4096, 14336, 57344})
-      EXPECT_NE(tw::gemm_impl::plan_streamk(args(M, N, 4096), cfg, 132).tile, StreamKTile::k128x112pp) << M << "x" << N;
+    for (int N : {1024, 4096, 14336, 57344}) {
+      const bool t112 = N == 14336 && M >= 128 && M <= 256;
+      EXPECT_EQ(tw::gemm_impl::plan_streamk(args(M, N, 4096), cfg, 132).tile == StreamKTile::k128x112pp, t112)
+          << M << "x" << N;
+    }
   p = base;  // programmatic dependent launch: a launch option of any tile, named last in describe()
   EXPECT_FALSE(p.pdl);
   ASSERT_TRUE(apply_streamk_plan_override("tile=swap64x16,pdl=1", &p, &a, &cfg).ok);

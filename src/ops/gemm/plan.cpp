@@ -168,24 +168,58 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
   // 3. One row of more than a wave of 128x128 tiles: the cooperative tile (measured ahead there).
   if (a.M <= kBlkM && tiles_of(a, StreamKTile::k128x128c1) > sms)
     return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
-  // 4. The 128x128 ping-pong tile where rows are whole lines.
-  if (whole_lines(a)) return take(StreamKTile::k128x128pp, Decomposition::kDataParallel);
+  // 4. The 128-row ping-pong tile where rows are whole lines: 112 columns where its full waves
+  // give each SM fewer columns than 128 do.
+  if (whole_lines(a)) {
+    const int cols112 = ceil_div(tiles_of(a, StreamKTile::k128x112pp), sms) * 112;
+    const int cols128 = ceil_div(tiles_of(a, StreamKTile::k128x128pp), sms) * 128;
+    return take(cols112 < cols128 ? StreamKTile::k128x112pp : StreamKTile::k128x128pp, Decomposition::kDataParallel);
+  }
   return take(StreamKTile::k128x128c1, Decomposition::kHeuristic);
 }
 
-// M > 256: the 128x128 ping-pong tile where rows are whole lines and its grid fills the SMs.
-bool wide_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
-  return a.M > kDecodeMaxM && whole_lines(a) && tiles_of(a, StreamKTile::k128x128pp) >= num_sms - cfg.reserved_sms;
+// Full waves of tile t's grid: ceil(cluster units / cluster groups).
+int full_waves(const GemmArgs& a, int sms, StreamKTile t) {
+  const StreamKTileShape s = tile_shape(t);
+  const StreamKGrid g = streamk_grid(a, t);
+  return ceil_div(ceil_div(g.tiles_m, s.cluster_m) * g.tiles_n, std::max(1, sms / s.cluster_m));
+}
+
+// The hook kernel's waves on either kernel: ceil(w) on its own, the stream-K estimate on CUTLASS's
+// (w >= 1; plan.hpp).
+bool hook_tail_streamk(double w) { return kStreamKWaveCost * w + kStreamKFixedWaves < 0.99 * std::ceil(w); }
+
+// M > 256 (plan.hpp, use_streamk): the 128x128 ping-pong tile or the 256x160 one where one of them
+// has the least modelled time, nullopt where the hook kernel's tile does (or neither applies).
+// Times are in outputs per SM over the full waves, in units of k256x160c2's cost per output.
+std::optional<StreamKTile> large_tile(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
+  if (a.M <= kDecodeMaxM) return std::nullopt;
+  const int sms = num_sms - cfg.reserved_sms;
+  constexpr StreamKTile kWide = StreamKTile::k256x160c2, kPp = StreamKTile::k128x128pp;
+  const StreamKTileShape ws = tile_shape(kWide);
+  const StreamKGrid wg = streamk_grid(a, kWide);
+  const bool wide_fills = ceil_div(wg.tiles_m, ws.cluster_m) * wg.tiles_n >= sms / ws.cluster_m;
+  const double wide = wide_fills ? double(full_waves(a, sms, kWide)) * ws.blk_m * ws.blk_n : 0;
+  if (whole_lines(a) && tiles_of(a, kPp) >= sms) {
+    const double pp = kPingpongTileCost * full_waves(a, sms, kPp) * 128 * 128;
+    return wide_fills && wide < pp ? kWide : kPp;
+  }
+  if (!wide_fills) return std::nullopt;
+  const double w = hook_waves(a, cfg, num_sms).waves();
+  const double hook_waves_taken = std::min(std::ceil(w), kStreamKWaveCost * w + kStreamKFixedWaves);
+  const double hook = kHookTileCost * hook_waves_taken * kBlkM * kBlkN;
+  if (wide < hook) return kWide;
+  return std::nullopt;
 }
 }  // namespace
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   if (a.b_layout != BLayout::kNK) return false;  // not built (bf16 and fp16 are)
   // decode_plan takes every M <= 256 (it has a row for every grid there).
-  if (a.M <= kDecodeMaxM || wide_pingpong(a, cfg, num_sms)) return true;
+  if (a.M <= kDecodeMaxM || large_tile(a, cfg, num_sms)) return true;
   const double waves = hook_waves(a, cfg, num_sms).waves();
   if (waves < 1.0) return waves * kStreamKPenalty < 1.0;  // plan_streamk's 128x128 tiles
-  return kStreamKWaveCost * waves + kStreamKFixedWaves < 0.99 * std::ceil(waves);
+  return hook_tail_streamk(waves);
 }
 
 GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, KernelPref pref) {
@@ -234,9 +268,9 @@ StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms) 
   StreamKPlan p;
   if (const std::optional<StreamKPlan> d = decode_plan(a, cfg, num_sms)) {
     p = *d;
-  } else if (wide_pingpong(a, cfg, num_sms)) {
-    p.tile = StreamKTile::k128x128pp;
-    p.decomposition = Decomposition::kDataParallel;
+  } else if (const std::optional<StreamKTile> t = large_tile(a, cfg, num_sms)) {
+    p.tile = *t;
+    p.decomposition = tile_shape(*t).pingpong ? Decomposition::kDataParallel : Decomposition::kHeuristic;
   } else if (const HookWaves w = hook_waves(a, cfg, num_sms); w.waves() >= 1.0) {
     p.tile = StreamKTile::k128x256c2;
     // CUTLASS's heuristic splits the last two waves' worth when the last wave is under half full

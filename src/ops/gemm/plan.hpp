@@ -53,23 +53,32 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 //     SMs at M <= 128 (0.34-0.47x cuBLASLt, bench/results/2026-11-30-s2-h200/run06-gemm), two
 //     rows 0.30-0.94x at M = 256 (2026-12-02-gemm-plans-h200/run02-8b5921b); the CUTLASS kernels
 //     fill the machine with narrower tiles.
-//   * M > 256 with rows of A and B whole 128-byte lines (K * element size % 128 == 0) and at least
-//     one 128x128 tile per SM: CUTLASS's ping-pong kernel on 128x128 tiles (k128x128pp), which
-//     measured 1.02-1.08x cuBLASLt on the five acceptance shapes (the hook kernel 0.96-1.02x) and
-//     0.95-1.06x on the ragged shapes of K = 3584 (hook / stream-K 0.87-0.99x), bf16 and fp16
-//     (2026-12-02-gemm-plans-h200/run03-89bd30b). At K = 4000 (rows of 8000 bytes, each 128-byte
-//     load split over two lines) the same tile fell to 0.87-0.98x, the hook kernel's 2x1
-//     clusters (half the L2 traffic per output) to 0.87-1.00x: the hook kernel keeps those.
-//   * otherwise the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the
-//     stream-K kernel on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged
-//     tail's K over every SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off
-//     the ragged sweep under both kernels (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd,
-//     hook / stream-K time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where
-//     that is under 0.99 ceil(w), i.e. last waves under ~0.65 full at 4-8 waves, under ~0.5 at 12.
-//     Under one wave (plan_streamk: 128x128 tiles) stream-K where w * kStreamKPenalty < 1: the
-//     CUTLASS kernel's data-parallel mode took 1.11x the hook kernel's time on the same tiles
-//     (2048x8192x4096, bench/results/2026-11-30-s3-h200/run01).
+//   * M > 256: the tile of the least modelled time among k128x128pp (rows of A and B whole
+//     128-byte lines, K * element size % 128 == 0, and at least one tile per SM), k256x160c2 (at
+//     least one wave of its clusters) and the hook kernel (below). A tile's time is its full waves
+//     (ceil(units / groups): a ragged last wave costs a whole one) times the outputs each SM makes
+//     per wave times the tile's cost per output, relative to k256x160c2: kPingpongTileCost where
+//     rows are whole lines, kHookTileCost where they are not, with the hook kernel's waves taken
+//     as the lesser of ceil(w) and its stream-K estimate (next point). Read off the ragged sweep
+//     under every plan (2026-12-02-gemm-plans-h200/run04-82f71ff, both dtypes): k256x160c2 ran
+//     0.960-0.980x cuBLASLt on all 12 shapes; k128x128pp 0.98-1.03x where its grid comes out even
+//     (3000 x 10248 x 3584: 14.7 waves) but 0.93-0.96x where 256x160's does (3000 x 5144: 7.45
+//     waves against 3.0); the hook kernel 0.996x at 6143 x 10248 x 4000 (14.9 waves, 256x160
+//     0.968x). The per-output costs fit those ratios on all 12 shapes (kPingpongTileCost 0.97 from
+//     1.00-1.06 per shape, kHookTileCost 0.975 from 0.97-0.98); at K = 4000 (rows of 8000 bytes,
+//     each 128-byte load split over two lines) the ping-pong tile fell to 0.86-0.92x and is not a
+//     candidate. The five acceptance shapes stay on k128x128pp (1.03-1.10x, run06-b4d6bba).
+//   * the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the stream-K kernel
+//     on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged tail's K over every
+//     SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off the ragged sweep
+//     under both kernels (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd, hook / stream-K
+//     time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where that is under
+//     0.99 ceil(w), i.e. last waves under ~0.65 full at 4-8 waves, under ~0.5 at 12. Under one wave
+//     (plan_streamk: 128x128 tiles) stream-K where w * kStreamKPenalty < 1: the CUTLASS kernel's
+//     data-parallel mode took 1.11x the hook kernel's time on the same tiles (2048x8192x4096,
+//     bench/results/2026-11-30-s3-h200/run01).
 inline constexpr double kStreamKWaveCost = 1.023, kStreamKFixedWaves = 0.15, kStreamKPenalty = 1.10;
+inline constexpr double kPingpongTileCost = 0.97, kHookTileCost = 0.975;  // per output, against k256x160c2
 inline constexpr int kLineBytes = 128;  // the ping-pong tile needs rows of A and B in whole lines
 
 bool use_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
@@ -105,7 +114,7 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                plain (128, 128, 64) one, where a warpgroup's epilogue hides under the other's
 //                mainloop once a CTA has two tiles. k128x128pp is the plain GEMM's tile from M = 257
 //                up wherever its grid fills the SMs and rows are whole 128-byte lines (plan_streamk).
-//   k128x112pp   the ping-pong kernel on (128, 112, 64) tiles, a measured plan only: N = 14336 is
+//   k128x112pp   the ping-pong kernel on (128, 112, 64) tiles, plan_streamk's rule 4: N = 14336 is
 //                128 of its tiles, one wave at M = 128 and two tiles per SM at M = 256, where
 //                128x128 makes 224 tiles and leaves 92 SMs with two (cuBLASLt runs a one-wave grid
 //                there). Its wgmma is the 64x112x16 atom (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in
@@ -118,6 +127,7 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                waves where 128x128 leaves a ragged one (5000 x 5144: 660 tiles, 5 waves, against
 //                1640 128x128 tiles, 12.4 waves). Their wgmma atoms (64x160x16, 64x112x16) are
 //                CuTe's extended shapes: their own translation units, gemm_sm90_{bf16,f16}_nk_wide.cu.
+//                k256x160c2 is the rule's (M > 256, use_streamk); the other two are measured plans.
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
@@ -189,13 +199,19 @@ struct StreamKPlan {
 //                 tile's 0.86x), ping-pong (k128x64swappp) above (M = 256, N = 4096: 1.02-1.15x
 //                 against 0.85-1.00x; 2026-12-02-gemm-plans-h200/pick-fb02961);
 //              3. M <= 128 with more than sms 128x128 tiles: k128x128c1, kHeuristic (N = 57344);
-//              4. else k128x128pp where rows are whole lines (M = 256, N >= 8192 and M = 128,
-//                 N = 14336: 0.87-0.98x, the cooperative tiles 0.82-0.97x), k128x128c1 kHeuristic
-//                 where not.
-//   M > 256    k128x128pp, data-parallel, where rows are whole lines and T >= sms (use_streamk);
-//              else k128x256c2 when the hook grid is >= 1 wave: kHeuristic (stream-K over the last
-//              two waves' worth) when its last wave is under half full, else kStreamK; under a wave
-//              k128x128c1, kHeuristic.
+//              4. else the 128-row ping-pong tile where rows are whole lines: k128x112pp where
+//                 its full waves hold fewer columns per SM than k128x128pp's (ceil(T112 / sms) *
+//                 112 < ceil(T128 / sms) * 128: M = 256, N = 14336 is 256 tiles in 2 waves
+//                 against 224 in 2, 0.968-0.977x bf16 against 0.865-0.875x, run04-82f71ff; M = 128,
+//                 N = 14336 one wave of 128 against 112), else k128x128pp (M = 256, N >= 8192:
+//                 0.95-0.98x, the cooperative tiles 0.82-0.97x); k128x128c1 kHeuristic where rows
+//                 are not whole lines.
+//   M > 256    the least modelled time (use_streamk above): k128x128pp data-parallel, k256x160c2
+//              kHeuristic (data-parallel in whole waves, CUTLASS's split of the last two waves'
+//              worth when the last is under half full), or the hook kernel's tile; when the hook
+//              tile is the choice and the stream-K kernel runs it: k128x256c2, kHeuristic when its
+//              last wave is under half full, else kStreamK; under a hook wave k128x128c1,
+//              kHeuristic.
 inline constexpr double kNarrowFill = 0.45;
 StreamKPlan plan_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
