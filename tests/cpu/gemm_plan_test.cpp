@@ -364,9 +364,9 @@ TEST(GemmPlan, StreamKPlan) {
 // M <= 256, the decode rows (plan.hpp): the swapped ping-pong tile whose narrow side covers M,
 // halved on narrow grids, data-parallel; under sms / 16 of its tiles the split-K swapped 128-row
 // tile, so that tiles * splits fill the SMs with >= 8 K tiles per split; at 64 < M <= 256 the
-// first tile whose grid fits, else the 128-row ping-pong tile, 112 columns wide where its full
-// waves give each SM fewer columns than 128 (cooperative 128x128 where rows are not whole
-// 128-byte lines).
+// first tile whose grid fits, else the 128-row ping-pong tile, at M > 128 112 columns wide where
+// its full waves give each SM fewer columns than 128 (cooperative 128x128 where rows are not
+// whole 128-byte lines).
 TEST(GemmPlan, StreamKDecodePlan) {
   using tw::gemm_impl::Decomposition;
   using tw::gemm_impl::plan_streamk;
@@ -386,7 +386,7 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {64, 57344, StreamKTile::k64x64swap, Decomposition::kDataParallel},
       {65, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},    // 64 x 2 tiles
       {128, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},  // 64 x 2
-      {128, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 1 x 128 (not 1 x 112 of 128)
+      {128, 14336, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 1 x 112: M <= 128 keeps 128 columns
       {128, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},     // 1 x 448
       {129, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 3, ping-pong at M > 128
       {256, 4096, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 32 x 4
@@ -653,11 +653,11 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
-  // The rule takes 112 columns only at 128 <= M <= 256 (decode rule 4), where whole 112-column
+  // The rule takes 112 columns only at 128 < M <= 256 (decode rule 4), where whole 112-column
   // waves give each SM fewer columns than 128-column ones (of these, N = 14336 only).
   for (int M : {1, 64, 128, 200, 256, 1024, 8192})
     for (int N : {1024, 4096, 14336, 57344}) {
-      const bool t112 = N == 14336 && M >= 128 && M <= 256;
+      const bool t112 = N == 14336 && M > 128 && M <= 256;
       EXPECT_EQ(tw::gemm_impl::plan_streamk(args(M, N, 4096), cfg, 132).tile == StreamKTile::k128x112pp, t112)
           << M << "x" << N;
     }

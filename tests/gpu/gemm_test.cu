@@ -252,6 +252,9 @@ void launch(const Variant& v, const tw::GemmArgs& a, const tw::GemmConfig& cfg, 
   else if (tw::gemm_impl::tile_shape(v.plan.tile).pingpong)  // the plan's decode tiles
     half ? tw::gemm_impl::launch_f16_nk_pingpong(a, cfg, num_sms, v.plan, s)
          : tw::gemm_impl::launch_bf16_nk_pingpong(a, cfg, num_sms, v.plan, s);
+  else if (tw::gemm_impl::tile_shape(v.plan.tile).blk_m == 256)  // the plan's 256x160 tile (M > 256)
+    half ? tw::gemm_impl::launch_f16_nk_wide(a, cfg, num_sms, v.plan, s)
+         : tw::gemm_impl::launch_bf16_nk_wide(a, cfg, num_sms, v.plan, s);
   else if (half) tw::gemm_impl::launch_f16_nk_streamk(a, cfg, num_sms, v.plan, s);
   else tw::gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, v.plan, s);
 }

@@ -199,13 +199,14 @@ struct StreamKPlan {
 //                 tile's 0.86x), ping-pong (k128x64swappp) above (M = 256, N = 4096: 1.02-1.15x
 //                 against 0.85-1.00x; 2026-12-02-gemm-plans-h200/pick-fb02961);
 //              3. M <= 128 with more than sms 128x128 tiles: k128x128c1, kHeuristic (N = 57344);
-//              4. else the 128-row ping-pong tile where rows are whole lines: k128x112pp where
-//                 its full waves hold fewer columns per SM than k128x128pp's (ceil(T112 / sms) *
-//                 112 < ceil(T128 / sms) * 128: M = 256, N = 14336 is 256 tiles in 2 waves
-//                 against 224 in 2, 0.968-0.977x bf16 against 0.865-0.875x, run04-82f71ff; M = 128,
-//                 N = 14336 one wave of 128 against 112), else k128x128pp (M = 256, N >= 8192:
-//                 0.95-0.98x, the cooperative tiles 0.82-0.97x); k128x128c1 kHeuristic where rows
-//                 are not whole lines.
+//              4. else the 128-row ping-pong tile where rows are whole lines: k128x112pp at
+//                 M > 128 where its full waves hold fewer columns per SM than k128x128pp's
+//                 (ceil(T112 / sms) * 112 < ceil(T128 / sms) * 128: M = 256, N = 14336 is 256
+//                 tiles in 2 waves against 224 in 2, 0.970-0.977x bf16 against 0.865-0.866x,
+//                 2026-12-03-gemm-rule-h200/pick-b13653c; at M = 128, N = 14336, one wave of B
+//                 streamed either way, 0.953-0.963x against 0.952-0.974x), else k128x128pp
+//                 (M = 256, N >= 8192: 0.95-0.98x, the cooperative tiles 0.82-0.97x); k128x128c1
+//                 kHeuristic where rows are not whole lines.
 //   M > 256    the least modelled time (use_streamk above): k128x128pp data-parallel, k256x160c2
 //              kHeuristic (data-parallel in whole waves, CUTLASS's split of the last two waves'
 //              worth when the last is under half full), or the hook kernel's tile; when the hook
