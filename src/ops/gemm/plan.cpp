@@ -187,8 +187,8 @@ int full_waves(const GemmArgs& a, int sms, StreamKTile t) {
   return ceil_div(ceil_div(g.tiles_m, s.cluster_m) * g.tiles_n, std::max(1, sms / s.cluster_m));
 }
 
-// The hook kernel's waves on either kernel: ceil(w) on its own, the stream-K estimate on CUTLASS's
-// (w >= 1; plan.hpp).
+// Whether the hook tile's w >= 1 waves take less time on CUTLASS's stream-K kernel (about
+// 1.023 w + 0.15 waves, plan.hpp) than on the hook kernel (ceil(w) waves).
 bool hook_tail_streamk(double w) { return kStreamKWaveCost * w + kStreamKFixedWaves < 0.99 * std::ceil(w); }
 
 // M > 256 (plan.hpp, use_streamk): the 128x128 ping-pong tile or the 256x160 one where one of them
@@ -198,20 +198,19 @@ std::optional<StreamKTile> large_tile(const GemmArgs& a, const GemmConfig& cfg, 
   if (a.M <= kDecodeMaxM) return std::nullopt;
   const int sms = num_sms - cfg.reserved_sms;
   constexpr StreamKTile kWide = StreamKTile::k256x160c2, kPp = StreamKTile::k128x128pp;
-  const StreamKTileShape ws = tile_shape(kWide);
+  const StreamKTileShape ws = tile_shape(kWide), ps = tile_shape(kPp);
   const StreamKGrid wg = streamk_grid(a, kWide);
   const bool wide_fills = ceil_div(wg.tiles_m, ws.cluster_m) * wg.tiles_n >= sms / ws.cluster_m;
   const double wide = wide_fills ? double(full_waves(a, sms, kWide)) * ws.blk_m * ws.blk_n : 0;
   if (whole_lines(a) && tiles_of(a, kPp) >= sms) {
-    const double pp = kPingpongTileCost * full_waves(a, sms, kPp) * 128 * 128;
+    const double pp = kPingpongTileCost * full_waves(a, sms, kPp) * ps.blk_m * ps.blk_n;
     return wide_fills && wide < pp ? kWide : kPp;
   }
   if (!wide_fills) return std::nullopt;
   const double w = hook_waves(a, cfg, num_sms).waves();
   const double hook_waves_taken = std::min(std::ceil(w), kStreamKWaveCost * w + kStreamKFixedWaves);
   const double hook = kHookTileCost * hook_waves_taken * kBlkM * kBlkN;
-  if (wide < hook) return kWide;
-  return std::nullopt;
+  return wide < hook ? std::optional<StreamKTile>(kWide) : std::nullopt;
 }
 }  // namespace
 
