@@ -57,6 +57,53 @@ TEST(GemmAllReducePlan, EveryTileOwnedOnceAndEvenly) {
         }
 }
 
+// The owner kernel's decode tile (plan.hpp owner_tile_is_decode): 128 x 64 tiles without clusters
+// at M <= 256 with B [N, K], both dtypes and partial precisions; the 128 x 256 tile otherwise
+// (M > 256, B [K, N], the relay and exchange algorithms). The workspace is that layout's.
+TEST(GemmAllReducePlan, OwnerDecodeTile) {
+  using tw::GemmAllReduceAlgo;
+  using tw::PartialPrecision;
+  using tw::gemm_allreduce_impl::kDecodeBlkN;
+  using tw::gemm_allreduce_impl::layout_for;
+  for (DType t : {DType::kBFloat16, DType::kFloat16})
+    for (PartialPrecision pp : {PartialPrecision::kBFloat16, PartialPrecision::kFloat32})
+      for (int P : {1, 2, 4, 8})
+        for (int M : {1, 100, 128, 256, 257, 3000})
+          for (int N : {8, 5144, 8192}) {
+            SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " N=" << N << " dtype " << int(t)
+                                            << " partials " << int(pp));
+            GemmAllReduceConfig c;
+            c.algo = GemmAllReduceAlgo::kOwner;
+            c.partials = pp;
+            const GemmAllReduceArgs a = args(M, N, 520, t);
+            const bool decode = M <= 256;
+            EXPECT_EQ(tw::gemm_allreduce_impl::owner_tile_is_decode(a, GemmAllReduceAlgo::kOwner), decode);
+            const Layout l = layout_for(a, P, c);
+            const int pb = pp == PartialPrecision::kFloat32 ? 4 : 2;
+            EXPECT_EQ(l.blk_n, decode ? kDecodeBlkN : 256);
+            EXPECT_EQ(l.cluster_m, decode ? 1 : 2);
+            EXPECT_EQ(l.tiles_n, (N + l.blk_n - 1) / l.blk_n);
+            EXPECT_EQ(l.tiles_m, (M + 127) / 128);
+            EXPECT_EQ(l.slot_bytes, size_t(128) * l.blk_n * pb);
+            EXPECT_EQ(tw::workspace_size(a, P, c), make_layout(M, N, P, l.raster, pb, decode).total);
+            GemmAllReduceArgs kn = a;
+            kn.b_layout = BLayout::kKN;
+            EXPECT_FALSE(tw::gemm_allreduce_impl::owner_tile_is_decode(kn, GemmAllReduceAlgo::kOwner));
+            EXPECT_EQ(layout_for(kn, P, c).blk_n, 256);
+          }
+  // The other algorithms keep the 128 x 256 tile at any M.
+  GemmAllReduceConfig relay, exchange;
+  relay.algo = GemmAllReduceAlgo::kRelay;
+  exchange.algo = GemmAllReduceAlgo::kExchange;
+  EXPECT_EQ(layout_for(args(128, 8192, 520), 2, relay).blk_n, 256);
+  EXPECT_EQ(layout_for(args(128, 8192, 520), 4, exchange).blk_n, 256);
+  EXPECT_FALSE(tw::gemm_allreduce_impl::owner_tile_is_decode(args(128, 8192, 520), GemmAllReduceAlgo::kRelay));
+  // kAuto on 4 ranks is the owner algorithm: M = 128, N = 8192 in 128 decode tiles (one wave on
+  // 132 SMs) where 128 x 256 makes 32.
+  EXPECT_EQ(layout_for(args(128, 8192, 520), 4, GemmAllReduceConfig{}).T, 128);
+  EXPECT_EQ(layout_for(args(128, 8192, 520), 2, GemmAllReduceConfig{}).T, 32) << "kAuto on 2 ranks: relay";
+}
+
 TEST(GemmAllReducePlan, ConsecutiveTilesOfTheWalkHaveDifferentOwners) {
   // Along the raster's major direction, neighbours belong to different ranks (P <= extent).
   const Layout m = make_layout(8192, 8192, 4, Raster::kAlongM, 2);

@@ -1,8 +1,9 @@
 // tests/gpu/gemm_allreduce_reuse_test.cu — one workspace, any sequence of calls.
 //
 //   GemmAllReduceReuse.AlternatingShapesPathsAlgorithms   50 calls of tw::gemm_allreduce on ONE
-//       workspace, zeroed once before the first and never again, alternating M in {1024, 3000,
-//       4096, 8192} (N = 2048, K_local = 1024), the sequential path (which leaves its bf16
+//       workspace, zeroed once before the first and never again, alternating M in {200, 1024,
+//       3000, 4096, 8192} (N = 2048, K_local = 1024; M = 200 runs the owner kernel on its decode
+//       tile, 128 x 64), the sequential path (which leaves its bf16
 //       partial in the workspace's staging area) and every fused algorithm the team can run.
 //       Each call's C is checked over every element against the GPU reference (gemm_ref.cuh) and
 //       for bit-identity across ranks. Before the workspace kept a record of its layout, a call
@@ -24,7 +25,7 @@ using tw::DType;
 
 constexpr uint64_t kSeedA = 131, kSeedB = 137;
 constexpr int kN = 2048, kK = 1024, kCalls = 50;
-constexpr std::array<int, 4> kMs = {1024, 3000, 4096, 8192};
+constexpr std::array<int, 5> kMs = {200, 1024, 3000, 4096, 8192};
 
 struct Case {
   tw::GemmAllReduceConfig cfg;
@@ -59,7 +60,7 @@ TEST(GemmAllReduceReuse, AlternatingShapesPathsAlgorithms) {
   std::vector<GemmReference> refs(kMs.size());
   for (size_t i = 0; i < kMs.size(); ++i) refs[i].prepare({kMs[i], kN, kK, BLayout::kNK, P, kSeedA, kSeedB});
 
-  // Call i: shape i % 4, case (i + i / 4) % cases: every shape meets every case, and consecutive
+  // Call i: shape i % 5, case (i + i / 5) % cases: every shape meets every case, and consecutive
   // calls differ in shape and usually in path or algorithm.
   auto shape_of = [](int i) { return (size_t)i % kMs.size(); };
   auto case_of = [&](int i) { return (size_t)(i + i / (int)kMs.size()) % cases.size(); };

@@ -201,6 +201,20 @@ TEST(GemmAllReduce, HalfPrecision) {
     }
 }
 
+// The owner kernel's decode tile (128 x 64, no cluster; plan.hpp owner_tile_is_decode) at
+// M <= 256 with B [N, K]: bf16 and fp16, both partial precisions, a partial last tile column
+// (N = 5144 = 80 x 64 + 24) and row, two calls per workspace. (Alternating with the 128 x 256
+// layouts on one workspace: gemm_allreduce_reuse_test.cu.)
+TEST(GemmAllReduce, OwnerDecodeTile) {
+  TW_SKIP_UNLESS_SM90();
+  GemmReference ref;
+  for (DType t : {DType::kBFloat16, DType::kFloat16})
+    for (PP pp : {PP::kBFloat16, PP::kFloat32})
+      for (const Shape& s : {Shape{1, 5144, 520, BLayout::kNK, t}, Shape{100, 8192, 256, BLayout::kNK, t},
+                             Shape{256, 5144, 520, BLayout::kNK, t}})
+        run_shape(ref, s, fused({Algo::kOwner, pp}), 2);
+}
+
 // Tracing on, for each kernel that records per-tile events (exchange; relay on 2 ranks; owner
 // records none): every tile of every rank has each of its six events exactly once, in order
 // (mma_start <= mma_end <= partial_leave; partials_seen <= reduce_done <= tile_landed), and C is

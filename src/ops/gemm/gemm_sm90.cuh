@@ -7,7 +7,10 @@
 //   mainloop   cutlass::gemm::collective::CollectiveBuilder, KernelTmaWarpSpecializedCooperative:
 //              1 producer warpgroup (one warp issues TMA for A and B into a stage pipeline of
 //              mbarriers), 2 consumer warpgroups doing wgmma on a (128, 256, 64) tile, 64 rows
-//              each; as many stages as fit after the hook's shared memory.
+//              each; as many stages as fit after the hook's shared memory. The tile's width and
+//              cluster are a template parameter (HookTileT): (128, 256) in 2x1 clusters for the
+//              plain GEMM and the fused ops, (128, 64) without clusters for the fused owner kernel
+//              at decode-sized M (gemm_allreduce/plan.hpp).
 //   kernel     cutlass::gemm::kernel::GemmUniversal (sm90 cooperative), persistent.
 //   scheduler  RotatedScheduler below: CUTLASS's static persistent scheduler with the tile order
 //              replaced by tw::gemm_impl::TileSchedule (scheduler.hpp: raster, swizzle, rank rotation,
@@ -46,13 +49,16 @@
 
 namespace tw::gemm_impl {
 
-using BlkM = cute::_128;
-using BlkN = cute::_256;
-using BlkK = cute::_64;
-using TileShape = cute::Shape<BlkM, BlkN, BlkK>;
-using ClusterShape = cute::Shape<cute::_2, cute::_1, cute::_1>;
-static_assert(BlkM::value == kBlkM && BlkN::value == kBlkN && cute::size<0>(ClusterShape{}) == kClusterM,
-              "launch.hpp states the tile the kernel is built with");
+// A hook kernel tile: 128 rows (two consumer warpgroups of 64 rows: 256 threads call the hook),
+// kN columns, clusters of kClusterM CTAs along M (RotatedScheduler walks cluster units).
+template <int kN, int kClusterM_>
+struct HookTileT {
+  static constexpr int kBlkN = kN, kClusterM = kClusterM_;
+  using Shape = cute::Shape<cute::_128, cute::Int<kN>, cute::_64>;
+  using Cluster = cute::Shape<cute::Int<kClusterM_>, cute::_1, cute::_1>;
+};
+using DefaultHookTile = HookTileT<kBlkN, kClusterM>;  // launch.hpp's kBlkM x kBlkN, kClusterM
+static_assert(cute::size<0>(DefaultHookTile::Shape{}) == kBlkM, "launch.hpp states the tile the kernel is built with");
 
 // ------------------------------------------------------------------------------ scheduler
 struct RotatedSchedulerTag {};  // selects RotatedScheduler in GemmUniversal (specialization below)
@@ -265,13 +271,13 @@ class HookEpilogue {
   // warp (producer warpgroup, warp 2; 40 registers) calls Hook::comm once per tile, in the same
   // tile order as the consumers, while the mainloop runs (HookCollective::load below).
   static constexpr bool kCommWarp = requires { Hook::kCommWarp; };
-  template <class ProblemShapeMNKL, class BlkCoordMNKL>
+  template <class CtaTileMNK, class ProblemShapeMNKL, class BlkCoordMNKL>
   CUTLASS_DEVICE void comm(ProblemShapeMNKL problem_shape_mnkl, BlkCoordMNKL blk_coord_mnkl, int lane, char* smem) {
     if constexpr (kCommWarp) {
       using namespace cute;
       const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
       const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
-      const int row0 = tile_m * int(size<0>(TileShape{})), col0 = tile_n * int(size<1>(TileShape{}));
+      const int row0 = tile_m * int(size<0>(CtaTileMNK{})), col0 = tile_n * int(size<1>(CtaTileMNK{}));
       const int step = comm_step_++;
       if (row0 >= M || col0 >= N) return;  // the padding CTA's tile: no hook call either
       params_.hook.comm(tile_m, tile_n, step, comm_seq_++, lane, reinterpret_cast<SharedStorage*>(smem));
@@ -351,7 +357,7 @@ struct HookCollective : cutlass::epilogue::collective::detail::Sm90TmaWarpSpecia
   CUTLASS_DEVICE auto load(LoadPipeline, LoadState state, ProblemShapeMNKL problem_shape_mnkl, CtaTileMNK,
                            CtaCoordMNKL cta_coord_mnkl, TiledMma, int lane_idx, TensorStorage& smem,
                            int /*subtile_idx*/ = -1) {
-    this->comm(problem_shape_mnkl, cta_coord_mnkl, lane_idx, reinterpret_cast<char*>(&smem));
+    this->template comm<CtaTileMNK>(problem_shape_mnkl, cta_coord_mnkl, lane_idx, reinterpret_cast<char*>(&smem));
     return state;
   }
 
@@ -375,7 +381,8 @@ struct CutlassElement<__half> {
 };
 
 // Element: __nv_bfloat16 or __half (A, B, C). Layout: tw::BLayout. Hook: see epilogue_hook.cuh.
-template <class Element, BLayout kLayout, class Hook>
+// Tile: a HookTileT.
+template <class Element, BLayout kLayout, class Hook, class Tile = DefaultHookTile>
 struct Sm90Gemm {
   using E = typename CutlassElement<Element>::type;
   using LayoutA = cutlass::layout::RowMajor;  // A [M, K]
@@ -385,8 +392,8 @@ struct Sm90Gemm {
 
   using Epilogue = HookCollective<Hook>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float, TileShape,
-      ClusterShape,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float,
+      typename Tile::Shape, typename Tile::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
@@ -407,10 +414,10 @@ Stride packed_stride(int rows, int cols) {
 
 // The launch every instantiation shares: checked arguments (gemm.cpp ran can_implement) -> CUTLASS
 // arguments -> initialize -> run. `num_sms` is the device's SM count.
-template <class Element, BLayout kLayout, class Hook>
+template <class Element, BLayout kLayout, class Tile = DefaultHookTile, class Hook>
 void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int num_sms, Raster raster, void* workspace,
               cudaStream_t stream, const Gate& gate = {}) {
-  using G = Sm90Gemm<Element, kLayout, Hook>;
+  using G = Sm90Gemm<Element, kLayout, Hook, Tile>;
   using E = typename G::E;
   using StrideA = typename G::Kernel::StrideA;
   using StrideB = typename G::Kernel::StrideB;

@@ -30,36 +30,43 @@ using gemm_allreduce_impl::Layout;
 Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::move(why)}; }
 
 struct DeviceInfo {
-  int num_sms = 0;   // this rank's SM budget (Comm::sm_count(): agreed by every rank)
-  int clusters = 0;  // co-resident clusters of the fused kernel within that budget
+  int num_sms = 0;    // this rank's SM budget (Comm::sm_count(): agreed by every rank)
+  int clusters = 0;   // co-resident clusters of the fused kernel within that budget
+  int cluster_m = 2;  // CTAs per cluster of that kernel (its tile's)
 };
 
 // The fused kernel of `algo` (resolved), B layout `b` and dtype: its residency query and its
 // launch. check_args() has refused the pairs not built (exchange with B [K, N]; fp16 is built for
 // the owner algorithm only: gemm_allreduce resolves fp16 to kOwner and refuses kRelay and
 // kExchange, gemm_reducescatter's fused path is the owner algorithm).
-int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype) {
+// decode: the owner kernel on the decode tile (owner_tile_is_decode; B [N, K] only).
+int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype, bool decode) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
+  if (decode)
+    return dtype == DType::kFloat16 ? impl::max_active_clusters_f16_nk_decode() : impl::max_active_clusters_bf16_nk_decode();
   if (dtype == DType::kFloat16) return kn ? impl::max_active_clusters_f16_kn() : impl::max_active_clusters_f16_nk();
   if (algo == GemmAllReduceAlgo::kExchange) return impl::max_active_clusters_bf16_nk_exchange();
   if (algo == GemmAllReduceAlgo::kRelay)
     return kn ? impl::max_active_clusters_bf16_kn_relay() : impl::max_active_clusters_bf16_nk_relay();
   return kn ? impl::max_active_clusters_bf16_kn() : impl::max_active_clusters_bf16_nk();
 }
-// The dtype is p.gemm.dtype (A, B and C), the one device_info() was asked about.
+// The dtype is p.gemm.dtype (A, B and C), the one device_info() was asked about; the tile is
+// p.lay's (the owner kernel checks it).
 void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::LaunchParams& p, cudaStream_t stream) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
-  if (p.gemm.dtype == DType::kFloat16) kn ? impl::launch_f16_kn(p, stream) : impl::launch_f16_nk(p, stream);
+  if (p.lay.blk_n == impl::kDecodeBlkN)
+    p.gemm.dtype == DType::kFloat16 ? impl::launch_f16_nk_decode(p, stream) : impl::launch_bf16_nk_decode(p, stream);
+  else if (p.gemm.dtype == DType::kFloat16) kn ? impl::launch_f16_kn(p, stream) : impl::launch_f16_nk(p, stream);
   else if (algo == GemmAllReduceAlgo::kExchange) impl::launch_bf16_nk_exchange(p, stream);
   else if (algo == GemmAllReduceAlgo::kRelay) kn ? impl::launch_bf16_kn_relay(p, stream) : impl::launch_bf16_nk_relay(p, stream);
   else kn ? impl::launch_bf16_kn(p, stream) : impl::launch_bf16_nk(p, stream);
 }
 
-// sm_90 and the residency of the kernel of `algo` (resolved), B layout `b` and `dtype` on the
-// current device, or why not.
-Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DType dtype, DeviceInfo* out) {
+// sm_90 and the residency of the kernel of `algo` (resolved), B layout `b`, `dtype` and tile
+// (decode: the owner kernel's decode tile) on the current device, or why not.
+Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DType dtype, bool decode, DeviceInfo* out) {
   int dev = 0, major = 0, minor = 0;
   out->num_sms = comm.sm_count();
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -75,27 +82,29 @@ Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DType dt
   // and kernel: it runs on every call otherwise (twice: can_implement, then the launch), and the
   // host time matters for small fused calls enqueued back to back.
   static std::mutex mu;
-  static std::map<std::tuple<int, int, int, int>, int> cache;
+  static std::map<std::tuple<int, int, int, int, bool>, int> cache;
+  const int cluster_m = decode ? gemm_allreduce_impl::kDecodeClusterM : gemm_impl::kClusterM;
+  out->cluster_m = cluster_m;
   {
     std::lock_guard<std::mutex> lk(mu);
-    const auto key = std::make_tuple(dev, int(algo), int(b), int(dtype));
+    const auto key = std::make_tuple(dev, int(algo), int(b), int(dtype), decode);
     auto it = cache.find(key);
     if (it == cache.end()) {
       try {
-        it = cache.emplace(key, max_active_clusters(algo, b, dtype)).first;
+        it = cache.emplace(key, max_active_clusters(algo, b, dtype, decode)).first;
       } catch (const Error& e) {
         return fail(std::string("occupancy query failed: ") + e.what());
       }
     }
     // Ranks sharing the GPU (a virtual team) share its clusters too: all their grids must be
     // resident at once, since their CTAs wait for each other.
-    out->clusters = std::min(it->second / comm.ranks_per_device(), out->num_sms / gemm_impl::kClusterM);
+    out->clusters = std::min(it->second / comm.ranks_per_device(), out->num_sms / cluster_m);
   }
   if (out->clusters < 1)
     return fail("the kernel cannot be resident within this rank's SM budget (" + std::to_string(out->num_sms) +
-                " SMs, " + std::to_string(comm.ranks_per_device()) +
-                " rank(s) on the GPU: 0 clusters of 2 CTAs fit); its persistent CTAs wait for each other, so it "
-                "refuses to run rather than deadlock");
+                " SMs, " + std::to_string(comm.ranks_per_device()) + " rank(s) on the GPU: 0 clusters of " +
+                std::to_string(cluster_m) +
+                " CTAs fit); its persistent CTAs wait for each other, so it refuses to run rather than deadlock");
   return Status{};
 }
 
@@ -110,20 +119,22 @@ Status window_of(const Comm& comm, const void* p, size_t bytes, const char* what
 
 // SMs the GEMM leaves idle so that every persistent cluster is resident: at least what the caller
 // reserved, more when fewer clusters fit than the SM count suggests.
-int resident_reserved_sms(int num_sms, int reserved, int clusters) {
-  const int want = (num_sms - reserved) / gemm_impl::kClusterM;
+int resident_reserved_sms(int num_sms, int reserved, int clusters, int cluster_m) {
+  const int want = (num_sms - reserved) / cluster_m;
   const int use = std::min(want, clusters);
-  return num_sms - use * gemm_impl::kClusterM;
+  return num_sms - use * cluster_m;
 }
 
 // The launch's SMs, raster and tile schedule (p.gemm and p.gemm_cfg set): the reserved SMs
 // grown until every persistent cluster is resident, and exactly the schedule RotatedScheduler
-// builds from hw_info.sm_count = num_sms - reserved_sms.
-void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, int reserved_sms) {
-  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, reserved_sms, d.clusters);
+// builds from hw_info.sm_count = num_sms - reserved_sms, on tiles of kBlkM x blk_n in clusters of
+// d.cluster_m.
+void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, int reserved_sms,
+                   int blk_n = gemm_impl::kBlkN) {
+  p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, reserved_sms, d.clusters, d.cluster_m);
   p.num_sms = d.num_sms;
-  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, gemm_impl::kBlkN);
-  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, gemm_impl::kBlkN, gemm_impl::kClusterM,
+  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, blk_n);
+  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, blk_n, d.cluster_m,
                                      p.raster, p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
                                      d.num_sms - p.gemm_cfg.reserved_sms, 0);
 }
@@ -147,7 +158,7 @@ std::map<uint64_t, WorkspaceRecord> ws_records;
 
 uint64_t layout_signature(const Layout& l) {
   const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P, (uint64_t)l.shard_tm,
-                        (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes,
+                        (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.blk_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes,
                         l.arrive_off, l.done_off, l.staging_off, l.peer_done_off, l.total};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t x : v)
@@ -244,7 +255,8 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
   const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
-  if (Status s = device_info(comm, algo, a.b_layout, a.dtype, &d); !s) return s;
+  const bool decode = gemm_allreduce_impl::owner_tile_is_decode(a, algo);
+  if (Status s = device_info(comm, algo, a.b_layout, a.dtype, decode, &d); !s) return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
@@ -288,14 +300,15 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   DeviceInfo d;
   const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
   const bool relay = algo == GemmAllReduceAlgo::kRelay;
-  const Status ds = device_info(comm, algo, a.b_layout, a.dtype, &d);  // fp16: the fp16 owner kernel's residency
+  const bool decode = gemm_allreduce_impl::owner_tile_is_decode(a, algo);
+  const Status ds = device_info(comm, algo, a.b_layout, a.dtype, decode, &d);  // fp16: the fp16 owner kernel's residency
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
 
   gemm_allreduce_impl::LaunchParams p;
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
   // Relay: rank r walks from unit order index r * floor(units / 2) (LSA rank == rank: all-LSA).
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, 2) : gemm_allreduce_impl::as_gemm_config(cfg);
-  fill_schedule(p, d, cfg.reserved_sms);
+  fill_schedule(p, d, cfg.reserved_sms, decode ? gemm_allreduce_impl::kDecodeBlkN : gemm_impl::kBlkN);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
@@ -358,7 +371,7 @@ void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t
 
 Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
   DeviceInfo d;
-  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, &d);
+  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, /*decode=*/false, &d);
 }
 
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
@@ -366,7 +379,7 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
-  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, &d);
+  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, /*decode=*/false, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
   GemmAllReduceConfig cfg;
   cfg.reserved_sms = reserved_sms;

@@ -169,11 +169,14 @@ struct AllReduceHookT {
   template <class PT, class View>
   CUTLASS_DEVICE void tile(View const& v) const {
     using IO = PartialIO<PT>;
-    constexpr int kN = decltype(cute::size(v.acc))::value;  // accumulators per thread (128)
+    constexpr int kN = decltype(cute::size(v.acc))::value;  // accumulators per thread (128; 32 on the decode tile)
     constexpr int kE = IO::kPerVec;
     constexpr int kV = kN / kE;                               // 16-byte vectors per thread
     constexpr int kChunk = 4;                                  // vectors summed together
-    static_assert(kN * kConsumerThreads == kTileElems, "one fragment element per tile element");
+    // One fragment element per tile element, on either tile; lay.slot_bytes is the same tile's
+    // (the launcher builds the layout and picks the kernel from owner_tile_is_decode).
+    static_assert(kN * kConsumerThreads == kTileElems || kN * kConsumerThreads == kBlkM * kDecodeBlkN,
+                  "one fragment element per tile element");
     static_assert(kN % kE == 0 && kV % kChunk == 0, "fragment splits into whole vectors and chunks");
 
     const int tid = v.thread_idx;

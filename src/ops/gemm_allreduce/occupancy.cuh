@@ -1,4 +1,4 @@
-// src/ops/gemm_allreduce/occupancy.cuh — how many 2-CTA clusters of a CUTLASS kernel can be
+// src/ops/gemm_allreduce/occupancy.cuh — how many clusters (of kClusterM CTAs) of a CUTLASS kernel can be
 // resident at once on the current device (the persistent fused kernels refuse to run otherwise).
 #pragma once
 #include <cuda_runtime.h>
@@ -10,18 +10,18 @@
 
 namespace tw::gemm_allreduce_impl {
 
-template <class Kernel>
+template <class Kernel, int kClusterM = gemm_impl::kClusterM>
 int max_active_clusters() {
   auto* fn = cutlass::device_kernel<Kernel>;
   const int smem = static_cast<int>(Kernel::SharedStorageSize);
   TW_CUDA_CHECK(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   cudaLaunchConfig_t lc{};
-  lc.gridDim = dim3(gemm_impl::kClusterM, 1, 1);
+  lc.gridDim = dim3(kClusterM, 1, 1);
   lc.blockDim = dim3(Kernel::MaxThreadsPerBlock, 1, 1);
   lc.dynamicSmemBytes = static_cast<size_t>(smem);
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = gemm_impl::kClusterM;
+  attr[0].val.clusterDim.x = kClusterM;
   attr[0].val.clusterDim.y = 1;
   attr[0].val.clusterDim.z = 1;
   lc.attrs = attr;

@@ -11,7 +11,8 @@
 namespace tw {
 namespace gemm_allreduce_impl {
 
-static_assert(kBlkM == gemm_impl::kBlkM && kBlkN == gemm_impl::kBlkN, "plan.hpp states the GEMM's tile");
+static_assert(kBlkM == gemm_impl::kBlkM && kBlkN == gemm_impl::kBlkN && Layout{}.cluster_m == gemm_impl::kClusterM,
+              "plan.hpp states the GEMM's tile");
 
 namespace {
 
@@ -47,16 +48,22 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b,
   return P <= 1 && b == BLayout::kNK ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
 }
 
+bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo) {
+  return algo == GemmAllReduceAlgo::kOwner && a.b_layout == BLayout::kNK && a.M <= kDecodeMaxM;
+}
+
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
-  const Raster r = gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, kBlkN);
   const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout, a.dtype);
+  const bool decode = owner_tile_is_decode(a, algo);
+  const Raster r =
+      gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, decode ? kDecodeBlkN : kBlkN);
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
     return make_relay_layout(a.M, a.N, r, units);
   }
   if (algo == GemmAllReduceAlgo::kExchange) return make_exchange_layout(a.M, a.N, P, r);
-  return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials));
+  return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials), decode);
 }
 
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {

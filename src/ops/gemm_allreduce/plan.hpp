@@ -41,6 +41,12 @@ using gemm_impl::Raster;
 inline constexpr int kBlkM = 128, kBlkN = 256;          // the GEMM's tile (ops/gemm/launch.hpp)
 inline constexpr int kConsumerThreads = 256;            // threads that call the hook
 inline constexpr int kTileElems = kBlkM * kBlkN;        // accumulators per tile
+// The owner kernel's decode tile (gemm_sm90.cuh HookTileT<64, 1>): at M <= kDecodeMaxM the
+// 128 x 256 tiles in 2x1 clusters leave most SMs idle (M = 128, N = 8192: 32 tiles, 16 clusters,
+// for 132 SMs); 128 x 64 tiles without clusters make 128 there, one wave, as cuBLASLt's 64 x 128
+// tiles do (its tile 18 on the decode sweep, docs/gemm.md). Same hook contract: 256 consumer
+// threads, final accumulators, one call per tile.
+inline constexpr int kDecodeBlkN = 64, kDecodeClusterM = 1, kDecodeMaxM = 256;
 inline constexpr size_t kHeaderBytes = 256;
 inline constexpr size_t kSectionAlign = 4096;
 
@@ -53,12 +59,14 @@ struct Layout {
   int P = 1;              // LSA team size (all ranks)
   int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
                           // the rank whose rows it holds; 0: the all-reduce's owner t % P
+  int blk_n = kBlkN;      // the tile's columns (rows: kBlkM): kBlkN, or kDecodeBlkN (owner only)
+  int cluster_m = 2;      // CTAs per cluster along M: gemm_impl::kClusterM, or kDecodeClusterM
   int tiles_m = 0, tiles_n = 0;
   int T = 0;              // tiles
   int owned_max = 0;      // ceil(T / P): the most tiles one rank owns
   Raster raster = Raster::kAlongM;
   int partial_bytes = 2;  // 2 (C's dtype: bf16 or fp16) or 4 (fp32)
-  size_t slot_bytes = 0;  // kTileElems * partial_bytes
+  size_t slot_bytes = 0;  // kBlkM * blk_n * partial_bytes
   size_t arrive_off = 0, done_off = 0, staging_off = 0, total = 0;
   size_t peer_done_off = 0;  // exchange: u64 peer_done[P]: peer q finished reading call `tag`
 
@@ -149,16 +157,19 @@ TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units)
   return l;
 }
 
-TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int partial_bytes) {
+// Owner layout (hook.cuh); decode: the decode tile (owner_tile_is_decode).
+TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int partial_bytes, bool decode = false) {
   Layout l{};
   l.P = P < 1 ? 1 : P;
+  l.blk_n = decode ? kDecodeBlkN : kBlkN;
+  l.cluster_m = decode ? kDecodeClusterM : 2;
   l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
-  l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
+  l.tiles_n = gemm_impl::ceil_div(N, l.blk_n);
   l.T = l.tiles_m * l.tiles_n;
   l.owned_max = gemm_impl::ceil_div(l.T, l.P);
   l.raster = raster;
   l.partial_bytes = partial_bytes;
-  l.slot_bytes = (size_t)kTileElems * (size_t)partial_bytes;
+  l.slot_bytes = (size_t)kBlkM * (size_t)l.blk_n * (size_t)partial_bytes;
   l.arrive_off = kHeaderBytes;
   l.done_off = align_up(l.arrive_off + 8 * (size_t)l.owned_max * (size_t)l.P, 256);
   l.staging_off = align_up(l.done_off + 8 * (size_t)l.T, kSectionAlign);
@@ -218,7 +229,11 @@ GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nran
 // owner with B [K, N], the layout exchange is not built for; else owner. fp16: owner at every P
 // (the relay and exchange kernels are built for bf16 only; check_args refuses them for fp16).
 GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype);
-// The layout of a call on P ranks (raster resolved as the GEMM resolves it).
+// Whether the owner kernel of a call runs on the decode tile (kDecodeBlkN, kDecodeClusterM):
+// `algo` (resolved) is kOwner, B is [N, K_local] (the decode instantiations are built for it,
+// both dtypes) and M <= kDecodeMaxM. Every rank derives it from the same agreed arguments.
+bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo);
+// The layout of a call on P ranks (raster resolved as the GEMM resolves it, on the call's tile).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
 // area holds C (`c_bytes`) and the all-reduce is two-shot (c_bytes > oneshot_max_bytes): its exit
