@@ -27,7 +27,7 @@
 #   trace         (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
-#   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks; benches at 8
+#   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (bench_ep.jsonl: one JSON line per run), a traced low-latency run
@@ -199,11 +199,14 @@ fi
 
 if [ "$MODE" = virtualcheck ]; then
   # The virtual team's sanitizer and CLI checks (nvidia-h200): memcheck on the multi-rank tests
-  # at P = 4, then the correctness benches at 8 virtual ranks.
+  # at P = 4 (MEMCHECK_P; MEMCHECK_FILTER picks the tests), then the correctness benches at 8
+  # virtual ranks (VIRTUALCHECK_BENCH=0 leaves them out).
   header
-  step "memcheck, 4 virtual ranks"
-  TILEWIRE_TEST_VIRTUAL=4 TW_TEST_MAX_COUNT=1000003 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck \
+  step "memcheck, ${MEMCHECK_P:-4} virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=${MEMCHECK_P:-4} TW_TEST_MAX_COUNT=1000003 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck \
     --report-api-errors no --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-DeviceApi.*:AllReduce*:ReduceScatter*:AllGather*:VirtualTeam.*:GemmAllReduce.SmallShapes}"
+fi
+if [ "$MODE" = virtualcheck ] && [ "${VIRTUALCHECK_BENCH:-1}" != 0 ]; then
   step "bench allreduce --virtual 8"
   run 150 "$TW" bench allreduce --virtual 8 -b 8K -e 64M -f 4 --json "$OUT/bench_allreduce_virtual8.json"
   step "bench gemm-allreduce --virtual 8"
