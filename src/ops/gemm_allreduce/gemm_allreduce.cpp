@@ -32,7 +32,8 @@ Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::mo
 struct DeviceInfo {
   int num_sms = 0;    // this rank's SM budget (Comm::sm_count(): agreed by every rank)
   int clusters = 0;   // co-resident clusters of the fused kernel within that budget
-  int cluster_m = 2;  // CTAs per cluster of that kernel (its tile's)
+  int blk_n = gemm_impl::kBlkN;          // that kernel's tile: kBlkM x blk_n,
+  int cluster_m = gemm_impl::kClusterM;  // in clusters of cluster_m CTAs along M
 };
 
 // The fused kernel of `algo` (resolved), B layout `b` and dtype: its residency query and its
@@ -84,6 +85,7 @@ Status device_info(const Comm& comm, GemmAllReduceAlgo algo, BLayout b, DType dt
   static std::mutex mu;
   static std::map<std::tuple<int, int, int, int, bool>, int> cache;
   const int cluster_m = decode ? gemm_allreduce_impl::kDecodeClusterM : gemm_impl::kClusterM;
+  out->blk_n = decode ? gemm_allreduce_impl::kDecodeBlkN : gemm_impl::kBlkN;
   out->cluster_m = cluster_m;
   {
     std::lock_guard<std::mutex> lk(mu);
@@ -127,14 +129,13 @@ int resident_reserved_sms(int num_sms, int reserved, int clusters, int cluster_m
 
 // The launch's SMs, raster and tile schedule (p.gemm and p.gemm_cfg set): the reserved SMs
 // grown until every persistent cluster is resident, and exactly the schedule RotatedScheduler
-// builds from hw_info.sm_count = num_sms - reserved_sms, on tiles of kBlkM x blk_n in clusters of
-// d.cluster_m.
-void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, int reserved_sms,
-                   int blk_n = gemm_impl::kBlkN) {
+// builds from hw_info.sm_count = num_sms - reserved_sms, on d's tile (kBlkM x d.blk_n in clusters
+// of d.cluster_m).
+void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, int reserved_sms) {
   p.gemm_cfg.reserved_sms = resident_reserved_sms(d.num_sms, reserved_sms, d.clusters, d.cluster_m);
   p.num_sms = d.num_sms;
-  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, blk_n);
-  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, blk_n, d.cluster_m,
+  p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, d.blk_n);
+  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, d.blk_n, d.cluster_m,
                                      p.raster, p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
                                      d.num_sms - p.gemm_cfg.reserved_sms, 0);
 }
@@ -308,7 +309,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
   // Relay: rank r walks from unit order index r * floor(units / 2) (LSA rank == rank: all-LSA).
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, 2) : gemm_allreduce_impl::as_gemm_config(cfg);
-  fill_schedule(p, d, cfg.reserved_sms, decode ? gemm_allreduce_impl::kDecodeBlkN : gemm_impl::kBlkN);
+  fill_schedule(p, d, cfg.reserved_sms);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
