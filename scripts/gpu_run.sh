@@ -28,6 +28,12 @@
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
+#   decode        (nvidia-h200) the fused ops on the decode tile (M <= 256); DECODE_STEPS picks among
+#                 probe (coresidency_probe, plain and under memcheck), tests (the fused ops' tests at 2
+#                 and 4 virtual ranks, VIRTUAL_P, and at the real rank with the GEMM tests), memcheck
+#                 (the decode tests at 4 virtual ranks), bench (one real rank: `bench gemm-allreduce
+#                 --sweep decode` fused, kAuto's owner kernel on the decode tile and the exchange kernel
+#                 on 128 x 256 tiles; `bench gemm-rs` / `ag-gemm` at M = 1..256); default all
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (bench_ep.jsonl: one JSON line per run), a traced low-latency run
@@ -47,7 +53,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | hardening | ep | python | tp) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -211,6 +217,45 @@ if [ "$MODE" = virtualcheck ] && [ "${VIRTUALCHECK_BENCH:-1}" != 0 ]; then
   run 150 "$TW" bench allreduce --virtual 8 -b 8K -e 64M -f 4 --json "$OUT/bench_allreduce_virtual8.json"
   step "bench gemm-allreduce --virtual 8"
   run 200 "$TW" bench gemm-allreduce --virtual 8 --json "$OUT/bench_gemm_allreduce_virtual8.json"
+fi
+
+if [ "$MODE" = decode ]; then
+  header
+  STEPS=" ${DECODE_STEPS:-probe tests memcheck bench} "
+  FUSED_TESTS='GemmAllReduce.*:GemmAllReduceReuse.*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*:-GemmAllReduce.AcceptanceShape'
+  if [[ $STEPS == *" probe "* ]]; then
+    step "coresidency_probe: whole-SM CTAs of P grids resident at once, plain and under memcheck"
+    run 60 "$DIST/bin/coresidency_probe" 2000
+    run 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$DIST/bin/coresidency_probe" 3000
+  fi
+  if [[ $STEPS == *" tests "* ]]; then
+    step "GEMM tests and the fused ops' tests, the real rank"
+    run 250 "$TESTS" --gtest_filter="Gemm.*:$FUSED_TESTS" --gtest_output=json:"$OUT/gpu_tests_decode_p1.json"
+    for p in ${VIRTUAL_P:-2 4}; do
+      step "the fused ops' tests, $p virtual ranks"
+      TILEWIRE_TEST_VIRTUAL=$p run "${VIRTUAL_LIMIT:-200}" "$TESTS" --gtest_filter="$FUSED_TESTS" \
+        --gtest_output=json:"$OUT/gpu_tests_decode_p$p.json"
+    done
+  fi
+  if [[ $STEPS == *" memcheck "* ]]; then
+    step "memcheck on the decode tests, ${MEMCHECK_P:-4} virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=${MEMCHECK_P:-4} TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck \
+      --report-api-errors no --error-exitcode 9 "$TESTS" \
+      --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.OwnerDecodeTile:GemmReduceScatter.*:AllGatherGemm.*}"
+  fi
+  if [[ $STEPS == *" bench "* ]]; then
+    : >"$OUT/bench_decode.jsonl"  # one JSON line per bench run
+    for algo in auto exchange; do
+      step "bench gemm-allreduce --sweep decode --path fused --algo $algo, the real rank"
+      run 150 "$TW" bench gemm-allreduce --sweep decode --path fused --algo $algo -R 5 --json "$OUT/b.json" &&
+        cat "$OUT/b.json" >>"$OUT/bench_decode.jsonl"
+    done
+    for op in gemm-rs ag-gemm; do
+      step "bench $op -m 1,16,64,128,256 -n 8192 -k 4096, the real rank"
+      run 120 "$TW" bench $op -m 1,16,64,128,256 -n 8192 -k 4096 --json "$OUT/b.json" && cat "$OUT/b.json" >>"$OUT/bench_decode.jsonl"
+    done
+    rm -f "$OUT/b.json"
+  fi
 fi
 
 if [ "$MODE" = gemm ]; then

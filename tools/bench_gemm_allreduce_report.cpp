@@ -27,7 +27,9 @@ constexpr const char* kUsage =
     "                        512x4096x4096, 2048x4096x1024, 8192x8192x4096, a quick correctness list)\n"
     "  --sweep NAME          acceptance: 8192x8192x4096, 16384x8192x4096, 4096x8192x14336;\n"
     "                        grid: M {128,512,2048,8192,16384} x N {4096,8192} x K_local {4096,14336};\n"
-    "                        scale: the grid with K_local {1024,3584,4096,14336} (4 and 8 GPUs)\n"
+    "                        scale: the grid with K_local {1024,3584,4096,14336} (4 and 8 GPUs);\n"
+    "                        decode: M {1,16,64,128,256} x N {4096,8192,14336} x K_local {4096,8192}\n"
+    "                        (the fused owner kernel's decode tile; with --path fused)\n"
     "  --iters N             timed iterations per repeat (20)   --warmup N  untimed first (5, >= 1 run)\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
@@ -70,7 +72,13 @@ std::vector<int> chunk_list(const std::string& opt, const std::string& v) {
 std::vector<Shape> sweep_shapes(const std::string& name) {
   std::vector<Shape> s;
   if (name == "acceptance") return {{8192, 8192, 4096}, {16384, 8192, 4096}, {4096, 8192, 14336}};
-  if (name != "grid" && name != "scale") bad("--sweep acceptance|grid|scale, got '" + name + "'");
+  if (name == "decode") {  // decode-sized M: the owner kernel's 128 x 64 tile (gemm_allreduce/plan.hpp)
+    for (int m : {1, 16, 64, 128, 256})
+      for (int n : {4096, 8192, 14336})
+        for (int k : {4096, 8192}) s.push_back({m, n, k});
+    return s;
+  }
+  if (name != "grid" && name != "scale") bad("--sweep acceptance|grid|scale|decode, got '" + name + "'");
   // scale (the 4- and 8-GPU runs): the grid plus K_local 1024 and 3584, hidden 8192 and 28672
   // split 8 ways.
   const std::vector<int> ks = name == "grid" ? std::vector<int>{4096, 14336} : std::vector<int>{1024, 3584, 4096, 14336};

@@ -30,6 +30,9 @@ GemmAllReduceArgs args(int M, int N, int K, DType t = DType::kBFloat16) {
   return GemmAllReduceArgs{at(kA), at(kB), at(kC), M, N, K, t, BLayout::kNK, at(kW)};
 }
 
+// M above the decode tile's range (plan.hpp kDecodeMaxM): the algorithm rules of large GEMMs.
+constexpr int kLargeM = 4096;
+
 TEST(GemmAllReducePlan, EveryTileOwnedOnceAndEvenly) {
   for (int P : {1, 2, 3, 4, 8})
     for (Raster r : {Raster::kAlongM, Raster::kAlongN})
@@ -58,8 +61,8 @@ TEST(GemmAllReducePlan, EveryTileOwnedOnceAndEvenly) {
 }
 
 // The owner kernel's decode tile (plan.hpp owner_tile_is_decode): 128 x 64 tiles without clusters
-// at M <= 256 with B [N, K], both dtypes and partial precisions; the 128 x 256 tile otherwise
-// (M > 256, B [K, N], the relay and exchange algorithms). The workspace is that layout's.
+// at M <= 256, both B layouts, dtypes and partial precisions; the 128 x 256 tile otherwise (M >
+// 256, an explicit relay or exchange algorithm). The workspace is that layout's.
 TEST(GemmAllReducePlan, OwnerDecodeTile) {
   using tw::GemmAllReduceAlgo;
   using tw::PartialPrecision;
@@ -88,8 +91,9 @@ TEST(GemmAllReducePlan, OwnerDecodeTile) {
             EXPECT_EQ(tw::workspace_size(a, P, c), make_layout(M, N, P, l.raster, pb, decode).total);
             GemmAllReduceArgs kn = a;
             kn.b_layout = BLayout::kKN;
-            EXPECT_FALSE(tw::gemm_allreduce_impl::owner_tile_is_decode(kn, GemmAllReduceAlgo::kOwner));
-            EXPECT_EQ(layout_for(kn, P, c).blk_n, 256);
+            EXPECT_EQ(tw::gemm_allreduce_impl::owner_tile_is_decode(kn, GemmAllReduceAlgo::kOwner), decode);
+            EXPECT_EQ(layout_for(kn, P, c).blk_n, l.blk_n);
+            EXPECT_EQ(tw::workspace_size(kn, P, c), tw::workspace_size(a, P, c));
           }
   // The other algorithms keep the 128 x 256 tile at any M.
   GemmAllReduceConfig relay, exchange;
@@ -98,10 +102,23 @@ TEST(GemmAllReducePlan, OwnerDecodeTile) {
   EXPECT_EQ(layout_for(args(128, 8192, 520), 2, relay).blk_n, 256);
   EXPECT_EQ(layout_for(args(128, 8192, 520), 4, exchange).blk_n, 256);
   EXPECT_FALSE(tw::gemm_allreduce_impl::owner_tile_is_decode(args(128, 8192, 520), GemmAllReduceAlgo::kRelay));
-  // kAuto on 4 ranks is the owner algorithm: M = 128, N = 8192 in 128 decode tiles (one wave on
-  // 132 SMs) where 128 x 256 makes 32.
-  EXPECT_EQ(layout_for(args(128, 8192, 520), 4, GemmAllReduceConfig{}).T, 128);
-  EXPECT_EQ(layout_for(args(128, 8192, 520), 2, GemmAllReduceConfig{}).T, 32) << "kAuto on 2 ranks: relay";
+  // kAuto at M <= 256 is the owner algorithm on the decode tile at every rank count, both B
+  // layouts and dtypes: M = 128, N = 8192 in 128 tiles (one wave on 132 SMs) where 128 x 256 makes
+  // 32. Above it, 2 ranks run the relay on 128 x 256 tiles.
+  using tw::gemm_allreduce_impl::resolve_algo;
+  for (int P : {1, 2, 3, 4, 8})
+    for (BLayout b : {BLayout::kNK, BLayout::kKN})
+      for (DType t : {DType::kBFloat16, DType::kFloat16}) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << " B " << int(b) << " dtype " << int(t));
+        GemmAllReduceArgs a = args(128, 8192, 520, t);
+        a.b_layout = b;
+        for (int M : {1, 128, 256}) EXPECT_EQ(resolve_algo(P, GemmAllReduceConfig{}, b, t, M), GemmAllReduceAlgo::kOwner);
+        EXPECT_EQ(layout_for(a, P, GemmAllReduceConfig{}).T, 128);
+        EXPECT_TRUE(tw::gemm_allreduce_impl::check_args(a, P, GemmAllReduceConfig{}).ok);
+      }
+  EXPECT_EQ(resolve_algo(2, GemmAllReduceConfig{}, BLayout::kNK, DType::kBFloat16, 257), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(layout_for(args(257, 8192, 520), 2, GemmAllReduceConfig{}).T, 3 * 32) << "kAuto on 2 ranks above 256: relay";
+  EXPECT_EQ(resolve_algo(1, GemmAllReduceConfig{}, BLayout::kNK, DType::kBFloat16, 257), GemmAllReduceAlgo::kExchange);
 }
 
 TEST(GemmAllReducePlan, ConsecutiveTilesOfTheWalkHaveDifferentOwners) {
@@ -202,13 +219,13 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   using tw::gemm_allreduce_impl::resolve_algo;
   constexpr DType kBf16 = DType::kBFloat16;
   GemmAllReduceConfig c;
-  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kRelay);
-  EXPECT_EQ(resolve_algo(1, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);
-  EXPECT_EQ(resolve_algo(4, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(1, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kExchange);
+  EXPECT_EQ(resolve_algo(4, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
   // B [K, N]: exchange is not built for it, so one rank runs owner; 2 ranks still relay.
-  EXPECT_EQ(resolve_algo(1, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kOwner);
-  EXPECT_EQ(resolve_algo(2, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kRelay);
-  EXPECT_EQ(resolve_algo(4, c, BLayout::kKN, kBf16), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(1, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(4, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
   {
     GemmAllReduceArgs kn = args(256, 256, 64);
     kn.b_layout = tw::BLayout::kKN;
@@ -223,7 +240,7 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   {
     GemmAllReduceConfig f = c;
     f.partials = tw::PartialPrecision::kFloat32;
-    EXPECT_EQ(resolve_algo(2, f, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
+    EXPECT_EQ(resolve_algo(2, f, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
     f.algo = GemmAllReduceAlgo::kRelay;
     const tw::Status r = tw::gemm_allreduce_impl::check_args(args(256, 256, 64), 2, f);
     EXPECT_FALSE(r.ok);
@@ -234,11 +251,11 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
     EXPECT_FALSE(r4.ok);
     EXPECT_NE(r4.reason.find("exactly 2 ranks"), std::string::npos) << r4.reason;
   }
-  EXPECT_NE(resolve_algo(4, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);
+  EXPECT_NE(resolve_algo(4, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kExchange);
   c.algo = GemmAllReduceAlgo::kExchange;
-  EXPECT_EQ(resolve_algo(8, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kExchange);  // an explicit choice stands
+  EXPECT_EQ(resolve_algo(8, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kExchange);  // an explicit choice stands
   c.algo = GemmAllReduceAlgo::kOwner;
-  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
   GemmAllReduceArgs a = args(256, 256, 64);
   c.algo = GemmAllReduceAlgo::kExchange;
   c.partials = tw::PartialPrecision::kFloat32;
@@ -262,7 +279,7 @@ TEST(GemmAllReducePlan, HalfPrecisionRunsTheOwnerAlgorithm) {
                                         << (pp == PartialPrecision::kFloat32 ? " fp32" : " fp16") << " partials");
         GemmAllReduceConfig c;
         c.partials = pp;
-        EXPECT_EQ(resolve_algo(P, c, b, DType::kFloat16), GemmAllReduceAlgo::kOwner);
+        EXPECT_EQ(resolve_algo(P, c, b, DType::kFloat16, kLargeM), GemmAllReduceAlgo::kOwner);
         GemmAllReduceArgs a = args(1000, 1032, 520, DType::kFloat16);
         a.b_layout = b;
         for (GemmAllReduceAlgo algo : {GemmAllReduceAlgo::kAuto, GemmAllReduceAlgo::kOwner}) {
@@ -302,7 +319,7 @@ TEST(GemmAllReducePlan, HalfPrecisionRunsTheOwnerAlgorithm) {
   GemmAllReduceConfig def, owner;
   owner.algo = GemmAllReduceAlgo::kOwner;
   EXPECT_TRUE(check_args(big, 2, def).ok);
-  EXPECT_EQ(resolve_algo(2, def, BLayout::kNK, DType::kBFloat16), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(2, def, BLayout::kNK, DType::kBFloat16, kLargeM), GemmAllReduceAlgo::kRelay);
   EXPECT_EQ(tw::workspace_size(big, 2, def), tw::workspace_size(args(8192, 1024, 512), 2, owner));
   // fp32 A, B, C: refused, naming the dtype, whatever the algorithm.
   for (GemmAllReduceAlgo algo : {GemmAllReduceAlgo::kAuto, GemmAllReduceAlgo::kOwner, GemmAllReduceAlgo::kRelay}) {

@@ -169,6 +169,57 @@ TEST(TpFusedReduceScatter, RotatedWalkPutsTheOwnShardLast) {
       }
 }
 
+// At M <= 256 the fused reduce-scatter runs the decode tile (128 x 64, no cluster): its layout
+// owns each tile by the shard of its rows, every owned tile has its own slot, the workspace holds
+// it, and the walk rotates for every whole-shard M = P S (a shard is whole units of one tile row),
+// with the own shard last as on the 128 x 256 tile.
+TEST(TpFusedReduceScatter, DecodeTileAtSmallM) {
+  namespace gi = tw::gemm_impl;
+  namespace ai = tw::gemm_allreduce_impl;
+  for (int M : {1, 100, 128, 200, 256, 257, 1000}) EXPECT_EQ(ai::scatter_tile_is_decode(M), M <= 256) << M;
+  for (int P : {1, 2, 3, 4, 8})
+    for (int M : {1, 100, 200, 256})
+      for (int N : {64, 1032, 5144}) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " N=" << N);
+        const int S = tw::shard_rows(M, P);
+        const auto lay = ai::make_scatter_layout(M, N, P, gi::Raster::kAlongN, 2, S, true);
+        EXPECT_EQ(lay.blk_n, 64);
+        EXPECT_EQ(lay.cluster_m, 1);
+        EXPECT_EQ(lay.tiles_n, (N + 63) / 64);
+        EXPECT_EQ(lay.slot_bytes, size_t(128) * 64 * 2);
+        EXPECT_GE(tw::gemm_reducescatter_workspace_size(M, N, DType::kBFloat16, P), lay.total);
+        std::vector<std::vector<int>> seen(P);
+        for (int t = 0; t < lay.T; ++t) {
+          const int o = lay.owner(t);
+          ASSERT_EQ(o, lay.tile_m_of(t) * 128 / S) << "tile " << t;
+          ASSERT_LT(lay.owned_slot(t), lay.owned_max);
+          seen[o].push_back(lay.owned_slot(t));
+        }
+        for (auto& v : seen) {
+          std::sort(v.begin(), v.end());
+          EXPECT_TRUE(std::adjacent_find(v.begin(), v.end()) == v.end()) << "two tiles share a slot";
+        }
+        const bool rot = ai::scatter_rotates(M, P, S, 1);
+        EXPECT_EQ(rot, P > 1 && M == P * S);
+        EXPECT_FALSE(ai::scatter_rotates(M, P, S, 2) && S % 256 != 0);
+        if (!rot) continue;
+        for (int r = 0; r < P; ++r) {
+          const gi::TileSchedule s = gi::make_schedule(M, N, 128, 64, 1, gi::Raster::kAlongN, 1, (r + 1) % P, P, 33, 0);
+          const int own = S / 128 * s.units_n;
+          for (int w = 0; w < s.units(); ++w) {
+            const int shard = s.tile_of_work(w, 0).m * 128 / S;
+            ASSERT_EQ(shard == r, w >= s.units() - own) << "r " << r << " w " << w;
+            if (w == 0) {
+              ASSERT_EQ(shard, (r + 1) % P);
+            }
+          }
+        }
+      }
+  // 256 rows on 2 ranks: one tile row per shard, rotated on the decode tile, not in 2x1 clusters.
+  EXPECT_TRUE(ai::scatter_rotates(256, 2, 128, 1));
+  EXPECT_FALSE(ai::scatter_rotates(256, 2, 128, 2));
+}
+
 // The fused all-gather's flags sit after the gathered A, inside the sequential path's workspace.
 TEST(TpFusedAllGather, FlagsFitTheWorkspace) {
   for (int P : {1, 2, 3, 8})

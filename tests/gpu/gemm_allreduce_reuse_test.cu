@@ -91,6 +91,10 @@ TEST(GemmAllReduceReuse, AlternatingShapesPathsAlgorithms) {
       const int M = kMs[si];
       const tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), M, kN, kK, DType::kBFloat16, BLayout::kNK, ws.data()};
       poison(C.data(), C.bytes(), st);
+      // Every rank's poison is done before any rank's kernel waits for its peers: compute-sanitizer
+      // orders a memset behind a kernel running on another stream of the (shared) device.
+      comm.sync(st);
+      comm.barrier();
       tw::gemm_allreduce(comm, a, c.cfg, st);
       comm.sync(st);
       got[r] = to_host(C.data(), size_t(M) * kN * 2, st);

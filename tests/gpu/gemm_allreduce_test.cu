@@ -81,6 +81,12 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
   Bytes first, last;
   for (int i = 0; i < calls && ok.ok; ++i) {
     tw_test::poison(C.data(), C.bytes(), st);
+    // Every rank's copies (the last call's C to the host, this poison) are done before any rank's
+    // next fused kernel waits for its peers: the ranks of a virtual team share the device, and
+    // compute-sanitizer orders a copy behind a kernel running on another stream, so a peer's copy
+    // queued behind this rank's waiting kernel would never let its own kernel start.
+    comm.sync(st);
+    comm.barrier();
     tw::gemm_allreduce(comm, a, cfg, st);
     comm.sync(st);
     last = tw_test::to_host(C.data(), size_t(s.M) * s.N * 2, st);
@@ -202,17 +208,23 @@ TEST(GemmAllReduce, HalfPrecision) {
 }
 
 // The owner kernel's decode tile (128 x 64, no cluster; plan.hpp owner_tile_is_decode) at
-// M <= 256 with B [N, K]: bf16 and fp16, both partial precisions, a partial last tile column
-// (N = 5144 = 80 x 64 + 24) and row, two calls per workspace. (Alternating with the 128 x 256
-// layouts on one workspace: gemm_allreduce_reuse_test.cu.)
+// M <= 256: bf16 and fp16, both partial precisions, both B layouts, a partial last tile column
+// (N = 5144 = 80 x 64 + 24; N = 1032 = 16 x 64 + 8) and row, two calls per workspace; and kAuto's
+// algorithm at M <= 256, which is the owner kernel on the decode tile at every rank count (the
+// relay's and exchange's tiles are 128 x 256). (Alternating with the 128 x 256 layouts on one
+// workspace: gemm_allreduce_reuse_test.cu.)
 TEST(GemmAllReduce, OwnerDecodeTile) {
   TW_SKIP_UNLESS_SM90();
   GemmReference ref;
-  for (DType t : {DType::kBFloat16, DType::kFloat16})
+  for (DType t : {DType::kBFloat16, DType::kFloat16}) {
     for (PP pp : {PP::kBFloat16, PP::kFloat32})
       for (const Shape& s : {Shape{1, 5144, 520, BLayout::kNK, t}, Shape{100, 8192, 256, BLayout::kNK, t},
-                             Shape{256, 5144, 520, BLayout::kNK, t}})
+                             Shape{256, 5144, 520, BLayout::kNK, t}, Shape{1, 5144, 520, BLayout::kKN, t},
+                             Shape{200, 1032, 264, BLayout::kKN, t}})
         run_shape(ref, s, fused({Algo::kOwner, pp}), 2);
+    for (const Shape& s : {Shape{128, 8192, 256, BLayout::kNK, t}, Shape{64, 1032, 520, BLayout::kKN, t}})
+      run_shape(ref, s, fused({Algo::kAuto, PP::kBFloat16}), 2);
+  }
 }
 
 // Tracing on, for each kernel that records per-tile events (exchange; relay on 2 ranks; owner

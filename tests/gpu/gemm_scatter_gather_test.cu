@@ -10,7 +10,8 @@
 //   * both paths of both ops (sequential and fused, alternating on one workspace, bf16 and fp16),
 //   * M not a multiple of P or of 128 (ranks with fewer rows, or none), both B layouts, bf16 and
 //     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
-//     and bad input refused on every rank with nothing written.
+//     and bad input refused on every rank with nothing written;
+//   * M <= 256, where both fused paths run the hook kernel's decode tile (128 x 64, no cluster).
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -60,6 +61,9 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
       {1000, 384, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},   // M neither P- nor 128-aligned
       {3000, 256, 128, DType::kFloat16, BLayout::kNK, Fill::kRandom},
       {100, 256, 64, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},   // one tile: rank 0 holds all
+      // M <= 256: the fused path's decode tile (128 x 64), a partial last tile column
+      {256, 1032, 264, DType::kFloat16, BLayout::kKN, Fill::kRandom},
+      {200, 520, 128, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},
   };
   std::vector<std::string> wrong(P);
   run_team([&](tw::Comm& comm) {
@@ -150,7 +154,9 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
       {1024, 512, 64, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},  // exact GEMM: C bitwise
       {1000, 384, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},
       {3000, 256, 128, DType::kFloat16, BLayout::kNK, Fill::kSmallInt},
-      {100, 512, 64, DType::kFloat16, BLayout::kKN, Fill::kRandom},
+      {100, 512, 64, DType::kFloat16, BLayout::kKN, Fill::kRandom},  // M <= 256: the gated decode tile
+      {256, 1032, 128, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},
+      {200, 264, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},
   };
   std::vector<std::string> wrong(P);
   run_team([&](tw::Comm& comm) {

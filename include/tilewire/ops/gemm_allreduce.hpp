@@ -116,8 +116,11 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //              all-gather, one hop, nothing on the consumers' path waits for NVLink);
 //   kOwner     tile t's owner (t % P) receives the P - 1 partials, sums, stores C to every rank
 //              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
-//   kAuto      bf16: kRelay for P = 2 with bf16 partials, kExchange for P = 1 (B [N, K]), else
-//              kOwner; fp16: kOwner (kRelay and kExchange are bf16 kernels, refused for fp16).
+//   kAuto      M <= 256: kOwner, on its decode tile (128 x 64 without clusters: one wave where
+//              128 x 256 tiles leave most SMs idle; the relay and exchange kernels keep 128 x 256
+//              tiles at any M). Above: bf16: kRelay for P = 2 with bf16 partials, kExchange for
+//              P = 1 (B [N, K]), else kOwner; fp16: kOwner (kRelay and kExchange are bf16
+//              kernels, refused for fp16).
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 
 // Fused kernel, or the sequential path: the partial A_r B_r (cuBLASLt, loaded at run time; tw::gemm

@@ -22,7 +22,9 @@
 //                its own C_shard (no broadcast). allgather_gemm (bf16, fp16): the GEMM (tilewire's
 //                hook kernel) waits per 128-row block of A for that block's shard to land, its
 //                own shard first and the peers' in ring order, while a push kernel on SMs it
-//                leaves free stores every rank's shard into its peers' workspaces;
+//                leaves free stores every rank's shard into its peers' workspaces. Both run
+//                128 x 64 tiles without clusters at M <= 256 (one wave where 128 x 256 tiles
+//                leave most SMs idle), 128 x 256 tiles in 2x1 clusters above;
 //   kAuto        the sequential path, until `tilewire bench gemm-rs` / `ag-gemm` say where the
 //                fused path pays.
 //

@@ -104,15 +104,16 @@ CUTLASS_DEVICE void hook_bar() { cutlass::arch::NamedBarrier::sync(256, kHookBar
 // The default hook: the tile goes through shared memory and leaves as asynchronous bulk copies
 // (TMA, cp.async.bulk shared -> global), one per row of C, so the consumers start the next tile's
 // mainloop while the copies drain; only the next tile's epilogue waits for them to have *read*
-// the buffer. kCols columns at a time: 256 (one pass, 66 KiB of shared memory: 3 mainloop stages
-// fit) or 128 (two passes, 34 KiB: 4 stages fit, the second pass waits for the first pass's reads).
+// the buffer. kCols columns at a time of a kTileCols-wide tile: 256 (one pass, 66 KiB of shared
+// memory: 3 mainloop stages fit) or 128 (two passes, 34 KiB: 4 stages fit, the second pass waits
+// for the first pass's reads); the decode tile (64 columns) in one pass of 18 KiB.
 // Rows are padded by 16 bytes: the fragment's 4-byte pairs of 8 rows land in 8 distinct bank
 // quads (conflict-free), and every row start stays 16-byte aligned for the bulk copy.
 // Why hand-written and not CUTLASS's TMA epilogue collective: the hook contract hands the fused
 // ops the accumulators in registers; this is the hook-shaped version of that epilogue.
-template <class Element, int kCols = 256>
+template <class Element, int kCols = 256, int kTileCols_ = 256>
 struct StoreC {
-  static constexpr int kRows = 128, kTileCols = 256, kPitch = kCols + 8;
+  static constexpr int kRows = 128, kTileCols = kTileCols_, kPitch = kCols + 8;
   static_assert(kTileCols % kCols == 0 && (kPitch * sizeof(Element)) % 16 == 0, "row starts 16-byte aligned");
   struct SharedStorage {
     alignas(128) Element buf[kRows * kPitch];
@@ -126,6 +127,7 @@ struct StoreC {
     Element* buf = v.smem->buf;
     const int tid = v.thread_idx;
     constexpr int kN = decltype(size(v.acc))::value;
+    static_assert(kN * 256 == kRows * kTileCols, "the kernel's tile is kRows x kTileCols");
     CUTLASS_PRAGMA_UNROLL
     for (int h = 0; h < kTileCols / kCols; ++h) {
       // The previous copies out of buf (last pass or last tile) must have read it.

@@ -152,10 +152,17 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
   GemmConfig c = cfg;
   c.swizzle = 1;  // a row block's tiles in a row (Gate's order)
-  const Status sms = check_sms(c, num_sms, kClusterM);
+  const bool decode = gated_tile_is_decode(a.M);
+  const Status sms = check_sms(c, num_sms, decode ? kDecodeClusterM : kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
   const Raster raster = Raster::kAlongN;
-  if (a.dtype == DType::kBFloat16) {
+  if (decode && a.dtype == DType::kBFloat16) {
+    if (a.b_layout == BLayout::kNK) launch_bf16_nk_decode(a, c, num_sms, raster, stream, gate);
+    else launch_bf16_kn_decode(a, c, num_sms, raster, stream, gate);
+  } else if (decode && a.dtype == DType::kFloat16) {
+    if (a.b_layout == BLayout::kNK) launch_f16_nk_decode(a, c, num_sms, raster, stream, gate);
+    else launch_f16_kn_decode(a, c, num_sms, raster, stream, gate);
+  } else if (a.dtype == DType::kBFloat16) {
     if (a.b_layout == BLayout::kNK) launch_bf16_nk(a, c, num_sms, raster, stream, gate);
     else launch_bf16_kn(a, c, num_sms, raster, stream, gate);
   } else if (a.dtype == DType::kFloat16) {

@@ -65,10 +65,23 @@ void launch_f16_nk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster
 void launch_f16_kn(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                    const Gate& gate = {});
 
-// tw::gemm with a gate on A (Gate above): the hook kernel (never stream-K), rows walked along N
-// (raster kAlongN, swizzle 1: a row block's tiles together, row blocks in order from the gate's
-// first_row). Arguments as tw::gemm's, already checked by the caller.
+// The hook kernel on its decode tile (plan.hpp kDecodeBlkN, no clusters) with StoreC, for
+// allgather_gemm's gated GEMM at M <= kHookDecodeMaxM (gemm_sm90_{bf16,f16}_{nk,kn}_decode.cu).
+void launch_bf16_nk_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                           const Gate& gate);
+void launch_bf16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                           const Gate& gate);
+void launch_f16_nk_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                          const Gate& gate);
+void launch_f16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
+                          const Gate& gate);
+
+// tw::gemm with a gate on A (Gate above): the hook kernel (never stream-K; on its decode tile at
+// M <= kHookDecodeMaxM, gated_tile_is_decode), rows walked along N (raster kAlongN, swizzle 1: a
+// row block's tiles together, row blocks in order from the gate's first_row). Arguments as
+// tw::gemm's, already checked by the caller.
 void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cudaStream_t stream);
+inline bool gated_tile_is_decode(int M) { return M <= kHookDecodeMaxM; }
 
 // TILEWIRE_GEMM_KERNEL = auto | hook | streamk, read once (gemm.cu).
 KernelPref kernel_pref();

@@ -13,6 +13,10 @@ namespace tw::gemm_impl {
 // The hook kernel's tile (gemm_sm90.cuh static_asserts it): (BLK_M, BLK_N) = (128, 256), clusters
 // of 2 CTAs along M.
 inline constexpr int kBlkM = 128, kBlkN = 256, kClusterM = 2;
+// Its decode tile (HookTileT<kDecodeBlkN, kDecodeClusterM>), which the fused ops run at
+// M <= kHookDecodeMaxM: 128 x 64 without clusters (gemm_allreduce/plan.hpp says why; the plain
+// GEMM's own decode tiles are CUTLASS's kernels, plan_streamk).
+inline constexpr int kDecodeBlkN = 64, kDecodeClusterM = 1, kHookDecodeMaxM = 256;
 
 // GemmConfig::raster resolved for (M, N): kAuto walks along M when the output has more tile
 // columns than tile rows (a band of B tiles stays in L2 while A streams), else along N.

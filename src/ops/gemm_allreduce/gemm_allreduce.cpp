@@ -40,12 +40,15 @@ struct DeviceInfo {
 // launch. check_args() has refused the pairs not built (exchange with B [K, N]; fp16 is built for
 // the owner algorithm only: gemm_allreduce resolves fp16 to kOwner and refuses kRelay and
 // kExchange, gemm_reducescatter's fused path is the owner algorithm).
-// decode: the owner kernel on the decode tile (owner_tile_is_decode; B [N, K] only).
+// decode: the owner kernel on the decode tile (owner_tile_is_decode, scatter_tile_is_decode).
 int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype, bool decode) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
-  if (decode)
-    return dtype == DType::kFloat16 ? impl::max_active_clusters_f16_nk_decode() : impl::max_active_clusters_bf16_nk_decode();
+  if (decode) {
+    if (dtype == DType::kFloat16)
+      return kn ? impl::max_active_clusters_f16_kn_decode() : impl::max_active_clusters_f16_nk_decode();
+    return kn ? impl::max_active_clusters_bf16_kn_decode() : impl::max_active_clusters_bf16_nk_decode();
+  }
   if (dtype == DType::kFloat16) return kn ? impl::max_active_clusters_f16_kn() : impl::max_active_clusters_f16_nk();
   if (algo == GemmAllReduceAlgo::kExchange) return impl::max_active_clusters_bf16_nk_exchange();
   if (algo == GemmAllReduceAlgo::kRelay)
@@ -57,8 +60,10 @@ int max_active_clusters(GemmAllReduceAlgo algo, BLayout b, DType dtype, bool dec
 void launch(GemmAllReduceAlgo algo, BLayout b, const gemm_allreduce_impl::LaunchParams& p, cudaStream_t stream) {
   namespace impl = gemm_allreduce_impl;
   const bool kn = b == BLayout::kKN;
-  if (p.lay.blk_n == impl::kDecodeBlkN)
-    p.gemm.dtype == DType::kFloat16 ? impl::launch_f16_nk_decode(p, stream) : impl::launch_bf16_nk_decode(p, stream);
+  if (p.lay.blk_n == impl::kDecodeBlkN && p.gemm.dtype == DType::kFloat16)
+    kn ? impl::launch_f16_kn_decode(p, stream) : impl::launch_f16_nk_decode(p, stream);
+  else if (p.lay.blk_n == impl::kDecodeBlkN)
+    kn ? impl::launch_bf16_kn_decode(p, stream) : impl::launch_bf16_nk_decode(p, stream);
   else if (p.gemm.dtype == DType::kFloat16) kn ? impl::launch_f16_kn(p, stream) : impl::launch_f16_nk(p, stream);
   else if (algo == GemmAllReduceAlgo::kExchange) impl::launch_bf16_nk_exchange(p, stream);
   else if (algo == GemmAllReduceAlgo::kRelay) kn ? impl::launch_bf16_kn_relay(p, stream) : impl::launch_bf16_nk_relay(p, stream);
@@ -210,7 +215,7 @@ void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceCo
     const WindowRef w = comm.find_window(p, bytes, what);
     return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
   };
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
   const auto num = [](long long v) { return std::to_string(v); };
   comm.agree_on_call("gemm_allreduce",
                      {{"M", num(a.M)},
@@ -255,7 +260,7 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
   DeviceInfo d;
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
   const bool decode = gemm_allreduce_impl::owner_tile_is_decode(a, algo);
   if (Status s = device_info(comm, algo, a.b_layout, a.dtype, decode, &d); !s) return s;
   if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), d.num_sms, gemm_impl::kClusterM); !s)
@@ -299,7 +304,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     return;
   }
   DeviceInfo d;
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype);
+  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
   const bool relay = algo == GemmAllReduceAlgo::kRelay;
   const bool decode = gemm_allreduce_impl::owner_tile_is_decode(a, algo);
   const Status ds = device_info(comm, algo, a.b_layout, a.dtype, decode, &d);  // fp16: the fp16 owner kernel's residency
@@ -370,9 +375,9 @@ void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t
   (void)must_reinit(comm.find_window(workspace, bytes, "workspace"), kHeldSequential, stream, false, &first);
 }
 
-Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M) {
   DeviceInfo d;
-  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, /*decode=*/false, &d);
+  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, scatter_tile_is_decode(M), &d);
 }
 
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
@@ -380,7 +385,8 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype) {
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
-  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, /*decode=*/false, &d);
+  const bool decode = scatter_tile_is_decode(g.M);
+  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, decode, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
   GemmAllReduceConfig cfg;
   cfg.reserved_sms = reserved_sms;
@@ -388,7 +394,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
   const int P = comm.lsa_size();
-  if (scatter_rotates(g.M, P, shard_rows)) {
+  if (scatter_rotates(g.M, P, shard_rows, d.cluster_m)) {
     // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
     // another): every CTA pushes partials before it waits as an owner, and at each step the
     // ranks push to different owners. plan.hpp, scatter_rotates, says why it is deadlock free.
@@ -398,7 +404,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
     p.gemm_cfg.nranks = P;
   }
   fill_schedule(p, d, cfg.reserved_sms);
-  p.lay = make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows);
+  p.lay = make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, decode);
   p.final_ctas = final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");

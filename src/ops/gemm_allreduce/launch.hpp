@@ -67,12 +67,16 @@ int max_active_clusters_f16_nk();  // owner, fp16: gemm_reducescatter's fused pa
 void launch_f16_nk(const LaunchParams& p, cudaStream_t stream);
 int max_active_clusters_f16_kn();
 void launch_f16_kn(const LaunchParams& p, cudaStream_t stream);
-// Owner algorithm on the decode tile (plan.hpp owner_tile_is_decode; B as [N, K] only;
-// gemm_allreduce_sm90_{bf16,f16}_nk_decode.cu):
+// Owner algorithm on the decode tile (plan.hpp owner_tile_is_decode, scatter_tile_is_decode;
+// gemm_allreduce_sm90_{bf16,f16}_{nk,kn}_decode.cu):
 int max_active_clusters_bf16_nk_decode();
 void launch_bf16_nk_decode(const LaunchParams& p, cudaStream_t stream);
+int max_active_clusters_bf16_kn_decode();
+void launch_bf16_kn_decode(const LaunchParams& p, cudaStream_t stream);
 int max_active_clusters_f16_nk_decode();
 void launch_f16_nk_decode(const LaunchParams& p, cudaStream_t stream);
+int max_active_clusters_f16_kn_decode();
+void launch_f16_kn_decode(const LaunchParams& p, cudaStream_t stream);
 // Exchange algorithm, B as [N, K] only (gemm_allreduce_sm90_bf16_nk_exchange.cu):
 int max_active_clusters_bf16_nk_exchange();
 void launch_bf16_nk_exchange(const LaunchParams& p, cudaStream_t stream);

@@ -13,6 +13,9 @@ namespace gemm_allreduce_impl {
 
 static_assert(kBlkM == gemm_impl::kBlkM && kBlkN == gemm_impl::kBlkN && Layout{}.cluster_m == gemm_impl::kClusterM,
               "plan.hpp states the GEMM's tile");
+static_assert(kDecodeBlkN == gemm_impl::kDecodeBlkN && kDecodeClusterM == gemm_impl::kDecodeClusterM &&
+                  kDecodeMaxM == gemm_impl::kHookDecodeMaxM,
+              "the fused ops' decode tile is the GEMM's");
 
 namespace {
 
@@ -40,8 +43,9 @@ GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank, int nranks) 
   return g;
 }
 
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype) {
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype, int M) {
   if (cfg.algo != GemmAllReduceAlgo::kAuto) return cfg.algo;
+  if (M <= kDecodeMaxM) return GemmAllReduceAlgo::kOwner;           // the kernel with the decode tile
   if (dtype != DType::kBFloat16) return GemmAllReduceAlgo::kOwner;  // the only fp16 kernel built
   if (cfg.partials != PartialPrecision::kBFloat16) return GemmAllReduceAlgo::kOwner;
   if (P == 2) return GemmAllReduceAlgo::kRelay;
@@ -49,11 +53,11 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b,
 }
 
 bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo) {
-  return algo == GemmAllReduceAlgo::kOwner && a.b_layout == BLayout::kNK && a.M <= kDecodeMaxM;
+  return algo == GemmAllReduceAlgo::kOwner && a.M <= kDecodeMaxM;
 }
 
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
-  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout, a.dtype);
+  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout, a.dtype, a.M);
   const bool decode = owner_tile_is_decode(a, algo);
   const Raster r =
       gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, decode ? kDecodeBlkN : kBlkN);
@@ -82,7 +86,7 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
     return fail("the relay algorithm is built for bf16 only; use kAuto or kOwner for fp16");
   if (a.dtype == DType::kFloat16 && cfg.algo == GemmAllReduceAlgo::kExchange)
     return fail("the exchange algorithm is built for bf16 only; use kAuto or kOwner for fp16");
-  if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout, a.dtype) == GemmAllReduceAlgo::kExchange)
+  if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout, a.dtype, a.M) == GemmAllReduceAlgo::kExchange)
     return fail("the exchange algorithm is built for B as [N, K_local] (kNK) only; use kAuto, kRelay or kOwner "
                 "with B as [K_local, N]");
   if (cfg.algo == GemmAllReduceAlgo::kRelay && (nranks != 2 || cfg.partials != PartialPrecision::kBFloat16))

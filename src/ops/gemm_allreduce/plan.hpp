@@ -41,11 +41,12 @@ using gemm_impl::Raster;
 inline constexpr int kBlkM = 128, kBlkN = 256;          // the GEMM's tile (ops/gemm/launch.hpp)
 inline constexpr int kConsumerThreads = 256;            // threads that call the hook
 inline constexpr int kTileElems = kBlkM * kBlkN;        // accumulators per tile
-// The owner kernel's decode tile (gemm_sm90.cuh HookTileT<64, 1>): at M <= kDecodeMaxM the
-// 128 x 256 tiles in 2x1 clusters leave most SMs idle (M = 128, N = 8192: 32 tiles, 16 clusters,
-// for 132 SMs); 128 x 64 tiles without clusters make 128 there, one wave, as cuBLASLt's 64 x 128
-// tiles do (its tile 18 on the decode sweep, docs/gemm.md). Same hook contract: 256 consumer
-// threads, final accumulators, one call per tile.
+// The decode tile (gemm_sm90.cuh HookTileT<64, 1>) of the owner kernel (gemm_allreduce and
+// gemm_reducescatter) and of allgather_gemm's gated GEMM: at M <= kDecodeMaxM the 128 x 256
+// tiles in 2x1 clusters leave most SMs idle (M = 128, N = 8192: 32 tiles, 16 clusters, for 132
+// SMs); 128 x 64 tiles without clusters make 128 there, one wave, as cuBLASLt's 64 x 128 tiles do
+// (its tile 18 on the decode sweep, docs/gemm.md). Same hook contract: 256 consumer threads,
+// final accumulators, one call per tile.
 inline constexpr int kDecodeBlkN = 64, kDecodeClusterM = 1, kDecodeMaxM = 256;
 inline constexpr size_t kHeaderBytes = 256;
 inline constexpr size_t kSectionAlign = 4096;
@@ -59,7 +60,7 @@ struct Layout {
   int P = 1;              // LSA team size (all ranks)
   int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
                           // the rank whose rows it holds; 0: the all-reduce's owner t % P
-  int blk_n = kBlkN;      // the tile's columns (rows: kBlkM): kBlkN, or kDecodeBlkN (owner only)
+  int blk_n = kBlkN;      // the tile's columns (rows: kBlkM): kBlkN, or kDecodeBlkN (owner kernel only)
   int cluster_m = 2;      // CTAs per cluster along M: gemm_impl::kClusterM, or kDecodeClusterM
   int tiles_m = 0, tiles_n = 0;
   int T = 0;              // tiles
@@ -181,8 +182,10 @@ TW_HD constexpr Layout make_layout(int M, int N, int P, Raster raster, int parti
 // sections, tiles owned by shard: rank o owns the tile rows [o shard_tm, (o + 1) shard_tm), which
 // hold its rows of C (shard_rows = shard_tm x 128, ops/gemm_scatter_gather.hpp), and stores its
 // finals into its own C shard only.
-TW_HD constexpr Layout make_scatter_layout(int M, int N, int P, Raster raster, int partial_bytes, int shard_rows) {
-  Layout l = make_layout(M, N, P, raster, partial_bytes);
+// decode: the decode tile (scatter_tile_is_decode).
+TW_HD constexpr Layout make_scatter_layout(int M, int N, int P, Raster raster, int partial_bytes, int shard_rows,
+                                           bool decode = false) {
+  Layout l = make_layout(M, N, P, raster, partial_bytes, decode);
   l.shard_tm = shard_rows / kBlkM;
   l.owned_max = l.shard_tm * l.tiles_n;
   l.done_off = align_up(l.arrive_off + 8 * (size_t)l.owned_max * (size_t)l.P, 256);
@@ -191,15 +194,19 @@ TW_HD constexpr Layout make_scatter_layout(int M, int N, int P, Raster raster, i
   return l;
 }
 
+// Whether gemm_reducescatter's fused tile is the decode tile: M <= kDecodeMaxM (both B layouts
+// and dtypes are built). Shards are whole 128-row tiles either way (shard_rows).
+TW_HD constexpr bool scatter_tile_is_decode(int M) { return M <= kDecodeMaxM; }
+
 // Whether gemm_reducescatter's fused walk is rank-rotated (gemm_allreduce.cpp): when every shard
-// is whole cluster units (S a multiple of 2 x kBlkM: clusters of 2 along M) and M = P S, the units of shard q are one
-// contiguous range of the kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first
-// unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's tiles, the
+// is whole cluster units (S a multiple of cluster_m x kBlkM: 256 rows in the 2x1 clusters, any
+// shard on the decode tile) and M = P S, the units of shard q are one contiguous range of the
+// kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's tiles, the
 // only ones it waits on (as their owner), after all its other work; those waits need only the
 // peers' pushes, which wait for nothing. Otherwise every rank walks the same order (no
 // rotation), the owner algorithm's own argument.
-TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows) {
-  return P > 1 && shard_rows % (2 * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
+TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows, int cluster_m = 2) {
+  return P > 1 && shard_rows % (cluster_m * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
 }
 
 // CTAs that run the final wait (hook.cuh): in every cluster group with work, the CTA at x = 0
@@ -224,14 +231,17 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 // relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
-// The algorithm a call on P ranks with B in layout `b` and A, B, C in `dtype` runs: cfg.algo,
-// kAuto resolved. bf16: relay for P == 2 with bf16 partials; for P == 1 exchange with B [N, K],
-// owner with B [K, N], the layout exchange is not built for; else owner. fp16: owner at every P
-// (the relay and exchange kernels are built for bf16 only; check_args refuses them for fp16).
-GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype);
+// The algorithm a call of M rows on P ranks with B in layout `b` and A, B, C in `dtype` runs:
+// cfg.algo, kAuto resolved. M <= kDecodeMaxM: owner, at every P and in both dtypes (the one
+// kernel with the decode tile: the relay's and exchange's shared-memory tiles are 128 x 256, which
+// at decode M leave most SMs idle). Above: bf16: relay for P == 2 with bf16 partials; for P == 1
+// exchange with B [N, K], owner with B [K, N], the layout exchange is not built for; else owner.
+// fp16: owner at every P (the relay and exchange kernels are built for bf16 only; check_args
+// refuses them for fp16).
+GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b, DType dtype, int M);
 // Whether the owner kernel of a call runs on the decode tile (kDecodeBlkN, kDecodeClusterM):
-// `algo` (resolved) is kOwner, B is [N, K_local] (the decode instantiations are built for it,
-// both dtypes) and M <= kDecodeMaxM. Every rank derives it from the same agreed arguments.
+// `algo` (resolved) is kOwner and M <= kDecodeMaxM (built for both B layouts and dtypes). Every
+// rank derives it from the same agreed arguments.
 bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it, on the call's tile).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
@@ -253,9 +263,9 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 // ring: the owner kernel's per-tile events (hook.cuh), null events: off.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream);
-// Whether the owner kernel for B layout b and dtype (bf16 or fp16) can run here (sm_90, resident
-// within the SM budget).
-Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype);
+// Whether the owner kernel for B layout b, dtype (bf16 or fp16) and M rows (the tile:
+// scatter_tile_is_decode) can run here (sm_90, resident within the SM budget).
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M);
 // A sequential path wrote its data over this workspace: the next fused call re-initializes it.
 void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream);
 

@@ -110,8 +110,10 @@ size_t gemm_reducescatter_workspace_size(int M, int N, DType dtype, int P) {
   const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
   const size_t sequential = up((size_t)P * S * N * e) + up(S * N * e);
   if (M <= 0 || N <= 0 || P <= 0) return sequential;
-  // The fused path's flags and staging (its size does not depend on the raster).
-  const size_t fused = gemm_allreduce_impl::make_scatter_layout(M, N, P, gemm_impl::Raster::kAlongM, 2, (int)S).total;
+  // The fused path's flags and staging on the tile it runs (the size does not depend on the raster).
+  const size_t fused = gemm_allreduce_impl::make_scatter_layout(M, N, P, gemm_impl::Raster::kAlongM, 2, (int)S,
+                                                                gemm_allreduce_impl::scatter_tile_is_decode(M))
+                           .total;
   return std::max(sequential, fused);
 }
 
@@ -148,7 +150,7 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
   if (resolve(cfg) == TpPath::kFused)
-    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype); !s) return fail(op, s.reason);
+    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M); !s) return fail(op, s.reason);
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
