@@ -30,7 +30,8 @@
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
 #   decode        (nvidia-h200) the fused ops on the decode tile (M <= 256); DECODE_STEPS picks among
 #                 probe (coresidency_probe, plain and under memcheck), tests (the fused ops' tests at 2
-#                 and 4 virtual ranks, VIRTUAL_P, and at the real rank with the GEMM tests), memcheck
+#                 and 4 virtual ranks, VIRTUAL_P, and at the real rank with the GEMM tests,
+#                 DECODE_P1_TESTS, default Gemm.*), memcheck
 #                 (the decode tests at 4 virtual ranks), bench (one real rank: `bench gemm-allreduce
 #                 --sweep decode` fused, kAuto's owner kernel on the decode tile and the exchange kernel
 #                 on 128 x 256 tiles; `bench gemm-rs` / `ag-gemm` at M = 1..256); default all
@@ -230,7 +231,7 @@ if [ "$MODE" = decode ]; then
   fi
   if [[ $STEPS == *" tests "* ]]; then
     step "GEMM tests and the fused ops' tests, the real rank"
-    run 250 "$TESTS" --gtest_filter="Gemm.*:$FUSED_TESTS" --gtest_output=json:"$OUT/gpu_tests_decode_p1.json"
+    run 250 "$TESTS" --gtest_filter="${DECODE_P1_TESTS:-Gemm.*}:$FUSED_TESTS" --gtest_output=json:"$OUT/gpu_tests_decode_p1.json"
     for p in ${VIRTUAL_P:-2 4}; do
       step "the fused ops' tests, $p virtual ranks"
       TILEWIRE_TEST_VIRTUAL=$p run "${VIRTUAL_LIMIT:-200}" "$TESTS" --gtest_filter="$FUSED_TESTS" \
