@@ -201,10 +201,11 @@ TW_HD constexpr bool scatter_tile_is_decode(int M) { return M <= kDecodeMaxM; }
 // Whether gemm_reducescatter's fused walk is rank-rotated (gemm_allreduce.cpp): when every shard
 // is whole cluster units (S a multiple of cluster_m x kBlkM: 256 rows in the 2x1 clusters, any
 // shard on the decode tile) and M = P S, the units of shard q are one contiguous range of the
-// kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's tiles, the
-// only ones it waits on (as their owner), after all its other work; those waits need only the
-// peers' pushes, which wait for nothing. Otherwise every rank walks the same order (no
-// rotation), the owner algorithm's own argument.
+// kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first unit. Rank r then starts
+// at shard r + 1, so each of its CTAs reaches its own shard's tiles, the only ones it waits on
+// (as their owner), after all its other work; those waits need only the peers' pushes, which
+// wait for nothing. Otherwise every rank walks the same order (no rotation), the owner
+// algorithm's own argument.
 TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows, int cluster_m = 2) {
   return P > 1 && shard_rows % (cluster_m * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
 }
