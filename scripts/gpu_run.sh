@@ -45,6 +45,17 @@
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU
+#   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
+#                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
+#                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
+#                 turn; traced calls), relay (the relay algorithm at 3 and 4 virtual ranks on that shape;
+#                 gemm-rs on the 70B shapes with the relay and the owner kernel, TILEWIRE_RS_OWNER),
+#                 gemmbudget (bench gemm --virtual 2, 4 --plans: the plain GEMM on a virtual rank's SMs
+#                 under each candidate plan, ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
+#                 traced), tests (the fused ops' tests at 1 real and 2, 3, 4, 8 virtual ranks), memcheck
+#                 (them at 4), accept (bench gemm-allreduce --sweep acceptance and grid, gemm-rs and
+#                 ag-gemm --sweep llama, at 2 and 4 virtual ranks); default all. One JSON line per
+#                 bench run in bench_engine.jsonl, traces in traces_engine.tgz
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -54,7 +65,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp | engine) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -184,6 +195,83 @@ if [ "$MODE" = tp ]; then
     run 120 "$TW" bench $op -m 4096 -n 4096 -k 4096 --virtual 4 -R 1 --iters 2 --trace "$OUT/trace_$op.json"
   done
   tar czf "$OUT/traces_tp.tgz" -C "$OUT" trace_gemm-rs.json trace_ag-gemm.json 2>/dev/null && rm -f "$OUT"/trace_*.json
+fi
+
+if [ "$MODE" = engine ]; then
+  header
+  STEPS=" ${ENGINE_STEPS:-owner relay gemmbudget ag tests memcheck accept} "
+  has() { [[ $STEPS == *" $1 "* ]]; }
+  J=$OUT/bench_engine.jsonl
+  : >"$J"
+  bench() {  # bench <limit> <label> args...: one JSON line per run, labelled
+    local lim=$1 label=$2; shift 2
+    step "$label: tilewire bench $*"
+    run "$lim" "$TW" bench "$@" --json "$OUT/one.json" &&
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
+        "$OUT/one.json" "$label" >>"$J"
+    rm -f "$OUT/one.json"
+  }
+  if has owner; then
+    for p in 2 3 4; do
+      bench 120 "owner P=$p" gemm-allreduce --virtual $p --algo owner --path fused -m 8192 -n 8192 -k 4096 -R 3 --iters 5 \
+        --trace "$OUT/trace_owner_p$p.json"
+    done
+    TILEWIRE_OWNER_PLAIN=1 TILEWIRE_OWNER_FINAL_POLL_ALL=1 bench 150 "owner P=4 plain owners, every thread polls" \
+      gemm-allreduce --virtual 4 --algo owner --path fused -m 8192 -n 8192 -k 4096 -R 3 --iters 3 --trace "$OUT/trace_owner_p4_before.json"
+    TILEWIRE_OWNER_PLAIN=1 bench 150 "owner P=4 plain owners" gemm-allreduce --virtual 4 --algo owner --path fused \
+      -m 8192 -n 8192 -k 4096 -R 3 --iters 3
+    TILEWIRE_OWNER_FINAL_POLL_ALL=1 bench 150 "owner P=4 every thread polls" gemm-allreduce --virtual 4 --algo owner \
+      --path fused -m 8192 -n 8192 -k 4096 -R 3 --iters 3
+  fi
+  if has relay; then
+    for p in 3 4; do
+      bench 120 "relay P=$p" gemm-allreduce --virtual $p --algo relay --path fused -m 8192 -n 8192 -k 4096 -R 3 --iters 5 \
+        --trace "$OUT/trace_relay_p$p.json"
+    done
+    for p in 2 4; do  # the reduce-scatter's two fused kernels on the 70B attention output and FFN down shapes
+      for k in owner relay; do
+        [ $k = owner ] && export TILEWIRE_RS_OWNER=1 || unset TILEWIRE_RS_OWNER
+        bench 150 "gemm-rs P=$p $k" gemm-rs --virtual $p -m 4096,16384 -n 8192 -k $((8192 / p)) -R 3 --iters 5
+      done
+      unset TILEWIRE_RS_OWNER
+    done
+  fi
+  if has gemmbudget; then  # the plain GEMM on a virtual rank's SM budget, every rank at once, under each candidate plan
+    PLANS=${ENGINE_PLANS:-'auto;hook;tile=128x128pp;tile=256x160c2,mode=dp;tile=256x160,mode=streamk;tile=128x256,mode=heuristic'}
+    for p in 2 4; do
+      bench 240 "gemm plans acceptance P=$p" gemm --virtual $p --sweep acceptance -R 3 --plans "$PLANS"
+    done
+    bench 150 "gemm plans ag 70B FFN P=4" gemm --virtual 4 -m 16384 -n 7168 -k 8192 -R 3 --plans "$PLANS"
+    bench 150 "gemm plans rs 70B FFN P=4" gemm --virtual 4 -m 16384 -n 8192 -k 7168 -R 3 --plans "$PLANS"
+  fi
+  if has ag; then
+    for i in 1 2; do
+      bench 120 "ag-gemm P=2 run $i" ag-gemm --virtual 2 -m 8192 -n 4096 -k 7168 -R 3 --iters 5 --trace "$OUT/trace_ag_p2_$i.json"
+    done
+  fi
+  if has tests; then
+    FUSED_TESTS='GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'
+    for p in ${VIRTUAL_P:-0 2 3 4 8}; do
+      step "fused tests, $p virtual ranks (0: the real GPU)"
+      TILEWIRE_TEST_VIRTUAL=$p run 240 "$TESTS" --gtest_filter="$FUSED_TESTS" --gtest_output=json:"$OUT/t.json"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"label": "tests P=" + sys.argv[2], "tests": d["tests"], "failures": d["failures"], "disabled": d.get("disabled", 0)}))' \
+        "$OUT/t.json" "$p" >>"$J" 2>/dev/null
+      rm -f "$OUT/t.json"
+    done
+  fi
+  if has memcheck; then
+    step "memcheck on the fused tests, 4 virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck --report-api-errors no \
+      --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
+  fi
+  if has accept; then
+    for p in 2 4; do
+      bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5
+      bench 200 "gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5
+      bench 200 "ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
+    done
+  fi
+  (cd "$OUT" && ls trace_*.json >/dev/null 2>&1 && tar czf traces_engine.tgz trace_*.json && rm -f trace_*.json)
 fi
 
 if [ "$MODE" = python ]; then

@@ -4,7 +4,7 @@
 //   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--dtype bf16|fp16]
 //                       [--sweep acceptance|grid|skinny|tail|decode|narrow|ragged]
 //                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
-//                       [--plans "auto;hook;tile=swap128x64,mode=splitk,splits=8;..."]
+//                       [--plans "auto;hook;tile=swap128x64,mode=splitk,splits=8;..."] [--virtual P]
 //
 // Inputs rotate over enough (A, B, C) sets to exceed twice the L2, so no timed call finds its
 // operands cached by the previous one. Time: CUDA events around `iters` back-to-back calls, median
@@ -20,6 +20,7 @@
 // alternation with cuBLASLt), then the best per shape: what a plan rule is read off. A plan is auto
 // (tw::gemm's rule), hook, streamk (the stream-K kernel, its own plan) or a TILEWIRE_GEMM_STREAMK_PLAN
 // spec (the stream-K kernel with those overrides), set through gemm_impl::set_measurement_plan.
+// --virtual P: P ranks on GPU 0 at once, each its own inputs on SMs / P, slowest rank (bench_gemm_virtual.cu).
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: bench/results/2026-11-30-s3-h200/ (run02: the figures in README.md), -s2-h200/.
 #include <cuda_bf16.h>
@@ -38,7 +39,8 @@
 #include <utility>
 #include <vector>
 
-#include "bench_args.hpp"  // median
+#include "bench_args.hpp"  // median, parse_virtual_ranks
+#include "bench_gemm.hpp"
 #include "commands.hpp"
 #include "ops/gemm/launch.hpp"  // gemm_impl::set_measurement_plan
 #include "runtime/cublaslt.hpp"
@@ -48,22 +50,60 @@
 namespace tw::cli {
 using lt::LtHandle;
 using lt::LtMatmul;
+using gemm_bench::GemmBenchArgs;
+using gemm_bench::Shape;
+
+namespace gemm_bench {
 namespace {
 
-struct Shape {
-  int m, n, k;
-};
+template <class T>
+__global__ void fill(T* p, size_t n, uint64_t seed) {
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    uint64_t z = (seed + i) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    p[i] = T(((float)(z >> 40) / (float)(1u << 24)) * 2.f - 1.f);  // [-1, 1)
+  }
+}
 
-struct GemmBenchArgs {
-  std::vector<Shape> shapes;
-  BLayout layout = BLayout::kNK;
-  DType dtype = DType::kBFloat16;
-  int iters = 20, warmup = 5, repeats = 5;
-  GemmConfig cfg;
-  std::string json_path;
-  std::vector<std::string> plans = {"auto"};  // --plans
-  bool help = false;
-};
+template <class T>
+__global__ void count_wrong(const T* got, const T* want, size_t n, unsigned long long* wrong) {
+  unsigned long long local = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const float g = float(got[i]), w = float(want[i]);
+    if (!(fabsf(g - w) <= fabsf(w) * (1.f / 64) + 1.f / 64)) ++local;  // NaN counts as wrong
+  }
+  if (local) atomicAdd(wrong, local);
+}
+
+}  // namespace
+
+void fill_operand(void* p, size_t n, DType dtype, uint64_t seed, cudaStream_t st) {
+  if (dtype == DType::kFloat16) fill<<<1024, 256, 0, st>>>(static_cast<__half*>(p), n, seed);
+  else fill<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(p), n, seed);
+}
+
+void count_wrong_async(const void* got, const void* want, size_t n, DType dtype, unsigned long long* wrong,
+                       cudaStream_t st) {
+  if (dtype == DType::kFloat16)
+    count_wrong<<<1024, 256, 0, st>>>(static_cast<const __half*>(got), static_cast<const __half*>(want), n, wrong);
+  else
+    count_wrong<<<1024, 256, 0, st>>>(static_cast<const __nv_bfloat16*>(got), static_cast<const __nv_bfloat16*>(want),
+                                      n, wrong);
+}
+
+std::optional<gemm_impl::MeasurementPlan> measurement_plan_of(const std::string& spec) {
+  using gemm_impl::KernelPref;
+  if (spec == "auto") return std::nullopt;
+  if (spec == "hook") return gemm_impl::MeasurementPlan{KernelPref::kHook, ""};
+  if (spec == "streamk") return gemm_impl::MeasurementPlan{KernelPref::kStreamK, ""};
+  return gemm_impl::MeasurementPlan{KernelPref::kStreamK, spec};
+}
+
+}  // namespace gemm_bench
+
+namespace {
+using gemm_bench::kWarmMs;
+using gemm_bench::measurement_plan_of;
 
 constexpr const char* kUsage =
     "usage: tilewire bench gemm [options]\n"
@@ -84,7 +124,8 @@ constexpr const char* kUsage =
     "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
     "                        swap64x16|swap64x32|swap64x64|swap128x64pp|128x128pp|128x112pp (the last six:\n"
     "                        ping-pong, data-parallel only),\n"
-    "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n";
+    "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n"
+    "  --virtual P           P ranks on GPU 0 at once, own inputs each, each on SMs / P; the slowest rank's times\n";
 
 int to_int(const std::string& opt, const std::string& v) {
   char* end = nullptr;
@@ -126,6 +167,7 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
       TW_REQUIRE(v == "auto" || v == "m" || v == "n", kInvalidArgument, "bench gemm: --raster auto|m|n");
       a.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
     } else if (o == "--json") a.json_path = v;
+    else if (o == "--virtual") a.virtual_ranks = parse_virtual_ranks(o, v);
     else if (o == "--plans") {
       a.plans.clear();
       std::stringstream ss(v);
@@ -174,34 +216,6 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
   return a;
 }
 
-template <class T>
-__global__ void fill(T* p, size_t n, uint64_t seed) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    uint64_t z = (seed + i) * 0x9E3779B97F4A7C15ull;
-    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
-    p[i] = T(((float)(z >> 40) / (float)(1u << 24)) * 2.f - 1.f);  // [-1, 1)
-  }
-}
-
-template <class T>
-__global__ void count_wrong(const T* got, const T* want, size_t n, unsigned long long* wrong) {
-  unsigned long long local = 0;
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    const float g = float(got[i]), w = float(want[i]);
-    if (!(fabsf(g - w) <= fabsf(w) * (1.f / 64) + 1.f / 64)) ++local;  // NaN counts as wrong
-  }
-  if (local) atomicAdd(wrong, local);
-}
-
-// "auto": tw::gemm's rule (no measurement plan); "hook", "streamk": that kernel; else a stream-K spec.
-std::optional<gemm_impl::MeasurementPlan> measurement_plan_of(const std::string& spec) {
-  using gemm_impl::KernelPref;
-  if (spec == "auto") return std::nullopt;
-  if (spec == "hook") return gemm_impl::MeasurementPlan{KernelPref::kHook, ""};
-  if (spec == "streamk") return gemm_impl::MeasurementPlan{KernelPref::kStreamK, ""};
-  return gemm_impl::MeasurementPlan{KernelPref::kStreamK, spec};
-}
-
 struct Row {
   Shape s;
   std::string plan_spec = "auto";  // --plans entry
@@ -219,8 +233,7 @@ struct Row {
 // different clocks (seen on nvidia-h200: cuBLASLt timed second drifted 686 -> 808 us on one shape
 // within a run). Medians per candidate. Also the host's time per call (the loop that enqueues
 // the calls, not waiting for them): where it reaches the GPU time, the GPU waited for the host
-// and the figure is the host's launch path, not the kernel.
-constexpr double kWarmMs = 200.0;
+// and the figure is the host's launch path, not the kernel. (kWarmMs: bench_gemm.hpp.)
 
 struct PairTimes {
   double a_us = 0, b_us = 0;            // GPU time per call (events)
@@ -276,13 +289,8 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
     TW_CUDA_CHECK(cudaMalloc(&A[i], 2 * na));
     TW_CUDA_CHECK(cudaMalloc(&B[i], 2 * nb));
     TW_CUDA_CHECK(cudaMalloc(&C[i], 2 * nc));
-    if (a.dtype == DType::kFloat16) {
-      fill<<<1024, 256, 0, st>>>(static_cast<__half*>(A[i]), na, 1000 + i);
-      fill<<<1024, 256, 0, st>>>(static_cast<__half*>(B[i]), nb, 2000 + i);
-    } else {
-      fill<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(A[i]), na, 1000 + i);
-      fill<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(B[i]), nb, 2000 + i);
-    }
+    gemm_bench::fill_operand(A[i], na, a.dtype, 1000 + i, st);
+    gemm_bench::fill_operand(B[i], nb, a.dtype, 2000 + i, st);
   }
   TW_CUDA_CHECK(cudaMalloc(&ref, 2 * nc));
   TW_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
@@ -317,11 +325,7 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
     for (int j = 0; j < sets; ++j) {
       tilewire(j);
       cublas(j, ref);
-      if (a.dtype == DType::kFloat16)
-        count_wrong<<<1024, 256, 0, st>>>(static_cast<__half*>(C[j]), static_cast<__half*>(ref), nc, wrong);
-      else
-        count_wrong<<<1024, 256, 0, st>>>(static_cast<__nv_bfloat16*>(C[j]), static_cast<__nv_bfloat16*>(ref), nc,
-                                          wrong);
+      gemm_bench::count_wrong_async(C[j], ref, nc, a.dtype, wrong, st);
     }
     TW_CUDA_CHECK(cudaGetLastError());
     // The clocks are down already after the shape's first plan: a tenth of the warm-up after it.
@@ -354,6 +358,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
     throw Error(Errc::kUnsupported, std::string("bench gemm: no CUDA GPU (") +
                                         (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
   }
+  if (a.virtual_ranks > 0) return gemm_bench::bench_gemm_virtual(a);
   std::ofstream json;
   if (!a.json_path.empty()) {
     json.open(a.json_path, std::ios::out | std::ios::trunc);

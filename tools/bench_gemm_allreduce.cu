@@ -617,6 +617,7 @@ class RankRun {
       if (std::any_of(v.begin(), v.end(), [](const RankSample& q) { return q.gate_expired; }))
         add_note(row.note, "start gate expired (host enqueue > ~10 s?): some times include launch skew");
       print_row(row);
+      print_model(row, !has_nccl_);
       sh_.rows.push_back(row);
     }
     sh_.barrier.arrive_and_wait("samples read");

@@ -75,6 +75,8 @@ const char* tolerance_text();
 
 void print_header(const Options& o, const RunInfo& info);
 void print_row(const Row& r);
+// The cost model's predictions for the row's shape at P = 2, 4, 8 (virt: the GEMM time estimated).
+void print_model(const Row& r, bool virt);
 // trace_json: the --trace section ({"file", "tracing_cost", "fused", "sequential"} metrics) or "".
 std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok,
                     const std::string& trace_json = "");

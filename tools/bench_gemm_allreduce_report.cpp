@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "bench_args.hpp"  // parse_virtual_ranks
+#include "ops/fused_gemm/cost_model.hpp"
 #include "bench_gemm_allreduce.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -249,6 +250,20 @@ void print_row(const Row& r) {
   std::fflush(stdout);
 }
 
+// The cost model's fused and sequential times for this shape at P = 2, 4, 8 on H200 NVLink
+// (src/ops/fused_gemm/cost_model.hpp), for the multi-GPU runs to check. Its GEMM time: (a) as
+// measured on a real rank; on a virtual team (a rank has 1/P of the GPU) the model's estimate.
+static std::string model_line(const Row& r, bool virt) {
+  const fused_gemm::Shape s{r.s.m, r.s.n, r.s.k, 2};
+  const double t = virt || !std::isfinite(r.us[kGemm]) ? fused_gemm::estimate_gemm_us(s.M, s.N, s.K, 2) : r.us[kGemm];
+  return fused_gemm::predictions_line(fused_gemm::FusedOp::kGemmAllReduce, s, t);
+}
+
+void print_model(const Row& r, bool virt) {
+  std::printf("#   %s\n", model_line(r, virt).c_str());
+  std::fflush(stdout);
+}
+
 std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row>& rows, bool all_ok,
                     const std::string& trace_json) {
   std::ostringstream j;
@@ -283,7 +298,7 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
       << ", \"fused_over_gemm\": " << jnum(r.fused_over_gemm()) << ", \"overlap_eff\": " << jnum(r.overlap())
       << ", \"wrong\": " << (r.checked ? std::to_string(r.wrong) : "null")
       << ", \"identical\": " << (r.checked ? (r.identical ? "true" : "false") : "null")
-      << ", \"rotation_sets\": " << r.sets << ", \"note\": " << (r.note.empty() ? "null" : jstr(r.note)) << "}";
+      << ", \"rotation_sets\": " << r.sets << ", \"model\": " << jstr(model_line(r, info.virt)) << ", \"note\": " << (r.note.empty() ? "null" : jstr(r.note)) << "}";
   }
   j << "\n  ],\n  \"trace_metrics\": " << (trace_json.empty() ? "null" : trace_json);
   j << ",\n  \"all_correct\": " << (all_ok ? "true" : "false") << "\n}\n";

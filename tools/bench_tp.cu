@@ -45,6 +45,7 @@
 #include "bench_args.hpp"  // median, parse_virtual_ranks
 #include "bench_gate.hpp"  // HostBarrier
 #include "commands.hpp"
+#include "ops/fused_gemm/cost_model.hpp"
 #include "ops/gemm/team_gemm.hpp"  // sms_outside_budget
 #include "runtime/cublaslt.hpp"
 #include "tilewire/device/peer.cuh"
@@ -537,9 +538,17 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
     if (best > 0) std::printf("   speedup %.3f", best / e);
     if (f > 0) std::printf("   overlap %.2f", (a + f - e) / std::min(a, f));
     std::printf("\n");
+    // The cost model's fused and sequential times at P = 2, 4, 8 on H200 NVLink, for the
+    // multi-GPU runs to check; its GEMM time: (a) on a real rank, its own estimate on a virtual
+    // team (where a rank has 1/P of the GPU).
+    const fused_gemm::Shape ms{sh.M, sh.N, sh.K, (int)dtype_size(o.dtype)};
+    const double tg = o.virtual_ranks > 0 ? fused_gemm::estimate_gemm_us(ms.M, ms.N, ms.K, ms.dtype_bytes) : a;
+    const std::string model = fused_gemm::predictions_line(
+        o.op == TpOp::kGemmRs ? fused_gemm::FusedOp::kGemmReduceScatter : fused_gemm::FusedOp::kAllGatherGemm, ms, tg);
+    std::printf("    %s\n", model.c_str());
     if (json.is_open()) {
       json << (first ? "" : ", ") << "{\"name\": \"" << sh.name << "\", \"M\": " << sh.M << ", \"N\": " << sh.N
-           << ", \"K\": " << sh.K << ", \"rows\": [";
+           << ", \"K\": " << sh.K << ", \"model\": \"" << model << "\", \"rows\": [";
       for (size_t i = 0; i < rows.size(); ++i)
         json << (i ? ", " : "") << "{\"op\": \"" << rows[i].what << "\", \"ran\": " << (rows[i].ran ? "true" : "false")
              << ", \"us\": " << rows[i].us << "}";

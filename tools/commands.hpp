@@ -15,7 +15,8 @@ namespace tw::cli {
 int bench_allreduce(const BenchArgs& args);
 
 // `tilewire bench gemm`: tilewire's GEMM vs cuBLASLt on GPU 0, every result checked against
-// cuBLASLt's (bench_gemm.cu). Takes its own options (-m -n -k ...: --help), not BenchArgs.
+// cuBLASLt's (bench_gemm.cu), or on --virtual P ranks of GPU 0 at once, each on its SM budget
+// (bench_gemm_virtual.cu). Takes its own options (-m -n -k ...: --help), not BenchArgs.
 // 0: every check passed; 1: some did not. Throws tw::Error(kUnsupported) without a GPU.
 int bench_gemm(const std::vector<std::string>& argv);
 

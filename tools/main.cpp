@@ -36,7 +36,7 @@ constexpr const char* kUsage =
     "                              check every result (tilewire bench allreduce --help); --virtual P:\n"
     "                              P ranks on GPU 0 without NCCL, a correctness run.\n"
     "  bench gemm [options]        time tilewire's GEMM against cuBLASLt on GPU 0, checked against it\n"
-    "                              (tilewire bench gemm --help).\n"
+    "                              (tilewire bench gemm --help); --virtual P: P ranks on GPU 0 at once.\n"
     "  bench gemm-allreduce [opts] time the fused GEMM + all-reduce against cuBLASLt + NCCL, + tw\n"
     "                              all-reduce, chunked overlap, on all local GPUs, checked against\n"
     "                              the sum of the cuBLASLt partials (tilewire bench gemm-allreduce\n"

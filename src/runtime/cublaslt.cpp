@@ -3,6 +3,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdint>
+
 namespace tw::lt {
 namespace {
 
@@ -52,8 +54,10 @@ LtHandle::~LtHandle() {
   if (h_) lt_api().Destroy(h_);
 }
 
-LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes, DType dtype)
+LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes, DType dtype,
+                   int sm_count)
     : h_(h), ws_bytes_(workspace_bytes) {
+  TW_REQUIRE(sm_count >= 0, kInvalidArgument, "cuBLASLt baseline: sm_count " + std::to_string(sm_count) + " (>= 0)");
   TW_REQUIRE(dtype == DType::kBFloat16 || dtype == DType::kFloat16, kInvalidArgument,
              std::string("cuBLASLt baseline: dtype ") + dtype_name(dtype) + " (bf16 or fp16)");
   const cudaDataType_t et = dtype == DType::kFloat16 ? CUDA_R_16F : CUDA_R_16BF;
@@ -72,6 +76,12 @@ LtMatmul::LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, si
     const cublasOperation_t tb = b_layout == BLayout::kNK ? CUBLAS_OP_T : CUBLAS_OP_N, ta = CUBLAS_OP_N;
     TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSA, &tb, sizeof(tb)));
     TW_CUBLAS_CHECK(lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_TRANSB, &ta, sizeof(ta)));
+    if (sm_count > 0) {  // before the heuristic: it picks for this many SMs (refused: the whole GPU)
+      const int32_t target = sm_count;
+      if (lt.MatmulDescSetAttribute(op_, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &target, sizeof(target)) ==
+          CUBLAS_STATUS_SUCCESS)
+        sm_target_ = sm_count;
+    }
     if (b_layout == BLayout::kNK) TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, et, K, N, K));
     else TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&lb_, et, N, K, N));
     TW_CUBLAS_CHECK(lt.MatrixLayoutCreate(&la_, et, K, M, K));
@@ -126,6 +136,7 @@ std::string LtMatmul::describe() const {
     if (lt.MatmulAlgoConfigGetAttribute(&algo_, a.id, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) continue;
     out += (out.empty() ? "" : " ") + std::string(a.name) + " " + std::to_string(v);
   }
+  if (sm_target_ > 0) out += (out.empty() ? "" : " ") + std::string("smTarget ") + std::to_string(sm_target_);
   return out;
 }
 

@@ -69,12 +69,17 @@ class LtHandle {
 // memory seen transposed: C^T [N, M] = B' [N, K] * A^T [K, M]. The algorithm is cuBLASLt's first
 // heuristic for the shape with `workspace_bytes` of workspace, chosen once here; throws
 // kUnsupported when there is none.
+// sm_count > 0: CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET = sm_count, set before the heuristic runs, so
+// that the algorithm is chosen for, and its persistent grids sized to, that many SMs (as
+// GemmConfig::reserved_sms sizes tilewire's; neither pins CTAs to SMs). A library that refuses the
+// attribute is not an error: sm_count_target() then says 0 and the GEMM is sized to the whole GPU.
 class LtMatmul {
  public:
   static constexpr size_t kDefaultWorkspace = 64ull << 20;
 
   LtMatmul(cublasLtHandle_t h, int M, int N, int K, BLayout b_layout, size_t workspace_bytes = kDefaultWorkspace,
-           DType dtype = DType::kBFloat16);  // bf16 or fp16 (A, B and C)
+           DType dtype = DType::kBFloat16,  // bf16 or fp16 (A, B and C)
+           int sm_count = 0);               // 0: the device's SM count
   ~LtMatmul();
   LtMatmul(const LtMatmul&) = delete;
   LtMatmul& operator=(const LtMatmul&) = delete;
@@ -83,13 +88,17 @@ class LtMatmul {
   // workspace: >= workspace_bytes() bytes that no other call uses concurrently.
   void run(const void* A, const void* B, void* C, void* workspace, cudaStream_t stream) const;
   size_t workspace_bytes() const { return ws_bytes_; }
+  // The SM count the library took (the constructor's sm_count), 0 when none was asked or it refused.
+  int sm_count_target() const { return sm_target_; }
   // The chosen algorithm's configuration, as cuBLASLt's numeric ids (cublasLt.h enums): "algo 66
-  // tile 23 stages 19 splitK 1 reduction 0 swizzle 0 cluster 3 inner 0". For bench reports.
+  // tile 23 stages 19 splitK 1 reduction 0 swizzle 0 cluster 3 inner 0", then "smTarget N" when
+  // sm_count_target() > 0. For bench reports.
   std::string describe() const;
 
  private:
   cublasLtHandle_t h_;
   size_t ws_bytes_;
+  int sm_target_ = 0;
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};

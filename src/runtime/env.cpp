@@ -61,6 +61,15 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},
+    {"TILEWIRE_RS_OWNER", Type::kBool, "0",
+     "Measurement only: gemm_reducescatter's fused path runs the owner kernel where it would run the relay "
+     "kernel; shows what the relay saves."},
+    {"TILEWIRE_OWNER_PLAIN", Type::kBool, "0",
+     "Measurement only: the owner algorithm's all-reduce owns tile t on rank t % P instead of spreading the "
+     "owners over each CTA group's work; shows the load imbalance the spread removes."},
+    {"TILEWIRE_OWNER_FINAL_POLL_ALL", Type::kBool, "0",
+     "Measurement only: the owner algorithm's final wait polls the done flags from every consumer thread "
+     "without pausing, instead of one warp with pauses; shows what the polling costs the CTAs still working."},
 #endif
     {"TILEWIRE_SEQUENTIAL_GEMM", Type::kString, "cublaslt",
      "GEMM of gemm_allreduce's sequential path (the shapes where the fused kernel does not pay): cublaslt "

@@ -20,6 +20,7 @@
 #include "common.cuh"
 #include "gemm_allreduce_cases.hpp"
 #include "gemm_ref.cuh"
+#include "ops/gemm_allreduce/plan.hpp"  // resolve_algo: the algorithm kAuto runs (the tolerance's hops)
 #include "tilewire/ops/gemm_allreduce.hpp"
 
 namespace {
@@ -103,7 +104,7 @@ Bytes run_rank(tw::Comm& comm, const Shape& s, const tw::GemmAllReduceConfig& cf
 // Once the team is gone (no kernel of it can still run on GPU 0): every rank's C bit-identical to
 // rank 0's, and rank 0's C, every element, within tolerance of the reference (gemm_ref.cuh).
 // partials16: 2-byte partials (PartialPrecision::kBFloat16: in C's dtype).
-void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>& got, bool partials16) {
+void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>& got, bool partials16, int hops = 1) {
   const size_t bytes = size_t(s.M) * s.N * 2;
   for (size_t r = 0; r < got.size(); ++r)
     if (got[r].size() != bytes) {
@@ -112,7 +113,7 @@ void expect_correct(GemmReference& ref, const Shape& s, const std::vector<Bytes>
     }
   EXPECT_EQ(tw_test::compare_ranks(got, bytes), "") << "ranks are not bit-identical";
   ref.prepare({s.M, s.N, s.K, s.b, (int)got.size(), kSeedA, kSeedB, s.t});
-  EXPECT_EQ(ref.check(got[0], partials16), "");
+  EXPECT_EQ(ref.check(got[0], partials16, hops), "");
 }
 
 const char* path_name(tw::GemmAllReducePath p) {
@@ -127,7 +128,9 @@ void run_shape(GemmReference& ref, const Shape& s, const tw::GemmAllReduceConfig
                std::to_string(tw_test::team_size()) + " ranks");
   std::vector<Bytes> got(tw_test::team_size());
   tw_test::run_team([&](tw::Comm& comm) { got[comm.rank()] = run_rank(comm, s, cfg, calls); });
-  expect_correct(ref, s, got, cfg.partials == PP::kBFloat16);
+  const int P = tw_test::team_size();
+  expect_correct(ref, s, got, cfg.partials == PP::kBFloat16,
+                 tw_test::partial_hops(tw::gemm_allreduce_impl::resolve_algo(P, cfg, s.b, s.t, s.M), P));
 }
 
 TEST(GemmAllReduce, SmallShapes) {
@@ -238,7 +241,7 @@ TEST(GemmAllReduce, TraceEventsPerTile) {
   const int tiles_m = (s.M + 127) / 128, tiles_n = (s.N + 255) / 256, T = tiles_m * tiles_n;
   const uint32_t cap = 6 * T + 2 * 1024;  // the op's layout: 6 per tile + 2 per CTA (grid <= 1024 CTAs)
   std::vector<Algo> algos = {Algo::kExchange};
-  if (P == 2) algos.push_back(Algo::kRelay);
+  if (P >= 2) algos.push_back(Algo::kRelay);
   GemmReference ref;
   for (Algo algo : algos) {
     SCOPED_TRACE(std::string("algo ") + algo_name(algo) + " on " + std::to_string(P) + " ranks");
@@ -268,7 +271,7 @@ TEST(GemmAllReduce, TraceEventsPerTile) {
       // The fused op writes fixed slots (emit_at); slots it never wrote stay zero.
       std::erase_if(ev[r], [](const tw::trace::Event& e) { return e.t_ns == 0; });
     });
-    expect_correct(ref, s, got, true);
+    expect_correct(ref, s, got, true, tw_test::partial_hops(algo, P));
     using K = tw::trace::EventKind;
     for (int r = 0; r < P; ++r) {
       // Six events per tile, plus one kernel_start and one kernel_end per CTA that had a tile.

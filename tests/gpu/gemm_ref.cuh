@@ -78,10 +78,12 @@ inline Rounding rounding_of(tw::DType t) {
 }
 
 // Tolerance of one element of C (see the top of this file); the same expression on host and
-// device. partials16: 2-byte partials (rounded to C's dtype); P: the ranks summed.
-TW_TEST_HD float tolerance(float ref, float mag, float absp, int K, int P, bool partials16, Rounding r) {
+// device. hops16: roundings of a partial sum to 2 bytes (C's dtype) before the final sum, 0 with
+// fp32 partials (partial_hops in gemm_allreduce_cases.hpp); P: the ranks summed.
+TW_TEST_HD float tolerance(float ref, float mag, float absp, int K, int P, int hops16, Rounding r) {
   constexpr float k2m24 = 1.0f / 16777216.0f;
-  return (float)K * (mag * k2m24) + (partials16 ? absp * r.u + (float)P * r.tiny : 0.0f) + fabsf(ref) * r.u + r.tiny;
+  return (float)K * (mag * k2m24) + (hops16 > 0 ? (float)hops16 * absp * r.u + (float)P * r.tiny : 0.0f) +
+         fabsf(ref) * r.u + r.tiny;
 }
 
 __device__ __forceinline__ float as_float(bf16 x) { return __bfloat162float(x); }
@@ -188,11 +190,11 @@ struct CheckResult {
 // Counts the elements of C (T = bf16 or __half) that are not within tolerance() of the reference.
 template <class T>
 __global__ void count_wrong(const T* __restrict__ c, const float* __restrict__ sums, size_t mn, int K, int P,
-                            bool partials16, Rounding rnd, CheckResult* out) {
+                            int hops16, Rounding rnd, CheckResult* out) {
   unsigned long long bad = 0, first = ~0ull;
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < mn; i += (size_t)gridDim.x * blockDim.x) {
     const float got = as_float(c[i]), ref = sums[i];
-    if (!(fabsf(got - ref) <= tolerance(ref, sums[mn + i], sums[2 * mn + i], K, P, partials16, rnd)) && bad++ == 0)
+    if (!(fabsf(got - ref) <= tolerance(ref, sums[mn + i], sums[2 * mn + i], K, P, hops16, rnd)) && bad++ == 0)
       first = i;  // a thread's indices ascend: its first is its lowest
   }
   if (bad) {
@@ -272,8 +274,10 @@ class GemmReference {
 
   // "" when every element of `c` (a host copy of C [M, N] in the prepared dtype) is within
   // tolerance of the reference prepared last, else how many are not and the first of them.
-  // partials16: the call's partials were 2-byte (PartialPrecision::kBFloat16: C's dtype).
-  std::string check(const Bytes& c, bool partials16) {
+  // partials16: the call's partials were 2-byte (PartialPrecision::kBFloat16: C's dtype), each
+  // partial sum rounded `hops` times (partial_hops).
+  std::string check(const Bytes& c, bool partials16, int hops = 1) {
+    const int hops16 = partials16 ? hops : 0;
     namespace d = gemm_ref_detail;
     if (!held_) return "no reference prepared";
     TW_CUDA_CHECK(cudaSetDevice(0));
@@ -289,7 +293,7 @@ class GemmReference {
     d::with_half_type(key_.dtype, [&](auto tag) {
       using T = decltype(tag);
       d::count_wrong<T><<<grid, d::kThreads, 0, *st_>>>(static_cast<const T*>(c_->data()), sums, mn, key_.K, key_.P,
-                                                        partials16, rnd, res);
+                                                        hops16, rnd, res);
     });
     TW_CUDA_CHECK(cudaGetLastError());
     d::CheckResult r{};
@@ -304,7 +308,7 @@ class GemmReference {
     const size_t m = r.first / key_.N, n = r.first % key_.N;
     return std::to_string(r.wrong) + " of " + std::to_string(mn) + " elements of C wrong; first C[" +
            std::to_string(m) + "," + std::to_string(n) + "] = " + d::num(got) + ", reference " + d::num(v[0]) +
-           " (tolerance " + d::num(d::tolerance(v[0], v[1], v[2], key_.K, key_.P, partials16, rnd)) + ", sum |a b| " +
+           " (tolerance " + d::num(d::tolerance(v[0], v[1], v[2], key_.K, key_.P, hops16, rnd)) + ", sum |a b| " +
            d::num(v[1]) + ", " + tw::dtype_name(key_.dtype) + ")" + (std::isnan(got) ? " (NaN: never written?)" : "") +
            (std::isinf(got) ? " (out of the dtype's range)" : "");
   }

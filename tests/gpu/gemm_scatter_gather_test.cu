@@ -20,6 +20,7 @@
 
 #include "common.cuh"
 #include "ops/gemm/launch.hpp"
+#include "ops/gemm_allreduce/plan.hpp"  // scatter_uses_relay: which fused kernel runs (its roundings)
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -58,6 +59,7 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
   const int P = team_size();
   const std::vector<TpCase> cases = {
       {1024, 512, 16, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},  // integers: the bits are known
+      {2048, 520, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},  // the relay at P = 2, 4, 8: whole 256-row shards
       {1000, 384, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},   // M neither P- nor 128-aligned
       {3000, 256, 128, DType::kFloat16, BLayout::kNK, Fill::kRandom},
       {100, 256, 64, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},   // one tile: rank 0 holds all
@@ -108,29 +110,46 @@ TEST(GemmReduceScatter, ShardsMatchTheReference) {
           for (int n = 0; n < c.N; ++n)
             for (int k = 0; k < c.K; ++k) Bq[q][(size_t)n * c.K + k] = b_at(c, sb, q, n, k, c.N, c.K);
         }
+        // The fused path's relay kernel sums a tile down the ring, rank me - 1 first, its owner
+        // (me) last, rounding the running sum at each hop (relay_hook.cuh); the sequential path
+        // and the owner kernel round each partial once and their sum once.
+        const bool chain = paths[call] == tw::TpPath::kFused && P > 1 &&
+                           tw::gemm_allreduce_impl::scatter_uses_relay(c.M, P, S, c.dtype);
         size_t bad = 0;
         std::string first;
+        std::vector<double> part(P), mag(P);
         for (int i = 0; i < rows; ++i)
           for (int n = 0; n < c.N; ++n) {
             double exact = 0, rounded = 0, bound = 0;
             for (int q = 0; q < P; ++q) {
-              double part = 0, mag = 0;
+              part[q] = 0, mag[q] = 0;
               for (int k = 0; k < c.K; ++k) {
                 const double v = Aq[q][(size_t)i * c.K + k] * Bq[q][(size_t)n * c.K + k];
-                part += v, mag += std::fabs(v);
+                part[q] += v, mag[q] += std::fabs(v);
               }
-              exact += part;
-              rounded += round_to(c.dtype, part);
+              exact += part[q];
+              rounded += round_to(c.dtype, part[q]);
               // The partial's rounding to the dtype, plus its fp32 accumulation (K terms).
-              bound += ulp(part, sig_bits(c.dtype)) + c.K * std::ldexp(mag, -23);
+              bound += ulp(part[q], sig_bits(c.dtype)) + c.K * std::ldexp(mag[q], -23);
+            }
+            if (chain) {  // the ring's order and roundings: each hop's sum rounded once
+              double run = round_to(c.dtype, part[(me + P - 1) % P]);
+              bound = ulp(part[(me + P - 1) % P], sig_bits(c.dtype));
+              for (int h = 2; h <= P; ++h) {
+                run = round_to(c.dtype, run + part[(me + P - h) % P]);
+                bound += ulp(run, sig_bits(c.dtype));
+              }
+              for (int q = 0; q < P; ++q) bound += c.K * std::ldexp(mag[q], -23);
+              rounded = run;
             }
             const double g = from_bits(c.dtype, elem(got, c.dtype, (size_t)i * c.N + n));
             // Integers: the GEMM's fp32 accumulation is exact, so the op's bits are known: each
-            // partial rounded, the sum (exact in fp32) rounded once. Random: within one ulp of
-            // the exact sum plus each partial's rounding and fp32 accumulation bound (inputs up to
-            // +-32 cancel: a result near 0.01 can carry the fp32 error of products near 1000).
+            // partial rounded, the sum (exact in fp32) rounded once (the ring: its hops'
+            // roundings). Random: within one ulp of the exact sum plus each rounding and the fp32
+            // accumulation bound (inputs up to +-32 cancel: a result near 0.01 can carry the fp32
+            // error of products near 1000).
             const bool ok = c.fill == Fill::kSmallInt
-                                ? g == round_to(c.dtype, rounded)
+                                ? g == (chain ? rounded : round_to(c.dtype, rounded))
                                 : std::fabs(g - exact) <= ulp(exact, sig_bits(c.dtype)) + bound;
             if (!ok && bad++ == 0)
               first = "row " + std::to_string(me * S + i) + " col " + std::to_string(n) + ": got " + std::to_string(g) +

@@ -145,6 +145,40 @@ void fill_schedule(gemm_allreduce_impl::LaunchParams& p, const DeviceInfo& d, in
                                      d.num_sms - p.gemm_cfg.reserved_sms, 0);
 }
 
+// The owner kernel's measurement knobs (measurement build only; no effect otherwise): the plain
+// t % P owners and the final wait polled by every thread, each to show what the default saves.
+void apply_owner_knobs([[maybe_unused]] gemm_allreduce_impl::LaunchParams& p) {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool owner_plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
+  static const bool final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
+  p.lay.spread = !owner_plain;
+  p.final_poll_all = final_poll_all;
+#endif
+}
+
+// The relay kernel's knobs (TILEWIRE_RELAY_*), read once like the other kernel knobs: not per call.
+void apply_relay_knobs(gemm_allreduce_impl::LaunchParams& p) {
+  static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
+  static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");  // measurement build only: C is wrong
+#else
+  constexpr bool no_push = false;
+#endif
+  static const bool pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  p.relay_consumer_rows = consumer_rows;
+  p.relay_poll_ns = poll_ns;
+  static const int comm_inflight = [] {
+    const long long v = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
+    return v == 2 || v == 8 ? (int)v : 4;
+  }();
+  p.relay_comm_inflight = comm_inflight;
+  static const int pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  p.relay_pace_pct = pace_pct;
+  p.relay_no_push = no_push;
+  p.relay_pull = pull;
+}
+
 // What a workspace last held, per rank (the host's record: every rank makes the same calls, so
 // every rank's record says the same). A fused call whose layout differs from the record — or
 // after the sequential path wrote its partial into the workspace, or on the workspace's first
@@ -164,7 +198,7 @@ std::map<uint64_t, WorkspaceRecord> ws_records;
 
 uint64_t layout_signature(const Layout& l) {
   const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay, (uint64_t)l.split, (uint64_t)l.P, (uint64_t)l.shard_tm,
-                        (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.blk_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes,
+                        (uint64_t)l.tiles_m, (uint64_t)l.tiles_n, (uint64_t)l.blk_n, (uint64_t)l.raster, (uint64_t)l.partial_bytes, (uint64_t)l.spread,
                         l.arrive_off, l.done_off, l.staging_off, l.peer_done_off, l.total};
   uint64_t h = 1469598103934665603ull;
   for (uint64_t x : v)
@@ -281,6 +315,12 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
   agree_on_call(comm, a, cfg, fused);
   const Comm::CallOrder order(comm, stream);  // before the sequential GEMM writes the workspace
+  if (fused && comm.lsa_size() == 1 && cfg.algo == GemmAllReduceAlgo::kAuto && !cfg.trace.on()) {
+    // One rank: the sum of one partial. The fused path is the GEMM alone, straight into C; an
+    // explicit algorithm or a trace runs that fused kernel (its tiles are what they show).
+    gemm_impl::team_gemm(comm, gemm_allreduce_impl::as_gemm_args(a), cfg.reserved_sms, stream);
+    return;
+  }
   if (!fused) {
     // Sequential: the partial (cuBLASLt, else tw::gemm), then tw::allreduce into C: out of place
     // from the workspace's staging area (the two-shot push kernel needs it) when
@@ -312,10 +352,12 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
 
   gemm_allreduce_impl::LaunchParams p;
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
-  // Relay: rank r walks from unit order index r * floor(units / 2) (LSA rank == rank: all-LSA).
-  p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, 2) : gemm_allreduce_impl::as_gemm_config(cfg);
+  // Relay: rank r walks from unit order index r * floor(units / P) (LSA rank == rank: all-LSA).
+  p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, comm.lsa_size())
+                     : gemm_allreduce_impl::as_gemm_config(cfg);
   fill_schedule(p, d, cfg.reserved_sms);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+  apply_owner_knobs(p);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
@@ -334,26 +376,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
       throw;
     }
   }
-  // The relay knobs, read once (like the other TILEWIRE_* kernel knobs): not per call.
-  static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
-  static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
-#ifdef TILEWIRE_BENCH_KERNELS
-  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");  // measurement build only: C is wrong
-#else
-  constexpr bool no_push = false;
-#endif
-  static const bool pull = env::get_bool("TILEWIRE_RELAY_PULL");
-  p.relay_consumer_rows = consumer_rows;
-  p.relay_poll_ns = poll_ns;
-  static const int comm_inflight = [] {
-    const long long v = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
-    return v == 2 || v == 8 ? (int)v : 4;
-  }();
-  p.relay_comm_inflight = comm_inflight;
-  static const int pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
-  p.relay_pace_pct = pace_pct;
-  p.relay_no_push = no_push;
-  p.relay_pull = pull;
+  apply_relay_knobs(p);
   p.untraced = cfg.untraced_kernel;
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
@@ -375,9 +398,20 @@ void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t
   (void)must_reinit(comm.find_window(workspace, bytes, "workspace"), kHeldSequential, stream, false, &first);
 }
 
-Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M) {
+// gemm_reducescatter's fused kernel: the relay (scatter_uses_relay), else the owner kernel; the
+// measurement build runs the owner kernel wherever TILEWIRE_RS_OWNER is set, to compare the two.
+GemmAllReduceAlgo scatter_algo(int M, int P, int shard_rows, DType dtype) {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool owner = env::get_bool("TILEWIRE_RS_OWNER");
+  if (owner) return GemmAllReduceAlgo::kOwner;
+#endif
+  return scatter_uses_relay(M, P, shard_rows, dtype) ? GemmAllReduceAlgo::kRelay : GemmAllReduceAlgo::kOwner;
+}
+
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M, int shard_rows) {
   DeviceInfo d;
-  return device_info(comm, GemmAllReduceAlgo::kOwner, b, dtype, scatter_tile_is_decode(M), &d);
+  const GemmAllReduceAlgo algo = scatter_algo(M, comm.lsa_size(), shard_rows, dtype);
+  return device_info(comm, algo, b, dtype, algo == GemmAllReduceAlgo::kOwner && scatter_tile_is_decode(M), &d);
 }
 
 // The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
@@ -385,15 +419,17 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M) {
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
-  const bool decode = scatter_tile_is_decode(g.M);
-  const Status ds = device_info(comm, GemmAllReduceAlgo::kOwner, g.b_layout, g.dtype, decode, &d);
+  const int P = comm.lsa_size();
+  const GemmAllReduceAlgo algo = scatter_algo(g.M, P, shard_rows, g.dtype);
+  const bool relay = algo == GemmAllReduceAlgo::kRelay;
+  const bool decode = !relay && scatter_tile_is_decode(g.M);
+  const Status ds = device_info(comm, algo, g.b_layout, g.dtype, decode, &d);
   TW_REQUIRE(ds.ok, kUnsupported, ds.reason);
   GemmAllReduceConfig cfg;
   cfg.reserved_sms = reserved_sms;
   LaunchParams p;
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
-  const int P = comm.lsa_size();
   if (scatter_rotates(g.M, P, shard_rows, d.cluster_m)) {
     // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
     // another): every CTA pushes partials before it waits as an owner, and at each step the
@@ -404,7 +440,11 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
     p.gemm_cfg.nranks = P;
   }
   fill_schedule(p, d, cfg.reserved_sms);
-  p.lay = make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, decode);
+  // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
+  p.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.sched.units(), P, shard_rows)
+                : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, decode);
+  apply_owner_knobs(p);
+  if (relay) apply_relay_knobs(p);
   p.final_ctas = final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");
@@ -419,7 +459,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
       launch_reinit(p.ctx, static_cast<char*>(workspace), p.lay, first_use, stream);
       comm.launched("gemm_reducescatter reinit");
     }
-    launch(GemmAllReduceAlgo::kOwner, g.b_layout, p, stream);
+    launch(algo, g.b_layout, p, stream);
     comm.launched("gemm_reducescatter launch");
   } catch (...) {
     forget(ww);

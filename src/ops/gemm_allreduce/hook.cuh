@@ -15,7 +15,8 @@
 //              every thread then reads the staging through L2 (ld.cg: never a stale L1 line),
 //              sums, stores C(t) to every rank; named barrier; thread q st.release.sys
 //              done[t] @ q := tag.
-//   last work of the CTA: each thread acquires a share of done[0..T) (bounded); named barrier.
+//   last work of the CTA: each thread of the first warp acquires a share of done[0..T)
+//              (bounded, pausing between polls); named barrier.
 //              C is then final on this rank for whatever runs after the kernel.
 // Tracing (ring on; one uniform branch per tile when off): thread 0 records, at fixed slots
 // (kTileEvents per tile, then 2 per CTA), mma_start / mma_end of every tile it computes, then as
@@ -129,6 +130,12 @@ struct AllReduceHookT {
   long long ldc = 0;
   trace::Ring ring{};              // null events: tracing off
   int grid_ctas = 0;               // the kernel's CTAs (the per-CTA trace slots)
+
+  // The final wait: threads that poll the done flags (one warp) and their pause between two polls
+  // of one flag. The measurement build can set every consumer thread polling without a pause
+  // (TILEWIRE_OWNER_FINAL_POLL_ALL), to show what that costs.
+  int final_pollers = 32;
+  uint32_t final_poll_ns = 500;
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return kTraced && ring.on(); }
 
@@ -265,11 +272,20 @@ struct AllReduceHookT {
     // ---- after the group's last work: this rank's C is final once every done flag has the tag.
     const int w = sched.work_of_tile(gemm_impl::TileCoord{v.tile_m, v.tile_n});
     if (w + sched.ctas >= sched.units()) {
+      // One warp polls, pausing between polls: a CTA that finishes early would otherwise keep
+      // 256 threads issuing acquire loads at L2 for the rest of the call, beside the mainloops
+      // and reductions that still need it (on a virtual team, the same L2 as every rank's).
 #pragma unroll 1
-      for (int u = tid; u < lay.T; u += kConsumerThreads) {
+      for (int u = tid; tid < final_pollers && u < lay.T; u += final_pollers) {
         const uint64_t* f = reinterpret_cast<const uint64_t*>(ws + lay.done_flag(u));
+        bool first = true;
         dev::bounded_spin_silent(
-            ctx, "gemm_allreduce.done", tag, [&] { return ptx::ld_acquire_sys(f); },
+            ctx, "gemm_allreduce.done", tag,
+            [&] {
+              if (!first && final_poll_ns != 0) ptx::nanosleep(final_poll_ns);
+              first = false;
+              return ptx::ld_acquire_sys(f);
+            },
             [&](uint64_t x) { return dev::rolling_ge(x, tag); });
         // All-reduce: tile u is final in this rank's C now (reduce-scatter: the owner recorded it).
         if (kTraced && ring.on() && lay.shard_tm == 0) emit(u, trace::EventKind::kTileLanded, ptx::globaltimer());

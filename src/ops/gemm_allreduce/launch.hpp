@@ -28,6 +28,7 @@ struct LaunchParams {
   int relay_pace_pct = 60;        // relay: pushes spread over this % of a tile period (TILEWIRE_RELAY_PACE_PCT)
   int relay_comm_inflight = 4;    // relay: rows in flight per comm-warp lane (TILEWIRE_RELAY_COMM_INFLIGHT)
   bool relay_no_push = false;     // relay, measurement only (TILEWIRE_RELAY_NO_PUSH)
+  bool final_poll_all = false;    // owner, measurement only (TILEWIRE_OWNER_FINAL_POLL_ALL)
   bool relay_pull = false;        // relay: the owner pulls partials (TILEWIRE_RELAY_PULL)
   trace::Ring ring{};             // per-tile events (every fused kernel); null: off
   bool untraced = false;          // exchange, relay: the kernel built without trace code (ring must be null)

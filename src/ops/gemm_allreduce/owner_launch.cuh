@@ -45,6 +45,7 @@ void launch_kernel(const LaunchParams& p, cudaStream_t stream) {
   hook.ldc = p.gemm.N;
   hook.ring = p.ring;
   hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
+  if (p.final_poll_all) hook.final_pollers = kConsumerThreads, hook.final_poll_ns = 0;
   gemm_impl::run_sm90<T, kLayout, Tile>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr, stream);
 }
 

@@ -64,7 +64,7 @@ Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& 
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
-    return make_relay_layout(a.M, a.N, r, units);
+    return make_relay_layout(a.M, a.N, r, units, P);
   }
   if (algo == GemmAllReduceAlgo::kExchange) return make_exchange_layout(a.M, a.N, P, r);
   return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials), decode);
@@ -89,9 +89,10 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
   if (a.b_layout == BLayout::kKN && resolve_algo(nranks, cfg, a.b_layout, a.dtype, a.M) == GemmAllReduceAlgo::kExchange)
     return fail("the exchange algorithm is built for B as [N, K_local] (kNK) only; use kAuto, kRelay or kOwner "
                 "with B as [K_local, N]");
-  if (cfg.algo == GemmAllReduceAlgo::kRelay && (nranks != 2 || cfg.partials != PartialPrecision::kBFloat16))
-    return fail("the relay algorithm is for exactly 2 ranks with bf16 partials (got " + std::to_string(nranks) +
-                " ranks" + (cfg.partials != PartialPrecision::kBFloat16 ? ", fp32 partials" : "") +
+  if (cfg.algo == GemmAllReduceAlgo::kRelay &&
+      (nranks < 2 || nranks > kRelayMaxRanks || cfg.partials != PartialPrecision::kBFloat16))
+    return fail("the relay algorithm is for 2 to " + std::to_string(kRelayMaxRanks) + " ranks with bf16 partials (got " +
+                std::to_string(nranks) + " ranks" + (cfg.partials != PartialPrecision::kBFloat16 ? ", fp32 partials" : "") +
                 "); use kOwner or kAuto");
   if (cfg.algo == GemmAllReduceAlgo::kExchange && cfg.partials != PartialPrecision::kBFloat16)
     return fail("the exchange algorithm sends bf16 partials only (its shared-memory tile is bf16); use kOwner "

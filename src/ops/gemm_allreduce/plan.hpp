@@ -7,7 +7,7 @@
 //   [0, 256)              header, this rank only: u64 epoch (calls completed), u64 finished
 //                         (CTAs past their final wait in the current call)
 //   arrive_off            u64 arrive[owned_max][P]: arrive[j][q] = tag when rank q's partial of
-//                         this rank's j-th owned tile (t = j*P + me) is in staging
+//                         this rank's j-th owned tile (j = t / P) is in staging
 //   done_off              u64 done[T]: done[t] = tag when the final tile t is in this rank's C
 //   staging_off           slots[owned_max][P-1] of slot_bytes: partial of owned tile j from
 //                         source q (q skips the owner: slot q < owner ? q : q - 1), in the wgmma
@@ -48,18 +48,32 @@ inline constexpr int kTileElems = kBlkM * kBlkN;        // accumulators per tile
 // (its tile 18 on the decode sweep, docs/gemm.md). Same hook contract: 256 consumer threads,
 // final accumulators, one call per tile.
 inline constexpr int kDecodeBlkN = 64, kDecodeClusterM = 1, kDecodeMaxM = 256;
+inline constexpr int kRelayMaxRanks = 32;  // the relay's comm warp stores one flag per peer from one lane each
 inline constexpr size_t kHeaderBytes = 256;
 inline constexpr size_t kSectionAlign = 4096;
 
 TW_HD constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+// The all-reduce owner's rotation of the aligned block b of P tiles (Layout::owner): a
+// multiplicative hash, so that ownership is spread evenly over every persistent CTA group
+// whatever the shape, swizzle and grid. With the plain t % P, a group whose work indices step
+// by a multiple of P through tiles numbered along the raster meets the same owner at every
+// step: at P = 4 on 16 cluster groups (8192 x 8192, a virtual rank's 33 SMs) each group owned
+// either every tile it computed or none, so a quarter of the groups reduced the whole C while
+// the rest finished early and polled their final flags. Any rotation per block keeps the
+// owned slots (t / P) distinct per owner. tests/cpu/gemm_allreduce_plan_test.cpp,
+// OwnerLoadIsBalancedPerGroup, checks the spread on the grids the launcher makes.
+TW_HD constexpr int block_rotation(int b, int P) { return (int)((((uint32_t)b * 0x9E3779B1u) >> 16) % (uint32_t)P); }
+
 struct Layout {
   bool exchange = false;  // exchange algorithm (exchange_hook.cuh) or owner algorithm (hook.cuh)
   bool relay = false;     // relay algorithm (relay_hook.cuh)
-  int split = 0;          // relay: S = floor(units / 2), rank 1's first unit order index
+  int split = 0;          // relay: floor(units / P), the unit order indices of one walk segment
+  int walk_shift = 0;     // relay: rank r walks from segment (r + walk_shift) % P (all-reduce 0,
+                          // reduce-scatter 1: rank r's own shard last)
   int P = 1;              // LSA team size (all ranks)
   int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
-                          // the rank whose rows it holds; 0: the all-reduce's owner t % P
+                          // the rank whose rows it holds; 0: the all-reduce's owner (owner())
   int blk_n = kBlkN;      // the tile's columns (rows: kBlkM): kBlkN, or kDecodeBlkN (owner kernel only)
   int cluster_m = 2;      // CTAs per cluster along M: gemm_impl::kClusterM, or kDecodeClusterM
   int tiles_m = 0, tiles_n = 0;
@@ -67,6 +81,8 @@ struct Layout {
   int owned_max = 0;      // ceil(T / P): the most tiles one rank owns
   Raster raster = Raster::kAlongM;
   int partial_bytes = 2;  // 2 (C's dtype: bf16 or fp16) or 4 (fp32)
+  bool spread = true;     // all-reduce owners rotated per block (block_rotation); false: t % P,
+                          // only in the measurement build (TILEWIRE_OWNER_PLAIN), to show the cost
   size_t slot_bytes = 0;  // kBlkM * blk_n * partial_bytes
   size_t arrive_off = 0, done_off = 0, staging_off = 0, total = 0;
   size_t peer_done_off = 0;  // exchange: u64 peer_done[P]: peer q finished reading call `tag`
@@ -77,9 +93,14 @@ struct Layout {
   }
   TW_HD constexpr int tile_m_of(int t) const { return raster == Raster::kAlongM ? t % tiles_m : t / tiles_n; }
   TW_HD constexpr int tile_n_of(int t) const { return raster == Raster::kAlongM ? t / tiles_m : t % tiles_n; }
-  TW_HD constexpr int owner(int t) const { return shard_tm ? tile_m_of(t) / shard_tm : t % P; }
-  // j: the owner's j-th tile (all-reduce: t = j*P + owner(t); reduce-scatter: row-major within
-  // the owner's shard of tile rows).
+  // All-reduce: tile t's place in its aligned block of P tiles, rotated by a hash of the block
+  // (block_rotation). Reduce-scatter: the shard of its rows.
+  TW_HD constexpr int owner(int t) const {
+    return shard_tm ? tile_m_of(t) / shard_tm : (t % P + (spread ? block_rotation(t / P, P) : 0)) % P;
+  }
+  // j: the owner's j-th tile (all-reduce: j = t / P, distinct per owner because each aligned
+  // block of P tiles has P distinct owners; reduce-scatter: row-major within the owner's shard
+  // of tile rows).
   TW_HD constexpr int owned_slot(int t) const {
     return shard_tm ? (tile_m_of(t) - owner(t) * shard_tm) * tiles_n + tile_n_of(t) : t / P;
   }
@@ -98,9 +119,19 @@ struct Layout {
     return staging_off + ((size_t)t * (size_t)P + (size_t)q) * slot_bytes;
   }
   TW_HD constexpr size_t peer_done_flag(int q) const { return peer_done_off + 8 * (size_t)q; }
-  // Relay: the owner of the unit at order index o is the rank that reaches it second — rank 0
-  // walks from o = 0, rank 1 from o = split — so units before `split` are rank 1's.
-  TW_HD constexpr int relay_owner(int o) const { return o < split ? 1 : 0; }
+  // Relay: the unit order indices fall into P segments of `split` units (the last one takes the
+  // remainder); rank r walks them from segment (r + walk_shift) % P on, so it reaches segment k
+  // at position relay_position(o, r) = (k - r - walk_shift) mod P, and every unit is computed at
+  // position 0, 1, .., P-1 by ranks r, r - 1, .., r + 1: each partial sum goes to rank r - 1,
+  // and the rank at position P - 1 (the last to compute it) owns the unit.
+  TW_HD constexpr int relay_segment(int o) const {
+    const int k = split > 0 ? o / split : P - 1;
+    return k < P - 1 ? k : P - 1;
+  }
+  TW_HD constexpr int relay_position(int o, int r) const {
+    return ((relay_segment(o) - r - walk_shift) % P + 2 * P) % P;
+  }
+  TW_HD constexpr int relay_owner(int o) const { return ((relay_segment(o) + 1 - walk_shift) % P + P) % P; }
   TW_HD constexpr size_t relay_slot(int t) const { return staging_off + (size_t)t * slot_bytes; }
   TW_HD constexpr size_t relay_arrive_flag(int t) const { return arrive_off + 8 * (size_t)t; }
   TW_HD constexpr size_t done_flag(int t) const { return done_off + 8 * (size_t)t; }
@@ -132,23 +163,28 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
   return l;
 }
 
-// Relay layout (relay_hook.cuh, two ranks), per rank:
+// Relay layout (relay_hook.cuh, P >= 2 ranks), per rank:
 //   [0, 256)          header (epoch, finished) as above
-//   arrive_off        u64 arrive[T]: arrive[t] = tag when the peer's partial of owned tile t is in slot[t]
-//   done_off          u64 done[T]: done[t] = tag when the peer's final of tile t is in this rank's C
-//   staging_off       slot[T] of 64 KiB (bf16 partial, row-major 128 x 256, rows packed); only the
-//                     slots of this rank's tiles are written
-// `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split.
-TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units) {
+//   arrive_off        u64 arrive[T]: arrive[t] = tag when rank me + 1's partial sum of tile t is in slot[t]
+//   done_off          u64 done[T]: done[t] = tag when tile t, which this rank passed on, is done with:
+//                     all-reduce: its final is in this rank's C (from its owner); reduce-scatter:
+//                     rank me - 1 has read this rank's partial sum out of its slot
+//   staging_off       slot[T] of 64 KiB (bf16 partial sum, row-major 128 x 256, rows packed); only the
+//                     slots of the tiles this rank computes after position 0 are written
+// `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split;
+// shard_rows > 0: reduce-scatter (the owner keeps its final in its C shard; walk_shift 1).
+TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0) {
   Layout l{};
   l.relay = true;
-  l.P = 2;
+  l.P = P < 2 ? 2 : P;
+  l.shard_tm = shard_rows / kBlkM;
+  l.walk_shift = shard_rows > 0 ? 1 : 0;
   l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
   l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
   l.T = l.tiles_m * l.tiles_n;
   l.owned_max = l.T;
   l.raster = raster;
-  l.split = units / 2;
+  l.split = units / l.P;
   l.partial_bytes = 2;
   l.slot_bytes = (size_t)kTileElems * 2;
   l.arrive_off = kHeaderBytes;
@@ -210,6 +246,15 @@ TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows, int cluster_m
   return P > 1 && shard_rows % (cluster_m * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
 }
 
+// Whether gemm_reducescatter's fused path runs the relay kernel (relay_hook.cuh with shard_rows):
+// bf16 (the relay kernel's dtype), the 128 x 256 tile (not the decode tile), a rotated walk (each
+// shard one segment of the walk: its owner reaches it last), and at most kRelayMaxRanks ranks.
+// Otherwise the owner kernel (hook.cuh with make_scatter_layout).
+TW_HD constexpr bool scatter_uses_relay(int M, int P, int shard_rows, DType dtype) {
+  return dtype == DType::kBFloat16 && !scatter_tile_is_decode(M) && P <= kRelayMaxRanks &&
+         scatter_rotates(M, P, shard_rows, 2);
+}
+
 // CTAs that run the final wait (hook.cuh): in every cluster group with work, the CTA at x = 0
 // (its tile of the last work is always inside C) and the one at x = 1 when its tile of the group's
 // last work is inside C too (not the padding CTA of an odd tiles_m). The last of them to finish
@@ -259,14 +304,15 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
 
 // gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in gemm_allreduce.cpp: it shares
-// the owner kernel, the workspace records and the residency rules. g: A, B, C = this rank's shard
-// (M the full rows); the workspace >= make_scatter_layout(...).total bytes in a window.
-// ring: the owner kernel's per-tile events (hook.cuh), null events: off.
+// the relay and owner kernels (scatter_uses_relay picks), the workspace records and the residency
+// rules. g: A, B, C = this rank's shard (M the full rows); the workspace >= the larger of
+// make_scatter_layout(...).total and make_relay_layout(...).total bytes in a window.
+// ring: the kernel's per-tile events (relay_hook.cuh, hook.cuh), null events: off.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream);
-// Whether the owner kernel for B layout b, dtype (bf16 or fp16) and M rows (the tile:
-// scatter_tile_is_decode) can run here (sm_90, resident within the SM budget).
-Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M);
+// Whether the fused kernel for B layout b, dtype (bf16 or fp16), M rows and shards of shard_rows
+// (the relay or the owner kernel on its tile) can run here (sm_90, resident within the SM budget).
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M, int shard_rows);
 // A sequential path wrote its data over this workspace: the next fused call re-initializes it.
 void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream);
 

@@ -1,47 +1,59 @@
-// src/ops/gemm_allreduce/relay_hook.cuh — the epilogue hook of the fused GEMM + all-reduce,
-// "relay" algorithm (two ranks; docs/gemm_allreduce.md compares it with exchange and owner).
+// src/ops/gemm_allreduce/relay_hook.cuh — the epilogue hook of the fused GEMM + all-reduce and
+// GEMM + reduce-scatter, "relay" algorithm (P >= 2 ranks; docs/gemm_allreduce.md compares it
+// with exchange and owner).
 //
-// The two ranks walk the tiles in the same order but start half-way apart (scheduler.hpp rank
-// rotation: rank r starts at unit order index r * S, S = floor(units / 2)). So every tile is
-// computed by one rank in the first half of its walk and by the other in the second half; the
-// second one owns it (RelayLayout::owner). Per tile t, in the CTA that computed it:
+// The ranks walk the tiles in the same order but start 1/P of the way apart (scheduler.hpp rank
+// rotation: rank r starts at segment (r + walk_shift) % P, a segment being `split` = floor(units
+// / P) unit order indices; plan.hpp relay_position). So every tile is computed at position 0 of
+// some rank's walk, at position 1 of the next rank down (r - 1), .., and at position P - 1 of the
+// rank that owns it: a tile's partial sum travels down the ring r -> r - 1 -> .. -> owner, one
+// hop per segment, a whole segment (units / P work indices) after it left. Per tile t, in the CTA
+// that computed it:
 //
-//   first rank (t is the peer's):  accumulators -> bf16 -> shared memory -> LSA stores into the
-//                                  owner's staging[t] -> fence -> arrive[t] @ owner := tag
-//   owner:                         (staging[t] was loaded into shared memory while the tile's
-//                                  mainloop ran) accumulators + partial, in fp32, rounded once to
-//                                  bf16 -> C(t) locally (bulk copies) and into the peer's C(t)
-//                                  (LSA stores) -> fence -> done[t] @ peer := tag
-//   every CTA after its last tile: wait done[t] >= tag for the tiles it sent (the finals the peer
-//                                  stores into this rank's C), so when the kernel ends C is final.
+//   position 0:         accumulators -> bf16 -> shared memory -> LSA stores into rank me - 1's
+//                       staging[t] -> fence -> arrive[t] @ me - 1 := tag
+//   position 1..P-2:    (staging[t] was loaded into shared memory while the tile's mainloop ran)
+//                       accumulators + partial sum in fp32 -> bf16 -> on to rank me - 1 as above
+//   owner (P - 1):      accumulators + partial sum in fp32, rounded once -> C(t) locally (bulk
+//                       copies); all-reduce: into every peer's C(t) (LSA stores) -> fence ->
+//                       done[t] @ each peer := tag
+//   reduce-scatter:     a rank that read rank me + 1's partial sum out of staging[t] (position >= 1)
+//                       tells it: done[t] @ me + 1 := tag
+//   every CTA after its last tile: wait done[t] >= tag for the tiles it passed on (all-reduce: the
+//                       finals the owners store into this rank's C; reduce-scatter: the slot its
+//                       partial sum went to is read), so when the kernel ends C is final and no
+//                       staging slot of this call is still to be read.
 //
-// The result is bit-identical on both ranks: each final is computed once and copied. The owner's
-// own partial stays fp32; the peer's is rounded to bf16 once (the exchange algorithm rounds both).
-// Bytes per rank and direction: one bf16 partial per tile of the first half, one bf16 final per
-// tile of the second half — those of reduce-scatter + all-gather — and the owner's reduction is
-// an add in registers, not a pass over global memory.
+// The result is the same bits on every rank: each final is computed once (the chain's order per
+// tile is fixed) and copied. The partial sum is rounded to bf16 at each hop (P - 1 roundings, as a
+// ring reduce-scatter in bf16 does); the owner adds its own partial in fp32 and rounds once.
+// Bytes per rank and direction: one bf16 tile per tile it passes on ((P - 1) / P of the tiles),
+// and for the all-reduce P - 1 finals per owned tile: a ring reduce-scatter's, plus an
+// all-gather's. The reduction is an add in registers, not a pass over global memory.
 //
 // Who does what (the CUTLASS cooperative kernel: 2 consumer warpgroups, 1 producer warp, and the
 // epilogue-load warp that tilewire's HookEpilogue turns into the "comm warp"):
-//   consumers, tile V_j: wait ready(j) [the comm warp's shared buffer is free, and for an owned
-//     tile holds the peer's partial]; add and write the bf16 tile into the buffer; push its first
-//     consumer_rows rows to the peer (the whole tile when it is the CTA's last); arrive staged.
+//   consumers, tile V_j: wait ready(j) [the comm warp's shared buffer is free, and at position >= 1
+//     holds the incoming partial sum]; add and write the bf16 tile into the buffer; push its first
+//     consumer_rows rows (the whole tile when it is the CTA's last) to where the tile goes next;
+//     arrive staged.
 //   comm warp, tile V_j: wait staged(j); owned: bulk-copy the rows to the local C (TMA);
-//     16-byte loads from shared memory, 16-byte stores to the peer (staging or C) for the other
-//     rows, paced over pace_pct % of the last tile period (see comm()); wait for the
-//     bulk copies to have read the buffer; fence.sys; release-store the peer's flag; then prepare
-//     V_{j+1}: owned -> wait arrive[V_{j+1}] (the peer computed it in its first half: normally long
-//     set) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by bytes), else
-//     arrive on ready(j+1).
-// The flag is stored before the next wait, so no flag waits for anything remote: the only remote
-// waits are the owner's arrive waits (the first rank's first-half pushes, which wait on nothing
-// remote) and the final done waits (the owner's pushes, which wait only on arrive flags): no cycle.
-// Every wait is bounded by ctx.timeout_ns (the timeout diagnostic, then a trap).
+//     16-byte loads from shared memory, 16-byte stores to the next rank's staging or to the peers'
+//     C for the other rows, paced over pace_pct % of the last tile period (see comm()); wait for
+//     the bulk copies to have read the buffer; fence.sys; release-store the flags; then prepare
+//     V_{j+1}: position >= 1 -> wait arrive[V_{j+1}] (rank me + 1 computed it a segment ago:
+//     normally long set) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by
+//     bytes), else arrive on ready(j+1).
+// Flags are stored before the next wait. A wait at work index w (the arrive wait) needs only rank
+// me + 1's work index w - split (or less): by induction on w every such wait ends, and the final
+// done waits need only finished work. No cycle. Every wait is bounded by ctx.timeout_ns (the
+// timeout diagnostic, then a trap).
 //
-// Across calls (same stream, tag = calls completed + 1): the peer writes staging[t] of call n+1
-// only after its call n ended, i.e. after it saw done[t'] for all tiles it sent, which this rank
-// stored after reading its staging of call n. The peer writes this rank's C only with finals of
-// the current call, after this rank's partial of that tile arrived (this rank is in the call).
+// Across calls (same stream, tag = calls completed + 1): rank me + 1 writes staging[t] of call
+// n+1 only after its call n ended, i.e. after it saw done[t] for every tile it passed on, which
+// comes after this rank read its staging of call n (all-reduce: the owner's final follows every
+// hop of the chain; reduce-scatter: this rank's own done[t] store). The peers write this rank's
+// C only with finals of the current call, after this rank's part of that tile arrived.
 #pragma once
 #include <cuda_bf16.h>
 
@@ -75,14 +87,14 @@ struct RelayHookT {
   };
 
   DevCtx ctx;
-  Layout lay;                      // plan.hpp make_relay_layout; lay.P == 2
+  Layout lay;                      // plan.hpp make_relay_layout; lay.P == ctx.lsa_size
   gemm_impl::TileSchedule sched;   // the kernel's work list, with this rank's rotation
-  int me = 0;                      // LSA rank (0 or 1)
+  int me = 0;                      // LSA rank
   int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
   DevWindow ws_win{}, c_win{};  // windows of the workspace and of C
   size_t ws_off = 0, c_off = 0;
   char* ws = nullptr;              // this rank's workspace
-  E* C = nullptr;                  // this rank's C [M, N]
+  E* C = nullptr;                  // this rank's C [M, N] (reduce-scatter: its shard [S, N])
   long long ldc = 0;
   int M = 0, N = 0;
   int consumer_rows = 0;           // rows [0, consumer_rows) of each tile the consumers push
@@ -123,7 +135,8 @@ struct RelayHookT {
     const uint64_t t_mma_end = tracing() ? ptx::globaltimer() : 0;
     const CtaWalk walk(sched);
     const int step = v.step, j = v.seq;
-    const bool own = owns(v.tile_m, v.tile_n);
+    const int pos = position(v.tile_m, v.tile_n);
+    const bool own = pos == lay.P - 1, incoming = pos > 0;
     SharedStorage& sm = *v.smem;
     E* buf = sm.buf;
 
@@ -135,7 +148,7 @@ struct RelayHookT {
       const int r = get<0>(v.coord(i)), c = get<1>(v.coord(i));
       auto* p = reinterpret_cast<__nv_bfloat162*>(buf + r * kPitch + c);
       float a0 = v.acc(i), a1 = v.acc(i + 1);
-      if (own) {  // + the peer's partial (bf16), in fp32; one rounding below
+      if (incoming) {  // + the partial sum of rank me + 1 (bf16), in fp32; one rounding below
         const float2 q = __bfloat1622float2(*p);
         a0 += q.x;
         a1 += q.y;
@@ -147,32 +160,36 @@ struct RelayHookT {
     // The CTA's last tile goes out from the consumers entirely: nothing else is left for them, and
     // it is what the kernel's end waits for.
     const int push_rows = walk.next_valid(step) < 0 ? kBlkM : consumer_rows;
-    if (push_rows > 0 && !no_push && (own || !pull)) {
-      // The first rows go to the peer from the consumers: 16-byte loads from the buffer (after
-      // every consumer's writes), 16-byte stores, all in flight before the first completes. The
-      // comm warp's fence and flag after `staged` publish them (the consumers' arrive releases
-      // their stores to it).
+    const int targets = push_targets(own);
+    if (push_rows > 0 && !no_push && (own || !pull) && targets > 0) {
+      // The first rows go on from the consumers: 16-byte loads from the buffer (after every
+      // consumer's writes), 16-byte stores, all in flight before the first completes. The comm
+      // warp's fence and flag after `staged` publish them (the consumers' arrive releases their
+      // stores to it).
       gemm_impl::hook_bar();
       const int rows = min(min(M - v.row0, kBlkM), push_rows), vecs = min(N - v.col0, kBlkN) / 8;
-      long long pitch;
-      char* dst = peer_dst(v.tile_m, v.tile_n, own, &pitch);
-      // Four vectors per thread at a time (32 rows a pass; the default is 16 rows, the last tile
-      // 128): the accumulators stay live through the epilogue (the next tile's first wgmma names
-      // them), so the vectors in flight are kept to a bounded few.
-      constexpr int kVecRow = kBlkN / 8, kPass = 4, kPer = kBlkM * kVecRow / kConsumerThreads;  // 16
 #pragma unroll 1
-      for (int k0 = 0; k0 < kPer; k0 += kPass) {
-        if ((k0 * kConsumerThreads) / kVecRow >= rows) break;  // rows below this pass: none
-        uint4 w[kPass];
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < kPass; ++k) {
-          const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
-          if (r < rows && cv < vecs) w[k] = *reinterpret_cast<const uint4*>(buf + r * kPitch + cv * 8);
-        }
-        CUTLASS_PRAGMA_UNROLL
-        for (int k = 0; k < kPass; ++k) {
-          const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
-          if (r < rows && cv < vecs) ptx::st_v4(dst + (long long)r * pitch + cv * 16, w[k]);
+      for (int d = 0; d < targets; ++d) {
+        long long pitch;
+        char* dst = peer_dst(v.tile_m, v.tile_n, own, d, &pitch);
+        // Four vectors per thread at a time (32 rows a pass; the default is 16 rows, the last tile
+        // 128): the accumulators stay live through the epilogue (the next tile's first wgmma names
+        // them), so the vectors in flight are kept to a bounded few.
+        constexpr int kVecRow = kBlkN / 8, kPass = 4, kPer = kBlkM * kVecRow / kConsumerThreads;  // 16
+#pragma unroll 1
+        for (int k0 = 0; k0 < kPer; k0 += kPass) {
+          if ((k0 * kConsumerThreads) / kVecRow >= rows) break;  // rows below this pass: none
+          uint4 w[kPass];
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < kPass; ++k) {
+            const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+            if (r < rows && cv < vecs) w[k] = *reinterpret_cast<const uint4*>(buf + r * kPitch + cv * 8);
+          }
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < kPass; ++k) {
+            const int i = (k0 + k) * kConsumerThreads + v.thread_idx, r = i / kVecRow, cv = i % kVecRow;
+            if (r < rows && cv < vecs) ptx::st_v4(dst + (long long)r * pitch + cv * 16, w[k]);
+          }
         }
       }
     }
@@ -182,8 +199,8 @@ struct RelayHookT {
       if (j == 0) trace::emit_at(ring, cta_slot(0), trace::EventKind::kKernelStart, blockIdx.x, v.t_mma_start_ns);
       emit(id, trace::EventKind::kMmaStart, v.t_mma_start_ns);
       emit(id, trace::EventKind::kMmaEnd, t_mma_end);
-      if (own) {  // this rank's partial enters the sum at MMA end; the peer's was in the buffer
-        emit(id, trace::EventKind::kPartialLeave, t_mma_end);
+      if (own) {  // this rank's partial enters the sum at MMA end; the incoming one was in the buffer
+        if (lay.shard_tm == 0) emit(id, trace::EventKind::kPartialLeave, t_mma_end);  // reduce-scatter: owners send nothing
         emit(id, trace::EventKind::kPartialsSeen, t_seen > t_mma_end ? t_seen : t_mma_end);
         emit(id, trace::EventKind::kReduceDone, t_done);
       }
@@ -222,7 +239,8 @@ struct RelayHookT {
       budget_ns = __shfl_sync(0xffffffffu, budget_ns, 0);
     }
 
-    const bool own = owns(tile_m, tile_n);
+    const int pos = position(tile_m, tile_n);
+    const bool own = pos == lay.P - 1;
     const int next = walk.next_valid(step);  // -1: the CTA's last tile
     const int t = lay.tile_index(tile_m, tile_n);
     const int row0 = tile_m * kBlkM, col0 = tile_n * kBlkN;
@@ -231,9 +249,9 @@ struct RelayHookT {
     const uint32_t id = uint32_t(tile_m * lay.tiles_n + tile_n);
     if (tracing() && lane == 0 && !own) emit(id, trace::EventKind::kPartialLeave, ptx::globaltimer());
     if (own) {  // the final into the local C: bulk copies, one row per lane at a time
+      E* c = C + (long long)(row0 - shard_row0()) * ldc + col0;
 #pragma unroll 1
-      for (int r = lane; r < rows; r += 32)
-        cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, C + (long long)(row0 + r) * ldc + col0, vecs * 16);
+      for (int r = lane; r < rows; r += 32) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, c + (long long)r * ldc, vecs * 16);
       cute::tma_store_arrive();
     } else if (pull) {  // the partial into this rank's own staging slot, where the owner loads it from
       char* slot = ws + lay.relay_slot(t);
@@ -242,25 +260,38 @@ struct RelayHookT {
       cute::tma_store_arrive();
       ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
-    // The tile to the peer: its C (final) or its staging slot (partial, rows packed); the rows the
-    // consumers did not push.
-    long long pitch;
-    char* dst = peer_dst(tile_m, tile_n, own, &pitch);
+    // The tile on to where it goes next: rank me - 1's staging slot (a partial sum, rows packed),
+    // or every peer's C (an all-reduce's final); the rows the consumers did not push. The pacing
+    // budget covers all of a tile's targets.
+    const int targets = push_targets(own);
     if (lane < vecs && !no_push && (own || !pull)) {
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
-      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+#pragma unroll 1
+      for (int d = 0; d < targets; ++d) {
+        long long pitch;
+        char* dst = peer_dst(tile_m, tile_n, own, d, &pitch);
+        const uint64_t t0 = t_push + budget_ns * (uint64_t)d / (uint64_t)targets, b = budget_ns / (uint64_t)targets;
+        if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t0, b);
+        else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t0, b);
+        else push_rows<4>(buf, dst, pitch, first, rows, lane, t0, b);
+      }
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
-    // Publish this lane's stores at system scope, then the flag (release).
+    // Publish this lane's stores at system scope, then the flags (release).
     __threadfence_system();
     __syncwarp();
-    if (lane == 0) {
+    if (lane < targets) {
+      const int q = own ? (me + 1 + lane) % lay.P : (me + lay.P - 1) % lay.P;
       const size_t f = own ? lay.done_flag(t) : lay.relay_arrive_flag(t);
-      ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + f, 1 - me), tag);
-      if (tracing() && own) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
+      ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + f, q), tag);
     }
+    // Reduce-scatter: the partial sum rank me + 1 sent is read (its bulk loads completed `ready`
+    // before the consumers used the buffer), so its slot may take the next call's.
+    if (lay.shard_tm > 0 && pos > 0 && lane == 0)
+      ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + lay.done_flag(t), (me + 1) % lay.P), tag);
+    // tile_landed: an owned tile's final is here; in a reduce-scatter also a tile passed on (this
+    // rank's part of it is done, as the owner kernel records it: docs/tracing.md).
+    if (tracing() && (own || lay.shard_tm > 0) && lane == 0) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
     // The buffer is free: prepare the CTA's next valid tile.
     if (next >= 0) prepare(walk.tile_at(next), tag, lane, smem);
   }
@@ -276,7 +307,7 @@ struct RelayHookT {
       if (u.m >= sched.tiles_m || owns(u.m, u.n)) continue;
       const int t = lay.tile_index(u.m, u.n);
       wait_flag(ctx, ws + lay.done_flag(t), tag, "gemm_allreduce.relay_done", poll_ns);
-      if (tracing()) {
+      if (tracing() && lay.shard_tm == 0) {  // all-reduce: the final of a tile this rank passed on is here
         const uint32_t id = uint32_t(u.m * lay.tiles_n + u.n);
         const uint64_t now = ptx::globaltimer();
         emit(id, trace::EventKind::kPartialsSeen, now);
@@ -333,17 +364,22 @@ struct RelayHookT {
     }
   }
 
-  // Where tile (tile_m, tile_n) goes on the peer: its C (an owned tile's final) or its staging
-  // slot (a partial, rows packed); *pitch = the row pitch there in bytes.
-  CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, long long* pitch) const {
+  // Where a tile goes on: an owned tile's final to every peer's C (all-reduce; the reduce-scatter's
+  // stays here), any other tile's partial sum to rank me - 1's staging slot.
+  CUTLASS_DEVICE int push_targets(bool own) const { return own ? (lay.shard_tm > 0 ? 0 : lay.P - 1) : 1; }
+  // Target d (< push_targets(own)) of tile (tile_m, tile_n): peer me + 1 + d's C (a final) or rank
+  // me - 1's staging slot (a partial sum, rows packed); *pitch = the row pitch there in bytes.
+  CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, int d, long long* pitch) const {
     if (own) {
       *pitch = ldc * (long long)sizeof(E);
       return dev::lsa_ptr<char>(ctx, c_win, c_off + ((size_t)tile_m * kBlkM * (size_t)ldc + (size_t)tile_n * kBlkN) * sizeof(E),
-                                1 - me);
+                                (me + 1 + d) % lay.P);
     }
     *pitch = kRowBytes;
-    return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)), 1 - me);
+    return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)), (me + lay.P - 1) % lay.P);
   }
+  // The first row of this rank's C: 0, or its shard's first row (reduce-scatter).
+  CUTLASS_DEVICE int shard_row0() const { return lay.shard_tm * kBlkM * me; }
 
   static constexpr int kTileEvents = 6;
   CUTLASS_DEVICE void emit(uint32_t id, trace::EventKind k, uint64_t t) const {
@@ -354,14 +390,16 @@ struct RelayHookT {
     return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
   }
 
-  CUTLASS_DEVICE bool owns(int tile_m, int tile_n) const {
-    const int o = sched.order_of_unit(gemm_impl::TileCoord{tile_m / sched.cluster_m, tile_n});
-    return lay.relay_owner(o) == me;
+  // This rank's position in tile (tile_m, tile_n)'s chain (plan.hpp relay_position); P - 1: it owns it.
+  CUTLASS_DEVICE int position(int tile_m, int tile_n) const {
+    return lay.relay_position(sched.order_of_unit(gemm_impl::TileCoord{tile_m / sched.cluster_m, tile_n}), me);
   }
-  // Ready the buffer for tile u: an owned tile's partial (once the peer's flag says it is in
-  // staging) arrives by bulk loads that complete the `ready` phase by bytes; otherwise one arrive.
+  CUTLASS_DEVICE bool owns(int tile_m, int tile_n) const { return position(tile_m, tile_n) == lay.P - 1; }
+  // Ready the buffer for tile u: at position >= 1 the incoming partial sum (once rank me + 1's flag
+  // says it is in staging) arrives by bulk loads that complete the `ready` phase by bytes;
+  // otherwise one arrive.
   CUTLASS_DEVICE void prepare(gemm_impl::TileCoord u, uint64_t tag, int lane, SharedStorage* smem) const {
-    if (!owns(u.m, u.n)) {
+    if (position(u.m, u.n) == 0) {
       if (lane == 0) cutlass::arch::ClusterBarrier::arrive(&smem->ready);
       return;
     }
@@ -375,8 +413,9 @@ struct RelayHookT {
     // Lane 0 acquired the flag through the generic proxy; the bulk loads read through the async
     // proxy: each issuing lane fences between the two (the proxy rule, ptx.cuh).
     ptx::fence_proxy_async_global();
-    // Pushed partials sit in this rank's staging; pulled ones are loaded from the peer's.
-    const char* src = pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), 1 - me) : ws + lay.relay_slot(t);
+    // Pushed partials sit in this rank's staging; pulled ones are loaded from rank me + 1's.
+    const char* src =
+        pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), (me + 1) % lay.P) : ws + lay.relay_slot(t);
 #pragma unroll 1
     for (int r = lane; r < rows; r += 32)
       cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);

@@ -114,7 +114,12 @@ size_t gemm_reducescatter_workspace_size(int M, int N, DType dtype, int P) {
   const size_t fused = gemm_allreduce_impl::make_scatter_layout(M, N, P, gemm_impl::Raster::kAlongM, 2, (int)S,
                                                                 gemm_allreduce_impl::scatter_tile_is_decode(M))
                            .total;
-  return std::max(sequential, fused);
+  // The relay kernel's (bf16 on a rotated walk: a slot per tile); the same size for every dtype, so
+  // that the size depends only on the shape.
+  const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(M, gemm_allreduce_impl::kBlkM), 2) *
+                    gemm_impl::ceil_div(N, gemm_allreduce_impl::kBlkN);
+  const size_t relay = gemm_allreduce_impl::make_relay_layout(M, N, gemm_impl::Raster::kAlongN, units, P, (int)S).total;
+  return std::max({sequential, fused, relay});
 }
 
 size_t allgather_gemm_workspace_size(int M, int K, DType dtype, int P) {
@@ -150,7 +155,7 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
   if (resolve(cfg) == TpPath::kFused)
-    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M); !s) return fail(op, s.reason);
+    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M, shard_rows(a.M, comm.nranks())); !s) return fail(op, s.reason);
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
@@ -177,7 +182,9 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                             {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
   }
   const Comm::CallOrder order(comm, stream);
-  if (resolve(cfg) == TpPath::kFused) {
+  // One rank has nothing to communicate: the fused path is the GEMM alone (below), unless traced
+  // (the trace shows the fused kernel's tiles).
+  if (resolve(cfg) == TpPath::kFused && (P > 1 || cfg.trace.on())) {
     // A rank that holds no rows owns no tile: the hook never stores through its C.
     void* c = rows > 0 ? a.C_shard : a.workspace;
     gemm_allreduce_impl::fused_reducescatter(comm, GemmArgs{a.A, a.B, c, a.M, a.N, a.K_local, a.dtype, a.b_layout}, S,
@@ -277,7 +284,8 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
   }
   const Comm::CallOrder order(comm, stream);
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
-  if (resolve(cfg) == TpPath::kFused) {
+  // One rank has nothing to gather: the fused path is the GEMM on the shard (below), unless traced.
+  if (resolve(cfg) == TpPath::kFused && (P > 1 || cfg.trace.on())) {
     tp_impl::fused_allgather_gemm(comm, a, cfg, stream);
     return;
   }
