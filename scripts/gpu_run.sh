@@ -236,6 +236,12 @@ if [ "$MODE" = engine ]; then
       unset TILEWIRE_RS_OWNER
     done
   fi
+  if has relay4; then  # the relay at 4 virtual ranks, back to back, with and without its trace
+    TILEWIRE_TIMEOUT_MS=20000 bench 120 "relay P=4 untraced" gemm-allreduce --virtual 4 --algo relay --path fused \
+      -m 8192 -n 8192 -k 4096 -R 3 --iters 5
+    TILEWIRE_TIMEOUT_MS=20000 bench 120 "relay P=4" gemm-allreduce --virtual 4 --algo relay --path fused \
+      -m 8192 -n 8192 -k 4096 -R 3 --iters 5 --trace "$OUT/trace_relay_p4.json"
+  fi
   if has gemmbudget; then  # the plain GEMM on a virtual rank's SM budget, every rank at once, under each candidate plan
     PLANS=${ENGINE_PLANS:-'auto;hook;tile=128x128pp;tile=256x160c2,mode=dp;tile=256x160,mode=streamk;tile=128x256,mode=heuristic'}
     for p in 2 4; do

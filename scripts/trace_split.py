@@ -43,6 +43,17 @@ def summarize(path):
             else:
                 tiles[i][k] = t
         mma = [x["mma_end"] - x["mma_start"] for x in tiles.values() if "mma_end" in x and "mma_start" in x]
+        # Per CTA (its SM): the gaps between one tile's mma_end and its next tile's mma_start (the
+        # epilogue, the hook's waits and stores: the time the CTA's tensor cores are not working).
+        per_sm = defaultdict(list)
+        for t, i, sm, k in by_rank[r]:
+            if k == "mma_start":
+                per_sm[sm].append((t, tiles[i].get("mma_end", t)))
+        gaps, busy = [], []
+        for v in per_sm.values():
+            v.sort()
+            gaps += [b[0] - a[1] for a, b in zip(v, v[1:])]
+            busy.append(sum(e - s for s, e in v))
         wait = [x["partials_seen"] - x["mma_end"] for x in tiles.values() if "partials_seen" in x and "mma_end" in x
                 and "reduce_done" in x and x["reduce_done"] - x["mma_end"] < 10**9]
         red = [x["reduce_done"] - x["partials_seen"] for x in tiles.values() if "reduce_done" in x and "partials_seen" in x]
@@ -52,6 +63,9 @@ def summarize(path):
               f"CTA ends {us(min(ends) - min(starts)) if ends else float('nan'):.1f}..{us(max(ends) - min(starts)) if ends else float('nan'):.1f} us; "
               f"{len(tiles)} tiles")
         print(f"    mainloop  p50 {us(pct(mma, .5)):.1f} p90 {us(pct(mma, .9)):.1f} max {us(max(mma) if mma else 0):.1f} us, sum {us(sum(mma)):.0f} us")
+        if gaps:
+            print(f"    gap       p50 {us(pct(gaps, .5)):.1f} p90 {us(pct(gaps, .9)):.1f} max {us(max(gaps)):.1f} us between a CTA's tiles; "
+                  f"mainloop busy {100 * statistics.mean(busy) / span:.1f}% of the span per CTA")
         if wait:
             print(f"    wait      p50 {us(pct(wait, .5)):.1f} p90 {us(pct(wait, .9)):.1f} max {us(max(wait)):.1f} us, sum {us(sum(wait)):.0f} us ({len(wait)} owned)")
             print(f"    reduce    p50 {us(pct(red, .5)):.1f} p90 {us(pct(red, .9)):.1f} max {us(max(red)):.1f} us, sum {us(sum(red)):.0f} us")

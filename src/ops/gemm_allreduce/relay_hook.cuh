@@ -159,17 +159,21 @@ struct RelayHookT {
     cute::tma_store_fence();  // the comm warp's bulk copies (async proxy) read these writes
     // The CTA's last tile goes out from the consumers entirely: nothing else is left for them, and
     // it is what the kernel's end waits for.
+    // An all-reduce's final goes to P - 1 peers: the comm warp takes the first (as it takes the one
+    // target of every other tile), the consumers the others whole, so that the comm warp's share
+    // per tile stays one tile whatever P (the finals all come in the walk's last segment).
     const int push_rows = walk.next_valid(step) < 0 ? kBlkM : consumer_rows;
     const int targets = push_targets(own);
-    if (push_rows > 0 && !no_push && (own || !pull) && targets > 0) {
+    if ((push_rows > 0 || targets > 1) && !no_push && (own || !pull) && targets > 0) {
       // The first rows go on from the consumers: 16-byte loads from the buffer (after every
       // consumer's writes), 16-byte stores, all in flight before the first completes. The comm
       // warp's fence and flag after `staged` publish them (the consumers' arrive releases their
       // stores to it).
       gemm_impl::hook_bar();
-      const int rows = min(min(M - v.row0, kBlkM), push_rows), vecs = min(N - v.col0, kBlkN) / 8;
+      const int tile_rows = min(M - v.row0, kBlkM), vecs = min(N - v.col0, kBlkN) / 8;
 #pragma unroll 1
       for (int d = 0; d < targets; ++d) {
+        const int rows = d == 0 ? min(tile_rows, push_rows) : tile_rows;
         long long pitch;
         char* dst = peer_dst(v.tile_m, v.tile_n, own, d, &pitch);
         // Four vectors per thread at a time (32 rows a pass; the default is 16 rows, the last tile
@@ -261,20 +265,15 @@ struct RelayHookT {
       ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
     // The tile on to where it goes next: rank me - 1's staging slot (a partial sum, rows packed),
-    // or every peer's C (an all-reduce's final); the rows the consumers did not push. The pacing
-    // budget covers all of a tile's targets.
+    // or the first peer's C (an all-reduce's final); the rows the consumers did not push.
     const int targets = push_targets(own);
-    if (lane < vecs && !no_push && (own || !pull)) {
+    if (lane < vecs && !no_push && (own || !pull) && targets > 0) {  // target 0 (the consumers push the others)
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
-#pragma unroll 1
-      for (int d = 0; d < targets; ++d) {
-        long long pitch;
-        char* dst = peer_dst(tile_m, tile_n, own, d, &pitch);
-        const uint64_t t0 = t_push + budget_ns * (uint64_t)d / (uint64_t)targets, b = budget_ns / (uint64_t)targets;
-        if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t0, b);
-        else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t0, b);
-        else push_rows<4>(buf, dst, pitch, first, rows, lane, t0, b);
-      }
+      long long pitch;
+      char* dst = peer_dst(tile_m, tile_n, own, 0, &pitch);
+      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
     // Publish this lane's stores at system scope, then the flags (release).
