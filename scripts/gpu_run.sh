@@ -254,6 +254,11 @@ if [ "$MODE" = engine ]; then
     for i in 1 2; do
       bench 120 "ag-gemm P=2 run $i" ag-gemm --virtual 2 -m 8192 -n 4096 -k 7168 -R 3 --iters 5 --trace "$OUT/trace_ag_p2_$i.json"
     done
+    for g in 4 8; do  # the push's CTAs (default 2 on a virtual team)
+      for p in 2 4; do
+        TILEWIRE_AG_PUSH_CTAS=$g bench 120 "ag-gemm P=$p push $g CTAs" ag-gemm --virtual $p -m 8192,16384 -n $((28672 / p)) -k 8192 -R 3 --iters 5
+      done
+    done
   fi
   if has tests; then
     FUSED_TESTS='GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'
@@ -270,12 +275,20 @@ if [ "$MODE" = engine ]; then
     TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck --report-api-errors no \
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
-  if has accept; then
+  if has accept; then  # the acceptance sweeps: virtual P = 2 and 4, one real rank, decode
     for p in 2 4; do
       bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5
+      bench 200 "gemm-allreduce grid P=$p" gemm-allreduce --virtual $p --sweep grid --path fused -R 3 --iters 5
       bench 200 "gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5
       bench 200 "ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
+      bench 200 "gemm-allreduce decode P=$p" gemm-allreduce --virtual $p --sweep decode --path fused -R 3 --iters 10
+      bench 120 "gemm-rs decode P=$p" gemm-rs --virtual $p -m 16,64,128,256 -n 8192 -k $((8192 / p)) -R 3 --iters 10
+      bench 120 "ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10
     done
+    bench 200 "gemm-allreduce acceptance P=1" gemm-allreduce --sweep acceptance --path fused -R 3 --iters 10
+    bench 120 "gemm-allreduce 4096^3 P=1" gemm-allreduce -m 4096 -n 4096 -k 4096 --path fused -R 3 --iters 10
+    bench 120 "gemm-rs 4096^3 P=1" gemm-rs -m 4096 -n 4096 -k 4096 -R 3 --iters 10
+    bench 120 "ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10
   fi
   (cd "$OUT" && ls trace_*.json >/dev/null 2>&1 && tar czf traces_engine.tgz trace_*.json && rm -f trace_*.json)
 fi

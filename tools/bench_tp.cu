@@ -328,7 +328,7 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
   lt::LtMatmul full(lth.get(), M, N, K, o_.b, lt_ws_bytes, o_.dtype);
   GemmArgs tg{gemm_a, B.p, rs ? part.data() : C.p, M, N, K, o_.dtype, o_.b};
   std::vector<Row> rows_out = {{"(a) tw-gemm"}, {"(b) cublas"}, {"(c) seq cublas+nccl"}, {"(d) chunked"},
-                               {"(e) op (auto: sequential)"}, {"(f) nccl collective"}, {"(g) op fused"}};
+                               {"(e) op (auto)"}, {"(f) nccl collective"}, {"(g) op fused"}};
   std::vector<double> t(rows_out.size(), -1);
   comm.sync(s1);
   comm.barrier();

@@ -61,6 +61,9 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},
+    {"TILEWIRE_AG_PUSH_CTAS", Type::kInt, "0",
+     "Measurement only: allgather_gemm's fused push on a virtual team runs this many CTAs (1..16; 0: the "
+     "default, 2), taken from the GEMM's SMs; shows how the push's bandwidth sets the call's time."},
     {"TILEWIRE_RS_OWNER", Type::kBool, "0",
      "Measurement only: gemm_reducescatter's fused path runs the owner kernel where it would run the relay "
      "kernel; shows what the relay saves."},

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cpu_util.hpp"
+#include "ops/fused_gemm/cost_model.hpp"
 #include "ops/gemm/scheduler.hpp"
 #include "ops/gemm_allreduce/plan.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
@@ -201,8 +202,8 @@ TEST(GemmAllReducePlan, WorkspaceSize) {
   // Owner, one rank: flags only. Four ranks: 3 slots per owned tile, 512 owned.
   EXPECT_LT(tw::workspace_size(a, 1, owner), size_t(1) << 20);
   EXPECT_GE(tw::workspace_size(a, 4, owner), size_t(512) * 3 * 65536);
-  // Exchange: 2048 tiles x 2 ranks x 64 KiB, plus flags. Relay (auto for 2 ranks and bf16): a
-  // slot per tile. The owner algorithm for 4 ranks or fp32 partials.
+  // Exchange: 2048 tiles x 2 ranks x 64 KiB, plus flags. Relay (auto for 2 or more ranks and
+  // bf16): a slot per tile, whatever P. The owner algorithm for fp32 partials.
   GemmAllReduceConfig exch;
   exch.algo = tw::GemmAllReduceAlgo::kExchange;
   const size_t x2 = tw::workspace_size(a, 2, exch);
@@ -211,7 +212,7 @@ TEST(GemmAllReducePlan, WorkspaceSize) {
   const size_t r2 = tw::workspace_size(a, 2);
   EXPECT_GE(r2, size_t(2048) * 65536);
   EXPECT_LE(r2, size_t(2048) * 65536 + (size_t(1) << 20));
-  EXPECT_EQ(tw::workspace_size(a, 4), tw::workspace_size(a, 4, owner));
+  EXPECT_EQ(tw::workspace_size(a, 4), r2);
   GemmAllReduceConfig auto_f32;
   auto_f32.partials = tw::PartialPrecision::kFloat32;
   EXPECT_EQ(tw::workspace_size(a, 2, auto_f32), tw::workspace_size(a, 2, f32));
@@ -241,11 +242,13 @@ TEST(GemmAllReducePlan, AlgorithmChoiceAndRejections) {
   GemmAllReduceConfig c;
   EXPECT_EQ(resolve_algo(2, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
   EXPECT_EQ(resolve_algo(1, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kExchange);
-  EXPECT_EQ(resolve_algo(4, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
-  // B [K, N]: exchange is not built for it, so one rank runs owner; 2 ranks still relay.
+  for (int P : {3, 4, 8}) EXPECT_EQ(resolve_algo(P, c, BLayout::kNK, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
+  EXPECT_EQ(resolve_algo(tw::gemm_allreduce_impl::kRelayMaxRanks + 1, c, BLayout::kNK, kBf16, kLargeM),
+            GemmAllReduceAlgo::kOwner);
+  // B [K, N]: exchange is not built for it, so one rank runs owner; 2 or more ranks relay.
   EXPECT_EQ(resolve_algo(1, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
   EXPECT_EQ(resolve_algo(2, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
-  EXPECT_EQ(resolve_algo(4, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kOwner);
+  EXPECT_EQ(resolve_algo(4, c, BLayout::kKN, kBf16, kLargeM), GemmAllReduceAlgo::kRelay);
   {
     GemmAllReduceArgs kn = args(256, 256, 64);
     kn.b_layout = tw::BLayout::kKN;
@@ -431,6 +434,24 @@ TEST(GemmAllReducePlan, RelayChainOnPRanks) {
         for (int q = 0; q < P; ++q) EXPECT_GE(owned[q], l.split);
         EXPECT_EQ(l.relay_slot(l.T - 1) + 65536, l.total);
       }
+}
+
+// kAuto's path (gemm_allreduce_prefers_fused): the cost model's call on 2 to 8 ranks; one rank
+// fuses (the GEMM straight into C); more than 8 ranks (outside the model) stay sequential.
+TEST(GemmAllReducePlan, AutoPathFollowsTheCostModel) {
+  EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 1));
+  EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 2)) << "the 2 x H200 acceptance shape";
+  EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(16384, 8192, 4096, 2));
+  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(128, 8192, 4096, 2)) << "a one-wave grid: measured slower";
+  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(512, 4096, 4096, 2)) << "measured slower on 2 x H200";
+  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 16)) << "outside the model: sequential";
+  for (int P : {2, 4, 8}) {  // decided by the model, whatever it says: it is the same call
+    namespace fg = tw::fused_gemm;
+    const fg::Shape s{4096, 8192, 4096, 2};
+    const bool model = fg::prefers_fused(fg::predict(fg::FusedOp::kGemmAllReduce, s, P, fg::estimate_gemm_us(4096, 8192, 4096, 2),
+                                                     fg::default_overhead(fg::FusedOp::kGemmAllReduce, s, P)));
+    EXPECT_EQ(tw::gemm_allreduce_prefers_fused(4096, 8192, 4096, P), model) << P << " ranks";
+  }
 }
 
 TEST(GemmAllReducePlan, SequentialFromStaging) {

@@ -3,6 +3,7 @@
 // between the hook and the stream-K kernel and the stream-K plan; gemm() throws kInvalidArgument
 // before touching the device.
 #include <cstdint>
+#include <tuple>
 
 #include "cpu_util.hpp"
 #include "ops/gemm/plan.hpp"
@@ -291,6 +292,32 @@ TEST(GemmPlan, StreamKRuleEdges) {
   EXPECT_TRUE(use_streamk(args(257, 14336, 4096), cfg, kSms)) << "2 x 56 units: 1.70 waves: 1.89 < 1.98";
   EXPECT_FALSE(use_streamk(args(257, 16384, 4000), cfg, kSms)) << "2 x 64 units: 1.94 waves: 2.13 > 1.98";
   EXPECT_TRUE(use_streamk(args(257, 16384, 4096), cfg, kSms)) << "whole lines: 3 x 128 128x128 tiles";
+}
+
+// The SM budget is an input of the rule: the 128x128 ping-pong tile only where the GEMM has at
+// least 3/4 of the GPU (plan.cpp kPingpongMinSmShare). A virtual team's rank (132 / P SMs, the
+// rest reserved) takes the hook tile or 256x160 instead: at 33 SMs with 4 GEMMs at once the
+// ping-pong tile ran 1.37-1.87x slower than those (bench/results/2026-12-03-engine-h200).
+TEST(GemmPlan, PingpongTileOnlyOnMostOfTheGpu) {
+  using tw::gemm_impl::plan_streamk;
+  using tw::gemm_impl::StreamKTile;
+  GemmConfig cfg;
+  for (auto [M, N, K] : {std::tuple{8192, 8192, 4096}, {16384, 7168, 8192}, {4096, 8192, 8192}, {16384, 8192, 7168}}) {
+    SCOPED_TRACE(testing::Message() << M << "x" << N << "x" << K);
+    cfg.reserved_sms = 0;
+    EXPECT_EQ(plan_streamk(args(M, N, K), cfg, kSms).tile, StreamKTile::k128x128pp) << "the whole GPU";
+    for (int P : {2, 3, 4, 8}) {
+      cfg.reserved_sms = kSms - kSms / P;  // what team_gemm reserves on a virtual rank
+      const bool streamk = tw::gemm_impl::use_streamk(args(M, N, K), cfg, kSms);
+      EXPECT_TRUE(!streamk || plan_streamk(args(M, N, K), cfg, kSms).tile != StreamKTile::k128x128pp)
+          << kSms / P << " of " << kSms << " SMs";
+    }
+  }
+  // The edge: 99 of 132 SMs (3/4) keep the ping-pong tile, 98 do not.
+  cfg.reserved_sms = kSms - 99;
+  EXPECT_EQ(plan_streamk(args(8192, 8192, 4096), cfg, kSms).tile, StreamKTile::k128x128pp);
+  cfg.reserved_sms = kSms - 98;
+  EXPECT_NE(plan_streamk(args(8192, 8192, 4096), cfg, kSms).tile, StreamKTile::k128x128pp);
 }
 
 TEST(GemmPlan, KernelPreferenceOverridesTheRule) {

@@ -108,17 +108,20 @@ struct GemmAllReduceArgs {
 enum class PartialPrecision { kBFloat16, kFloat32 };
 
 // How tiles are reduced (docs/gemm_allreduce.md compares them):
-//   kRelay     2 ranks: the ranks walk the tiles half a grid apart; the first to compute a tile
-//              sends its bf16 partial to the other, which adds it to its fp32 accumulators in the
-//              epilogue and sends the final tile back (src/ops/gemm_allreduce/relay_hook.cuh);
+//   kRelay     P >= 2 ranks (bf16): the ranks walk the tiles 1/P of the grid apart, so each tile
+//              is computed by rank r, then r - 1, .., and last by its owner; each adds the partial
+//              sum it received (loaded into shared memory during its mainloop) to its fp32
+//              accumulators in the epilogue and passes the bf16 sum on, the owner sends the final
+//              tile to every rank: a ring reduce-scatter and an all-gather carried by the GEMM's
+//              own tiles (src/ops/gemm_allreduce/relay_hook.cuh; P - 1 roundings of a partial sum);
 //   kExchange  every rank sends its bf16 partial of every tile to every rank through asynchronous
 //              bulk copies and sums all P partials itself (P = 2: the bytes of reduce-scatter +
 //              all-gather, one hop, nothing on the consumers' path waits for NVLink);
-//   kOwner     tile t's owner (t % P) receives the P - 1 partials, sums, stores C to every rank
+//   kOwner     tile t's owner (spread over ranks and CTAs) receives the P - 1 partials, sums, stores C to every rank
 //              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
 //   kAuto      M <= 256: kOwner, on its decode tile (128 x 64 without clusters: one wave where
 //              128 x 256 tiles leave most SMs idle; the relay and exchange kernels keep 128 x 256
-//              tiles at any M). Above: bf16: kRelay for P = 2 with bf16 partials, kExchange for
+//              tiles at any M). Above: bf16: kRelay for P >= 2 with bf16 partials, kExchange for
 //              P = 1 (B [N, K]), else kOwner; fp16: kOwner (kRelay and kExchange are bf16
 //              kernels, refused for fp16).
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
@@ -127,8 +130,8 @@ enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 // where it cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire), then tw::allreduce into C (out of
 // place from the workspace when the all-reduce is two-shot, else in place): each partial rounded
 // to C's dtype, summed in fp32 in rank order, bit-identical.
-// kAuto: gemm_allreduce_prefers_fused() — a rule read off the measured 2-GPU sweep
-// (docs/gemm_allreduce.md): fusion pays where the all-reduce is a large share of the GEMM time.
+// kAuto: gemm_allreduce_prefers_fused() — the cost model's call (docs/fused_gemm.md): fusion pays
+// where the all-reduce it hides outweighs what the fused kernel costs the GEMM.
 enum class GemmAllReducePath { kAuto, kFused, kSequential };
 
 struct GemmAllReduceConfig {
@@ -152,11 +155,11 @@ struct GemmAllReduceConfig {
 // Whether this build carries the kernels without trace code (GemmAllReduceConfig::untraced_kernel).
 bool gemm_allreduce_has_untraced_kernels();
 
-// The kAuto path rule: 2 ranks (relay): fused iff M >= 2048; other rank counts: fused iff
-// M >= 2048 and K_local <= 8192 (measured on 2 x H200: below that M the 128 x 256 tile grid leaves
-// SMs idle; the exchange/owner kernels' per-tile epilogue cost more than they hid at large
-// K_local, the relay kernel's does not). Measured in bf16; fp16 (same bytes per element) takes the
-// same rule, unmeasured. Pure host logic.
+// The kAuto path rule: one rank: fused (the GEMM straight into C); 2 to 8 ranks: fused where the
+// cost model (src/ops/fused_gemm/cost_model.hpp) predicts the fused kernel faster than the GEMM
+// and tw::allreduce on H200 NVLink by its margin (3%), with the fused kernel's measured overhead;
+// more ranks: sequential. Calibrated on 2 x H200 (fused at M >= 2048 and not below on the
+// measured grid). Pure host logic.
 bool gemm_allreduce_prefers_fused(int M, int N, int K_local, int nranks);
 
 // Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current

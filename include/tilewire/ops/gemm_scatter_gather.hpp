@@ -15,22 +15,27 @@
 //   kSequential  the GEMM (cuBLASLt as a user would run it, tw::gemm where it cannot be loaded and
 //                on a virtual team: src/ops/gemm/team_gemm.hpp) into the workspace, then
 //                tw::reduce_scatter; or tw::all_gather into the workspace, then the GEMM;
-//   kFused       the communication inside the GEMM, per tile. gemm_reducescatter (bf16, fp16): the
-//                fused all-reduce's owner kernel with each tile owned by the rank whose rows it
-//                holds: the other ranks push their bf16 partial of it from the GEMM's epilogue, the
-//                owner sums the P partials in rank order in its epilogue and stores the tile into
-//                its own C_shard (no broadcast). allgather_gemm (bf16, fp16): the GEMM (tilewire's
+//   kFused       the communication inside the GEMM, per tile. gemm_reducescatter: in bf16 where
+//                every shard is whole 256-row blocks and M = P S, the fused all-reduce's relay
+//                kernel: the ranks walk the shards 1/P of the grid apart, each tile's partial sum
+//                passes down the ring (rank r - 1 adds its own in its epilogue) and ends at the
+//                shard's owner, which stores it into its C_shard; otherwise (fp16, ragged shards)
+//                the owner kernel: the other ranks push their partial of a tile to the rank whose
+//                rows it holds, which sums the P partials in rank order in its epilogue.
+//                allgather_gemm (bf16, fp16): the GEMM (tilewire's
 //                hook kernel) waits per 128-row block of A for that block's shard to land, its
 //                own shard first and the peers' in ring order, while a push kernel on SMs it
 //                leaves free stores every rank's shard into its peers' workspaces. Both run
 //                128 x 64 tiles without clusters at M <= 256 (one wave where 128 x 256 tiles
 //                leave most SMs idle), 128 x 256 tiles in 2x1 clusters above;
-//   kAuto        the sequential path, until `tilewire bench gemm-rs` / `ag-gemm` say where the
-//                fused path pays.
+//   kAuto        the fused path where the cost model (src/ops/fused_gemm/cost_model.hpp,
+//                docs/fused_gemm.md) predicts it faster than the sequential one on H200 NVLink,
+//                on 2 to 8 ranks, and the fused kernel can run here; else the sequential path.
 //
 // Numerics. gemm_reducescatter: each rank's partial is rounded to the dtype (the GEMM's output;
-// the fused path rounds the owner's own partial too), the P partials are summed in fp32 in rank
-// order and rounded once: deterministic, the same bits on every run of a path. allgather_gemm: the gathered A is the shards' bits; C is the GEMM of it.
+// the owner kernel rounds the owner's own partial too), the P partials are summed in fp32 in rank
+// order and rounded once; the relay kernel rounds the running sum at each of its P - 1 hops
+// instead (as a ring reduce-scatter does). Deterministic: the same bits on every run of a path. allgather_gemm: the gathered A is the shards' bits; C is the GEMM of it.
 //
 // Buffers: A, B, C_shard, A_shard, C and A_gathered may be any device memory. The workspace lies
 // inside a window (Comm::alloc_window) at the same offset on every rank, holds at least

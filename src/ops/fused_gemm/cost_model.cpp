@@ -88,9 +88,9 @@ double default_overhead(FusedOp op, const Shape& s, int P) {
   const bool decode = s.M <= 256;
   switch (op) {
     case FusedOp::kGemmAllReduce:
-      return decode ? 0.44 : P == 2 ? 0.02 : 0.72;
+      return decode ? 0.44 : P == 2 ? 0.02 : 0.14;
     case FusedOp::kGemmReduceScatter:
-      return decode ? 0.44 : 0.60;
+      return decode ? 0.44 : 0.12;
     case FusedOp::kAllGatherGemm:
       return decode ? 0.79 : 0.68;
   }

@@ -85,10 +85,12 @@ double estimate_gemm_us(int64_t M, int64_t N, int64_t K, int dtype_bytes, const 
 FusedKernel fused_tile(FusedOp op, const Shape& s);
 
 // The fused kernel's slowdown of the GEMM measured so far (docs/fused_gemm.md), for the kernel
-// kAuto runs: the relay all-reduce (P = 2) 0.02; the owner all-reduce (P > 2) 0.72; the
-// reduce-scatter 0.60 and the all-gather 0.68; at M <= 256 (the decode tile) 0.44 / 0.44 / 0.79.
-// The reduce-scatter, all-gather and decode figures are one-rank runs (no link traffic); pass a
-// measured figure where there is one.
+// kAuto runs: the relay all-reduce 0.02 at P = 2 (2 x H200) and 0.14 at P > 2 (4 virtual ranks on
+// one H200, against cuBLASLt on the same SM budget); the relay reduce-scatter 0.12 (2 and 4
+// virtual ranks, against tilewire's GEMM on the same budget); the all-gather 0.68 (one rank: its
+// push sets its time across ranks); at M <= 256 (the decode tile) 0.44 / 0.44 / 0.79 (one rank).
+// The virtual-team figures carry the "link" traffic through the one GPU's HBM; pass a measured
+// figure where there is one.
 double default_overhead(FusedOp op, const Shape& s, int P);
 
 struct Prediction {

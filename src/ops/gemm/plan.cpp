@@ -191,6 +191,17 @@ int full_waves(const GemmArgs& a, int sms, StreamKTile t) {
 // 1.023 w + 0.15 waves, plan.hpp) than on the hook kernel (ceil(w) waves).
 bool hook_tail_streamk(double w) { return kStreamKWaveCost * w + kStreamKFixedWaves < 0.99 * std::ceil(w); }
 
+// The 128x128 ping-pong tile is a candidate only where the GEMM has most of the GPU: at least
+// kPingpongMinSmShare of the device's SMs (num_sms - reserved_sms of num_sms). On a part of it,
+// beside other GEMMs of the same size (a virtual team's ranks: each has GPU SMs / P), it ran
+// 1.37-1.87x slower than the hook tile at 33 of 132 SMs with 4 GEMMs at once, and 0-6% at 66 with
+// 2, where the hook tile and 128x256 (heuristic) were within 1-4% of the best plan on every shape
+// (bench/results/2026-12-03-engine-h200: `bench gemm --virtual 2, 4 --plans` on the acceptance
+// shapes and the 70B FFN shapes). Its operands per output are twice the 256-wide tiles', which is
+// the likely cost where several grids share L2 and HBM; not measured further.
+constexpr double kPingpongMinSmShare = 0.75;
+constexpr bool pingpong_fits_budget(int gemm_sms, int device_sms) { return gemm_sms >= kPingpongMinSmShare * device_sms; }
+
 // M > 256 (plan.hpp, use_streamk): the 128x128 ping-pong tile or the 256x160 one where one of them
 // has the least modelled time, nullopt where the hook kernel's tile does (or neither applies).
 // Times are in outputs per SM over the full waves, in units of k256x160c2's cost per output.
@@ -202,7 +213,7 @@ std::optional<StreamKTile> large_tile(const GemmArgs& a, const GemmConfig& cfg, 
   const StreamKGrid wg = streamk_grid(a, kWide);
   const bool wide_fills = ceil_div(wg.tiles_m, ws.cluster_m) * wg.tiles_n >= sms / ws.cluster_m;
   const double wide = wide_fills ? double(full_waves(a, sms, kWide)) * ws.blk_m * ws.blk_n : 0;
-  if (whole_lines(a) && tiles_of(a, kPp) >= sms) {
+  if (whole_lines(a) && tiles_of(a, kPp) >= sms && pingpong_fits_budget(sms, num_sms)) {
     const double pp = kPingpongTileCost * full_waves(a, sms, kPp) * ps.blk_m * ps.blk_n;
     return wide_fills && wide < pp ? kWide : kPp;
   }

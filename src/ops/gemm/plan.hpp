@@ -58,7 +58,8 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 //     rows 0.30-0.94x at M = 256 (2026-12-02-gemm-plans-h200/run02-8b5921b); the CUTLASS kernels
 //     fill the machine with narrower tiles.
 //   * M > 256: the tile of the least modelled time among k128x128pp (rows of A and B whole
-//     128-byte lines, K * element size % 128 == 0, and at least one tile per SM), k256x160c2 (at
+//     128-byte lines, K * element size % 128 == 0, at least one tile per SM, and the GEMM on at
+//     least 3/4 of the GPU's SMs: plan.cpp kPingpongMinSmShare), k256x160c2 (at
 //     least one wave of its clusters) and the hook kernel (below). A tile's time is its full waves
 //     (ceil(units / groups): a ragged last wave costs a whole one) times the outputs each SM makes
 //     per wave times the tile's cost per output, relative to k256x160c2: kPingpongTileCost where

@@ -5,8 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "../fused_gemm/cost_model.hpp"
 #include "../gemm/launch.hpp"
 #include "../gemm/plan.hpp"
+#include "tilewire/runtime/errors.hpp"
 
 namespace tw {
 namespace gemm_allreduce_impl {
@@ -48,7 +50,7 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b,
   if (M <= kDecodeMaxM) return GemmAllReduceAlgo::kOwner;           // the kernel with the decode tile
   if (dtype != DType::kBFloat16) return GemmAllReduceAlgo::kOwner;  // the only fp16 kernel built
   if (cfg.partials != PartialPrecision::kBFloat16) return GemmAllReduceAlgo::kOwner;
-  if (P == 2) return GemmAllReduceAlgo::kRelay;
+  if (P >= 2 && P <= kRelayMaxRanks) return GemmAllReduceAlgo::kRelay;
   return P <= 1 && b == BLayout::kNK ? GemmAllReduceAlgo::kExchange : GemmAllReduceAlgo::kOwner;
 }
 
@@ -119,18 +121,24 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
 
 }  // namespace gemm_allreduce_impl
 
-bool gemm_allreduce_prefers_fused(int M, int /*N*/, int K_local, int nranks) {
-  // 2 ranks, relay algorithm (bench/results/2026-11-30-s3-h200x2/run09-relay-grid): the fused
-  // kernel beats the best of GEMM + NCCL, GEMM + tw::allreduce and chunked overlap at every
-  // M >= 2048 of the grid (K_local 4096 and 14336: 1.01-1.44x) and loses at M = 128 and 512
-  // (its 128 x 256 tile grid leaves SMs idle). Other rank counts (exchange/owner kernels): the
-  // rule read off the exchange kernel's grid (bench/results/2026-11-30-s2-h200x2/run07-fast-reduce),
-  // M >= 2048 and K_local <= 8192.
-  // Measured in bf16. fp16 takes the same rule (the same bytes per element through the same tile
-  // grid), although it runs the owner kernel at every rank count (relay and exchange are bf16
-  // kernels); no fp16 call has been measured.
-  if (nranks == 2) return M >= 2048;
-  return M >= 2048 && K_local <= 8192;
+bool gemm_allreduce_prefers_fused(int M, int N, int K_local, int nranks) {
+  // One rank: the fused path is the GEMM straight into C (gemm_allreduce), less than the
+  // sequential path's GEMM and copy.
+  if (nranks <= 1) return true;
+  // 2 to 8 ranks: where the cost model (src/ops/fused_gemm/cost_model.hpp, docs/fused_gemm.md)
+  // predicts the fused kernel faster than GEMM + tw::allreduce on H200 NVLink by its margin, its
+  // GEMM time the model's estimate, the fused kernel's overhead the one measured
+  // (default_overhead). Calibrated on the 2 x H200 runs: it reproduces their rule (fused at
+  // M >= 2048 and not below, 20 of 20 shapes). More ranks: the sequential path.
+  if (nranks > 8) return false;
+  using namespace fused_gemm;
+  const Shape s{M, N, K_local, 2};
+  try {
+    return prefers_fused(predict(FusedOp::kGemmAllReduce, s, nranks, estimate_gemm_us(M, N, K_local, 2),
+                                 default_overhead(FusedOp::kGemmAllReduce, s, nranks)));
+  } catch (const tw::Error&) {
+    return false;  // a shape the model does not cover
+  }
 }
 
 size_t workspace_size(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {

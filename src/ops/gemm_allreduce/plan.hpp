@@ -274,13 +274,13 @@ TW_HD constexpr int final_wait_ctas(const gemm_impl::TileSchedule& s) {
 // The plain GEMM's view of the call (K = K_local) and config. Exchange and owner: no rank
 // rotation (every rank walks the tiles in the same order, which their deadlock arguments need;
 // gemm_reducescatter's owner-by-shard walk is the exception, scatter_rotates);
-// relay (pass its rank and P = 2): rank r starts half-way (scheduler.hpp rank_rotation).
+// relay (pass its rank and P): rank r starts at segment r (scheduler.hpp rank_rotation).
 GemmArgs as_gemm_args(const GemmAllReduceArgs& a);
 GemmConfig as_gemm_config(const GemmAllReduceConfig& cfg, int rank = 0, int nranks = 1);
 // The algorithm a call of M rows on P ranks with B in layout `b` and A, B, C in `dtype` runs:
 // cfg.algo, kAuto resolved. M <= kDecodeMaxM: owner, at every P and in both dtypes (the one
 // kernel with the decode tile: the relay's and exchange's shared-memory tiles are 128 x 256, which
-// at decode M leave most SMs idle). Above: bf16: relay for P == 2 with bf16 partials; for P == 1
+// at decode M leave most SMs idle). Above: bf16: relay for 2 <= P <= kRelayMaxRanks with bf16 partials; for P == 1
 // exchange with B [N, K], owner with B [K, N], the layout exchange is not built for; else owner.
 // fp16: owner at every P (the relay and exchange kernels are built for bf16 only; check_args
 // refuses them for fp16).

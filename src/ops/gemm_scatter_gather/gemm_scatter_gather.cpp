@@ -24,10 +24,12 @@
 #include <string>
 #include <tuple>
 
+#include "../fused_gemm/cost_model.hpp"
 #include "../gemm/team_gemm.hpp"
 #include "../gemm_allreduce/plan.hpp"
 #include "fused.hpp"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
@@ -41,8 +43,21 @@ Status fail(const char* op, const std::string& why) { return Status{false, std::
 
 bool built_dtype(DType d) { return d == DType::kBFloat16 || d == DType::kFloat16; }
 
-// The path a call runs. kAuto: sequential until measurements say where fusion pays.
-TpPath resolve(const TpConfig& cfg) { return cfg.path == TpPath::kAuto ? TpPath::kSequential : cfg.path; }
+// kAuto's test: the fused path where the cost model (src/ops/fused_gemm/cost_model.hpp) predicts
+// it faster than the sequential path on H200 NVLink by its margin, for this call's local GEMM
+// (M x N x K: the reduce-scatter's A_r B_r, the all-gather's gathered A times B_r), on 2 to 8
+// ranks (the model's range); its GEMM time is the model's estimate, the fused kernel's overhead
+// the one measured (default_overhead). Every rank decides alike: the same arguments.
+bool model_prefers_fused(fused_gemm::FusedOp op, int M, int N, int K, DType dtype, int P) {
+  if (P < 2 || P > 8) return false;
+  const fused_gemm::Shape s{M, N, K, (int)dtype_size(dtype)};
+  try {
+    const double t = fused_gemm::estimate_gemm_us(s.M, s.N, s.K, s.dtype_bytes);
+    return fused_gemm::prefers_fused(fused_gemm::predict(op, s, P, t, fused_gemm::default_overhead(op, s, P)));
+  } catch (const Error&) {
+    return false;  // a shape the model does not cover: the sequential path
+  }
+}
 
 Status check_common(const char* op, int M, int rank, int P, DType dtype, const void* ws, const TpConfig& cfg) {
   if (P < 1 || rank < 0 || rank >= P) return fail(op, "rank " + std::to_string(rank) + " of " + std::to_string(P));
@@ -81,6 +96,12 @@ AgFusedLayout ag_fused_layout(int M, int K, DType dtype, int P) {
 int ag_push_ctas(int S, int K, DType dtype, bool virtual_team, int max_blocks) {
   const size_t bytes = (size_t)S * K * dtype_size(dtype);
   const int g = (int)std::clamp<size_t>(bytes >> 20, 1, 16);
+#ifdef TILEWIRE_BENCH_KERNELS
+  // Measurement only: the push's CTAs on a virtual team (its bandwidth sets the fused call's time
+  // there: docs/fused_gemm.md, "Where the time went").
+  static const int forced = (int)env::get_int("TILEWIRE_AG_PUSH_CTAS");
+  if (virtual_team && forced > 0) return std::max(1, std::min({forced, 16, max_blocks}));
+#endif
   return std::max(1, std::min({g, virtual_team ? 2 : g, max_blocks}));
 }
 
@@ -148,13 +169,25 @@ Status check_gemm_reducescatter_args(const GemmReduceScatterArgs& a, int rank, i
   return Status{};
 }
 
+namespace {
+// The path a reduce-scatter runs: cfg.path, kAuto resolved (model_prefers_fused, where the fused
+// kernel can run here).
+TpPath path_for(const Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg) {
+  if (cfg.path != TpPath::kAuto) return cfg.path;
+  const int P = comm.nranks();
+  const bool fuse = model_prefers_fused(fused_gemm::FusedOp::kGemmReduceScatter, a.M, a.N, a.K_local, a.dtype, P) &&
+                    gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M, shard_rows(a.M, P)).ok;
+  return fuse ? TpPath::kFused : TpPath::kSequential;
+}
+}  // namespace
+
 Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg) {
   const char* op = "gemm_reducescatter";
   if (Status s = check_gemm_reducescatter_args(a, comm.rank(), comm.nranks(), cfg); !s) return s;
   if (!comm.all_lsa())
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
-  if (resolve(cfg) == TpPath::kFused)
+  if (cfg.path == TpPath::kFused)
     if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M, shard_rows(a.M, comm.nranks())); !s) return fail(op, s.reason);
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
@@ -171,6 +204,7 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
   const size_t e = dtype_size(a.dtype), part_bytes = up((size_t)P * S * a.N * e);
+  const TpPath path = path_for(comm, a, cfg);
   if (comm.checks_calls()) {
     const auto num = [](long long v) { return std::to_string(v); };
     comm.agree_on_call(op, {{"M", num(a.M)},
@@ -178,13 +212,13 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                             {"K_local", num(a.K_local)},
                             {"dtype", dtype_name(a.dtype)},
                             {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
-                            {"path", tp_path_name(resolve(cfg))},
+                            {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
   }
   const Comm::CallOrder order(comm, stream);
   // One rank has nothing to communicate: the fused path is the GEMM alone (below), unless traced
   // (the trace shows the fused kernel's tiles).
-  if (resolve(cfg) == TpPath::kFused && (P > 1 || cfg.trace.on())) {
+  if (path == TpPath::kFused && (P > 1 || cfg.trace.on())) {
     // A rank that holds no rows owns no tile: the hook never stores through its C.
     void* c = rows > 0 ? a.C_shard : a.workspace;
     gemm_allreduce_impl::fused_reducescatter(comm, GemmArgs{a.A, a.B, c, a.M, a.N, a.K_local, a.dtype, a.b_layout}, S,
@@ -231,32 +265,49 @@ Status check_allgather_gemm_args(const AllGatherGemmArgs& a, int rank, int P, co
   return Status{};
 }
 
+namespace {
+// Whether the all-gather's fused path can run here: the gated GEMM is the sm_90a hook kernel, and
+// the push takes SMs the GEMM leaves free.
+Status ag_fused_usable(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
+  const char* op = "allgather_gemm";
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) {
+    cudaGetLastError();
+    return fail(op, "cannot query the current CUDA device");
+  }
+  if (major != 9 || minor != 0)
+    return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
+                        std::to_string(major * 10 + minor));
+  const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(),
+                                                                            comm.dev_ctx().max_blocks);
+  const int free_sms = comm.sm_count() - cfg.reserved_sms - G;
+  if (free_sms < 2)
+    return fail(op, "the fused path needs " + std::to_string(G) + " SMs for its push beside the GEMM; " +
+                        std::to_string(comm.sm_count()) + " SMs, " + std::to_string(cfg.reserved_sms) +
+                        " reserved leave " + std::to_string(free_sms) + " for the GEMM (at least 2)");
+  return Status{};
+}
+
+// The path an all-gather + GEMM runs: cfg.path, kAuto resolved (model_prefers_fused, where the
+// fused path can run here).
+TpPath path_for(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
+  if (cfg.path != TpPath::kAuto) return cfg.path;
+  const bool fuse = model_prefers_fused(fused_gemm::FusedOp::kAllGatherGemm, a.M, a.N_local, a.K, a.dtype, comm.nranks()) &&
+                    ag_fused_usable(comm, a, cfg).ok;
+  return fuse ? TpPath::kFused : TpPath::kSequential;
+}
+}  // namespace
+
 Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
   const char* op = "allgather_gemm";
   if (Status s = check_allgather_gemm_args(a, comm.rank(), comm.nranks(), cfg); !s) return s;
   if (!comm.all_lsa())
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its all-gather is LSA only");
-  if (resolve(cfg) == TpPath::kFused) {
-    // The gated GEMM is the sm_90a hook kernel; the push takes SMs the GEMM leaves free.
-    int dev = 0, major = 0, minor = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
-        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) {
-      cudaGetLastError();
-      return fail(op, "cannot query the current CUDA device");
-    }
-    if (major != 9 || minor != 0)
-      return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
-                          std::to_string(major * 10 + minor));
-    const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(),
-                                                                              comm.dev_ctx().max_blocks);
-    const int free_sms = comm.sm_count() - cfg.reserved_sms - G;
-    if (free_sms < 2)
-      return fail(op, "the fused path needs " + std::to_string(G) + " SMs for its push beside the GEMM; " +
-                          std::to_string(comm.sm_count()) + " SMs, " + std::to_string(cfg.reserved_sms) +
-                          " reserved leave " + std::to_string(free_sms) + " for the GEMM (at least 2)");
-  }
+  if (cfg.path == TpPath::kFused)
+    if (Status s = ag_fused_usable(comm, a, cfg); !s) return s;
   try {
     (void)comm.find_window(a.workspace, allgather_gemm_workspace_size(a.M, a.K, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {
@@ -272,6 +323,7 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
   const size_t e = dtype_size(a.dtype), gathered_bytes = up((size_t)P * S * a.K * e);
+  const TpPath path = path_for(comm, a, cfg);
   if (comm.checks_calls()) {
     const auto num = [](long long v) { return std::to_string(v); };
     comm.agree_on_call(op, {{"M", num(a.M)},
@@ -279,13 +331,13 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
                             {"K", num(a.K)},
                             {"dtype", dtype_name(a.dtype)},
                             {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
-                            {"path", tp_path_name(resolve(cfg))},
+                            {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, gathered_bytes, "workspace")}});
   }
   const Comm::CallOrder order(comm, stream);
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
   // One rank has nothing to gather: the fused path is the GEMM on the shard (below), unless traced.
-  if (resolve(cfg) == TpPath::kFused && (P > 1 || cfg.trace.on())) {
+  if (path == TpPath::kFused && (P > 1 || cfg.trace.on())) {
     tp_impl::fused_allgather_gemm(comm, a, cfg, stream);
     return;
   }
