@@ -14,13 +14,6 @@ using Gemm = gemm_impl::Sm90Gemm<__nv_bfloat16, kLayout, RelayHookT<kTraced>>;
 
 template <BLayout kLayout>
 int max_active_clusters() {
-#ifdef TILEWIRE_BENCH_KERNELS
-  // The kernel without trace code too (the query sets its shared-memory attribute), so that its
-  // first cudaFuncSetAttribute comes on the op's first call and not between calls while the
-  // peers' kernels wait on a virtual team's one GPU. Suspected, not shown, as the cause of the
-  // wait timeout in the bench's traced section at 4 virtual ranks, where that kernel first runs.
-  (void)gemm_allreduce_impl::max_active_clusters<typename Gemm<kLayout, false>::Kernel>();
-#endif
   return gemm_allreduce_impl::max_active_clusters<typename Gemm<kLayout, true>::Kernel>();
 }
 
