@@ -444,9 +444,9 @@ class RankRun {
   void trace_fused(const ShapeState& x) {
     const int tiles = ((x.s.m + 127) / 128) * ((x.s.n + 255) / 256);
     trace::TraceBuffer buf(uint32_t(8 * tiles + 1024));
-    // Every rank's buffer before any rank's first fused call: the allocation may wait for the
-    // device to go idle, and on a virtual team a peer's fused kernel would be waiting for this
-    // rank's (it timed out there at 4 virtual ranks, bench/results/2026-12-03-engine-h200).
+    // Every rank's buffer before any rank's first fused call: an allocation may wait for the
+    // device to go idle, and on a virtual team a peer's fused kernel could be waiting for this
+    // rank's.
     comm_.sync(st_.s1.s);
     sh_.barrier.arrive_and_wait("trace buffers allocated");
     GemmAllReduceConfig cfg = o_.cfg;
