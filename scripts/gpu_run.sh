@@ -48,14 +48,16 @@
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
-#                 turn; traced calls), relay (the relay algorithm at 3 and 4 virtual ranks on that shape;
+#                 turn; traced calls), relay (the relay at 3 and 4 virtual ranks on that shape;
 #                 gemm-rs on the 70B shapes with the relay and the owner kernel, TILEWIRE_RS_OWNER),
-#                 gemmbudget (bench gemm --virtual 2, 4 --plans: the plain GEMM on a virtual rank's SMs
-#                 under each candidate plan, ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
-#                 traced), tests (the fused ops' tests at 1 real and 2, 3, 4, 8 virtual ranks), memcheck
-#                 (them at 4), accept (bench gemm-allreduce --sweep acceptance and grid, gemm-rs and
-#                 ag-gemm --sweep llama, at 2 and 4 virtual ranks); default all. One JSON line per
-#                 bench run in bench_engine.jsonl, traces in traces_engine.tgz
+#                 relay4 (the relay at 4, untraced and traced), gemmbudget (bench gemm --virtual 2, 4
+#                 --plans: the plain GEMM on a virtual rank's SMs under each candidate plan,
+#                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
+#                 traced; the 70B FFN up shapes with TILEWIRE_AG_PUSH_CTAS 4 and 8), tests (the fused
+#                 ops' tests at 1 real and VIRTUAL_P virtual ranks), memcheck (them at 4), accept
+#                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
+#                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
+#                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -199,7 +201,7 @@ fi
 
 if [ "$MODE" = engine ]; then
   header
-  STEPS=" ${ENGINE_STEPS:-owner relay gemmbudget ag tests memcheck accept} "
+  STEPS=" ${ENGINE_STEPS:-owner relay relay4 gemmbudget ag tests memcheck accept} "
   has() { [[ $STEPS == *" $1 "* ]]; }
   J=$OUT/bench_engine.jsonl
   : >"$J"
@@ -275,7 +277,7 @@ if [ "$MODE" = engine ]; then
     TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck --report-api-errors no \
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
-  if has accept; then  # the issue's acceptance sweeps: virtual P = 2 and 4, one real rank, decode
+  if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
     for p in 2 4; do
       bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5
       bench 200 "gemm-allreduce grid P=$p" gemm-allreduce --virtual $p --sweep grid --path fused -R 3 --iters 5

@@ -72,6 +72,7 @@
 #include "bench_args.hpp"  // median
 #include "bench_gate.hpp"
 #include "bench_gemm_allreduce.hpp"
+#include "bench_raii.hpp"
 #include "commands.hpp"
 #include "runtime/cublaslt.hpp"
 #include "tilewire/device/peer.cuh"

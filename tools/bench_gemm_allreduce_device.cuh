@@ -52,40 +52,7 @@ __global__ void check_kernel(const __nv_bfloat16* c, const __grid_constant__ Dev
   }
 }
 
-// ------------------------------------------------------------------ host RAII
-struct DeviceBuffer {
-  void* p = nullptr;
-  DeviceBuffer() = default;
-  explicit DeviceBuffer(size_t bytes) { TW_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
-    std::swap(p, o.p);
-    return *this;
-  }
-  ~DeviceBuffer() {
-    if (p) cudaFree(p);
-  }
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (s) cudaStreamDestroy(s);
-  }
-};
-
-struct Event {
-  cudaEvent_t e = nullptr;
-  explicit Event(unsigned flags) { TW_CUDA_CHECK(cudaEventCreateWithFlags(&e, flags)); }
-  Event(Event&& o) noexcept : e(std::exchange(o.e, nullptr)) {}
-  Event& operator=(Event&&) = delete;
-  ~Event() {
-    if (e) cudaEventDestroy(e);
-  }
-};
+// ------------------------------------------------------------------ host RAII: bench_raii.hpp
 
 // Byte offset `elems` bf16 elements into p.
 template <class P> P* at(P* p, size_t elems) {

@@ -42,6 +42,7 @@
 #include "bench_args.hpp"  // median
 #include "bench_gate.hpp"  // HostBarrier, StartGate
 #include "bench_gemm.hpp"
+#include "bench_raii.hpp"
 #include "ops/gemm/launch.hpp"     // gemm_impl::set_measurement_plan
 #include "ops/gemm/team_gemm.hpp"  // gemm_impl::sms_outside_budget
 #include "runtime/cublaslt.hpp"
@@ -51,37 +52,6 @@
 
 namespace tw::cli::gemm_bench {
 namespace {
-
-struct DevBuf {
-  void* p = nullptr;
-  explicit DevBuf(size_t bytes) { TW_CUDA_CHECK(cudaMalloc(&p, bytes)); }
-  DevBuf(DevBuf&& o) noexcept : p(std::exchange(o.p, nullptr)) {}
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  ~DevBuf() {
-    if (p) cudaFree(p);
-  }
-};
-
-struct Stream {
-  cudaStream_t s = nullptr;
-  Stream() { TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
-  ~Stream() {
-    if (s) cudaStreamDestroy(s);
-  }
-};
-
-struct Event {
-  cudaEvent_t e = nullptr;
-  Event() { TW_CUDA_CHECK(cudaEventCreate(&e)); }
-  Event(const Event&) = delete;
-  Event& operator=(const Event&) = delete;
-  ~Event() {
-    if (e) cudaEventDestroy(e);
-  }
-};
 
 // What one rank measured for one (shape, plan).
 struct Sample {
@@ -247,7 +217,7 @@ class RankRun {
   void shape(Shape s) {
     const size_t na = size_t(s.m) * s.k, nb = size_t(s.n) * s.k, nc = size_t(s.m) * s.n;
     const int sets = rotation_sets(2 * (na + nb + nc));
-    std::vector<DevBuf> A, B, C;
+    std::vector<DeviceBuffer> A, B, C;
     const uint64_t rank_seed = uint64_t(me_) << 32;
     for (int i = 0; i < sets; ++i) {
       A.emplace_back(2 * na), B.emplace_back(2 * nb), C.emplace_back(2 * nc);
@@ -255,7 +225,7 @@ class RankRun {
       fill_operand(B[i].p, nb, a_.dtype, rank_seed + 2000 + i, st_.s);
     }
     const size_t ws_bytes = 64 << 20;
-    DevBuf ref(2 * nc), ws(ws_bytes), wrong(sizeof(unsigned long long));
+    DeviceBuffer ref(2 * nc), ws(ws_bytes), wrong(sizeof(unsigned long long));
     const lt::LtMatmul mm(lt_.get(), s.m, s.n, s.k, a_.layout, ws_bytes, a_.dtype, cublas_sms_);
     auto cublas = [&](int i, void* out) { mm.run(A[i % sets].p, B[i % sets].p, out, ws.p, st_.s); };
     auto tilewire = [&](int i) {
