@@ -414,8 +414,9 @@ Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M, int sha
   return device_info(comm, algo, b, dtype, algo == GemmAllReduceAlgo::kOwner && scatter_tile_is_decode(M), &d);
 }
 
-// The owner algorithm with tiles owned by shard (make_scatter_layout): the same launch as
-// gemm_allreduce's owner path, C the rank's shard (local memory), no C window.
+// The relay on the shards (make_relay_layout with shard_rows: each shard one segment of the walk,
+// its owner last) or the owner algorithm with tiles owned by shard (make_scatter_layout): the same
+// launches as gemm_allreduce's, C the rank's shard (local memory), no C window.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
                          const trace::Ring& ring, cudaStream_t stream) {
   DeviceInfo d;
