@@ -647,6 +647,13 @@ void rank_entry(Comm& comm, const Options& o, Shared& sh) {
     st.emplace();
     RankRun(comm, o, sh, *st).run();
   } catch (...) {
+    // A device wait that timed out on this rank says what it waited for (the fault record).
+    try {
+      comm.check_fault();
+    } catch (const Error& f) {
+      std::fprintf(stderr, "tilewire bench gemm-allreduce: rank %d: %s\n", comm.rank(), f.what());
+    } catch (...) {
+    }
     sh.fail(std::current_exception());  // peers waiting on the host throw instead of waiting for this rank
     comm.abort();                       // before st's windows go: their collective release cannot complete now
     throw;
