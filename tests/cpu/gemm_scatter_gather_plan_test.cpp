@@ -220,19 +220,35 @@ TEST(TpFusedReduceScatter, DecodeTileAtSmallM) {
   EXPECT_FALSE(ai::scatter_rotates(256, 2, 128, 2));
 }
 
-// The fused all-gather's flags sit after the gathered A, inside the sequential path's workspace.
+// The fused all-gather's flags sit after the gathered A, inside the sequential path's workspace,
+// one per chunk of every shard; the chunks are whole GEMM tile rows.
 TEST(TpFusedAllGather, FlagsFitTheWorkspace) {
-  for (int P : {1, 2, 3, 8})
-    for (int M : {1, 100, 1000, 4096, 8191})
+  for (int P : {1, 2, 3, 8, 32})
+    for (int M : {1, 100, 1000, 4096, 8191, 65536})
       for (int K : {8, 64, 4096})
         for (DType d : {DType::kBFloat16, DType::kFloat16}) {
           const auto l = tw::tp_impl::ag_fused_layout(M, K, d, P);
           const size_t S = tw::shard_rows(M, P);
+          EXPECT_GE(l.chunks, 1);
+          EXPECT_LE(l.chunks, tw::tp_impl::kMaxChunks);
+          EXPECT_EQ(S % ((size_t)l.chunks * 128), 0u) << P << " " << M << " " << K;
           EXPECT_GE(l.flags_off, (size_t)P * S * K * 2) << P << " " << M << " " << K;
           EXPECT_EQ(l.flags_off % 256, 0u);
-          EXPECT_GE(l.total, l.flags_off + 8 * (size_t)P);
+          EXPECT_GE(l.total, l.flags_off + 8 * (size_t)P * l.chunks);
           EXPECT_LE(l.total, tw::allgather_gemm_workspace_size(M, K, d, P)) << P << " " << M << " " << K;
         }
+}
+
+// Chunks of at least 1 MiB where the shard has them, at most kMaxChunks, dividing the shard's
+// tile rows: the GEMM's first tile waits for one chunk, not the shard.
+TEST(TpFusedAllGather, ChunksFromTheShardSize) {
+  using tw::tp_impl::ag_fused_layout;
+  EXPECT_EQ(ag_fused_layout(256, 64, DType::kBFloat16, 2).chunks, 1);       // S 128: one tile row
+  EXPECT_EQ(ag_fused_layout(2048, 4096, DType::kBFloat16, 2).chunks, 8);    // S 1024, 8 MiB: 8 x 1 MiB
+  EXPECT_EQ(ag_fused_layout(8192, 7168, DType::kBFloat16, 2).chunks, 32);   // 56 MiB: 32 x 1.75 MiB
+  EXPECT_EQ(ag_fused_layout(65536, 8192, DType::kBFloat16, 2).chunks, 32);  // 512 MiB: capped at 32
+  EXPECT_EQ(ag_fused_layout(3 * 1024, 8192, DType::kFloat16, 2).chunks, 12);  // 12 tile rows of 2 MiB
+  EXPECT_EQ(ag_fused_layout(1024, 512, DType::kBFloat16, 1).chunks, 1);      // 1 MiB in all: one chunk
 }
 
 // One push CTA per MiB of a shard, 1 to 16, the same on every rank (from S); at most 2 on a

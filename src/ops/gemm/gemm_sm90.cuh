@@ -149,19 +149,28 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   }
 
  private:
-  // CUTLASS's cooperative kernel asks for work with whole warps (initial_work_tile_info,
-  // fetch_next_work): lane 0 spins, then every lane acquires the flag itself and fences so that
-  // its TMA loads see the rows (ptx.cuh's proxy rule). A gate already open costs one acquire
-  // load per thread per tile.
+  // Only the mainloop's load warp (warp 0 of the producer warpgroup: its TMA loads are the only
+  // reads of A) waits; the other roles reach a gated tile through the smem pipeline, whose
+  // mbarrier waits suspend in hardware. Lane 0 polls with a pause between polls (every polling
+  // warp of every CTA on one line of L2 starved the all-gather's own copies: 13 GB/s instead of
+  // ~100 per push CTA, docs/fused_gemm.md), then every lane acquires the flag itself and fences so
+  // that its TMA loads see the rows (ptx.cuh's proxy rule). A gate already open costs one acquire
+  // load per load-warp thread per tile.
+  static constexpr uint32_t kGatePollNs = 256;
   CUTLASS_DEVICE void wait_gate(int tm) const {
 #if defined(__CUDA_ARCH__)
+    if (threadIdx.x >= 32) return;
     const int src = tm * kBlkM / gate_->rows_per_src;
     if (src == gate_->skip) return;
     const uint64_t* f = gate_->flags + src;
     const uint64_t want = gate_->want;
-    if ((threadIdx.x & 31) == 0)
+    if (threadIdx.x == 0 && ptx::ld_acquire_sys(f) < want)
       dev::bounded_spin_silent(
-          gate_->ctx, "allgather_gemm.rows", want, [&] { return ptx::ld_acquire_sys(f); },
+          gate_->ctx, "allgather_gemm.rows", want,
+          [&] {
+            ptx::nanosleep(kGatePollNs);
+            return ptx::ld_acquire_sys(f);
+          },
           [&](uint64_t x) { return x >= want; });
     __syncwarp();
     (void)ptx::ld_acquire_sys(f);

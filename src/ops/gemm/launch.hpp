@@ -16,10 +16,10 @@
 namespace tw::gemm_impl {
 
 // A gate on A's row blocks (allgather_gemm's fused path: A is gathered while the GEMM runs).
-// Before a CTA computes the tile at M-tile tm, every thread of it that asks the scheduler for
-// that tile waits until flags[src] >= want (acquire, bounded by ctx.timeout_ns), src =
-// tm * kBlkM / rows_per_src, except src == skip (the rows already local), then orders the TMA
-// loads after it (fence.proxy.async). The work list starts at the unit holding row first_row
+// Before a CTA loads the tile at M-tile tm, its mainloop load warp waits until flags[src] >=
+// want (acquire, polled with pauses, bounded by ctx.timeout_ns), src = tm * kBlkM /
+// rows_per_src, except src == skip (the rows already local; -1: none), then orders its TMA loads
+// after it (fence.proxy.async). The work list starts at the unit holding row first_row
 // (the local rows first, then the rows after them, wrapping). flags null: no gate (the plain GEMM).
 // ring (tracing on): the scheduler records, with trace::emit, per tile mma_start when the
 // mainloop's load warp has the tile past its gate and mma_end when the consumers ask for their

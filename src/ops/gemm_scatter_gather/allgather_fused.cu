@@ -1,35 +1,38 @@
 // allgather_gemm's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused): the
-// all-gather of A runs beside the GEMM that consumes it.
+// all-gather of A runs beside the GEMM that consumes it, and the GEMM waits per chunk of rows.
 //
-//   stream     flags[0, P) = 0; this rank's shard -> its rows of the gathered A (local);
+//   stream     flags = 0 (P x C words, ag_fused_layout: chunk c of shard q is flag q C + c);
 //              fork -> the push kernel on a side stream; the GEMM with a gate on A's row blocks
-//              (gemm_impl::Gate: a tile of shard q's rows waits until flags[q] = G); join.
-//   push       G CTAs on SMs the GEMM leaves free. Entry: an LSA barrier (every rank's previous
-//              GEMM, which read its gathered A, is over, and its flags are zero: both precede its
-//              fork). CTA b copies its share of this rank's rows into every peer's gathered A at
-//              the same offset, peers in reverse ring order (rank me - 1 first: it computes
-//              shard me right after its own), and after each peer adds 1 to that peer's
-//              flags[me] (release). So flags[q] = G at rank r: all of q's rows have landed at r.
-//              Exit: CTA 0 waits until every flag here is G (no add of this call lands after
-//              the next call zeroed them).
+//              (gemm_impl::Gate: a tile of chunk g's rows waits until flags[g] = G); join.
+//   push       G CTAs on SMs the GEMM leaves free, each copying its share of every chunk:
+//              1. this rank's shard into its own rows of the gathered A, chunk by chunk, each
+//                 chunk's local flag + 1 (release) after it: the GEMM starts on the first chunk;
+//              2. an LSA barrier (every rank's previous GEMM, which read its gathered A, is over,
+//                 and its flags are zero: both precede its fork);
+//              3. the shard into every peer's gathered A at the same offset, peers in reverse ring
+//                 order (rank me - 1 first: it computes shard me right after its own), chunk by
+//                 chunk, each chunk's flag at that peer + 1 after it;
+//              4. when the call returns A_gathered: its own rows from the shard, then each peer's
+//                 chunk once its flag here is G (ring order: as the GEMM reads them);
+//              5. CTA 0 waits until every flag here is G (no add of this call lands after the
+//                 next call zeroed them).
 //   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
 //              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
 //              tiles together). Its CTAs never wait for each other, only for the push, which
 //              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
-//              free (reserved SMs + G; on a virtual team within the rank's SM budget). The
-//              GEMM is launched first (its host checks), the push after it: either may start
-//              first on the device.
+//              free (reserved SMs + G; on a virtual team within the rank's SM budget).
+//
+// Why SMs and not the copy engines (as Flux's all-gather): the own rows and A_gathered are copies
+// within one GPU, which the driver runs as kernels on SMs, not on a copy engine; with the GEMM
+// holding every SM and waiting for those copies, nothing progresses. Measured on a virtual team
+// (docs/fused_gemm.md, "Where the time went"): the copy-engine version deadlocked where the GEMMs
+// filled the GPU and ran 5x slower where they left 4 SMs.
 //
 // Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start,
 // past the gate) and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in
 // ../gemm/launch.hpp); each push CTA records kernel_start / kernel_end (id kPushCtaId0 + CTA)
 // and per peer q chunk_send (id q: its first store to q issued) and chunk_recv (id q: its
-// release of q's flag issued, so q's rows from this CTA are there).
-//
-// Why pushes and not pulls: a push needs no flag from the owner that its rows are ready (its
-// own kernel wrote them in stream order), and the one handshake the call needs (the entry
-// barrier) is the one that also makes the peer's buffer free. Measured against the sequential
-// path by `tilewire bench ag-gemm`; the rule that picks one is in docs/gemm_scatter_gather.md.
+// release of q's last flag issued, so q's rows from this CTA are there).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -47,51 +50,107 @@
 namespace tw::tp_impl {
 namespace {
 
-constexpr int kPushThreads = 512;
-constexpr int kUnroll = 4;  // 16-byte loads in flight per thread
+constexpr int kPushThreads = 1024;
+constexpr int kUnroll = 8;  // 16-byte loads in flight per thread: 128 KiB per CTA
 constexpr uint32_t kPushCtaId0 = 1u << 16;  // trace ids of the push CTAs (the GEMM's CTAs: 0, 1, ..)
 
-__global__ void __launch_bounds__(kPushThreads)
-    push_shard(const __grid_constant__ DevCtx ctx, DevWindow win, size_t shard_off, size_t bytes, size_t flags_off,
-               trace::Ring ring) {
-  const bool rec = ring.on() && threadIdx.x == 0;
-  if (rec) trace::emit(ring, trace::EventKind::kKernelStart, kPushCtaId0 + blockIdx.x, ptx::globaltimer());
-  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
-  const int P = ctx.lsa_size, me = ctx.lsa_rank;
+struct PushArgs {
+  DevWindow win;
+  size_t ws_off = 0;     // the workspace's offset in the window
+  size_t flags_off = 0;  // from the workspace
+  const char* shard = nullptr;  // this rank's rows of A
+  char* gathered = nullptr;     // A_gathered, or null
+  size_t rb = 0;                // bytes per row of A
+  int S = 0, rows = 0, chunks = 0, R = 0;  // shard rows, this rank's rows, chunks per shard, rows per chunk
+  int M = 0;
+};
+
+// This CTA's share (of gridDim.x) of a copy of `bytes` (a multiple of 16) from src to dst.
+__device__ void copy_share(char* dst, const char* src, size_t bytes) {
   const size_t vecs = bytes / 16;
   const size_t lo = vecs * blockIdx.x / gridDim.x, hi = vecs * (blockIdx.x + 1) / gridDim.x;
-  const uint4* src = dev::lsa_ptr<const uint4>(ctx, win, shard_off, me);
-  for (int k = 1; k < P; ++k) {
-    const int q = (me - k + P) % P;
-    uint4* dst = dev::lsa_ptr<uint4>(ctx, win, shard_off, q);
-    if (rec) trace::emit(ring, trace::EventKind::kChunkSend, uint32_t(q), ptx::globaltimer());
-    for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
-      uint4 v[kUnroll];
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
+    uint4 v[kUnroll];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const size_t i = i0 + (size_t)u * blockDim.x;
-        if (i < hi) v[u] = ptx::ld_nc_v4(src + i);
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const size_t i = i0 + (size_t)u * blockDim.x;
-        if (i < hi) ptx::st_v4(dst + i, v[u]);
-      }
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t i = i0 + (size_t)u * blockDim.x;
+      if (i < hi) v[u] = ptx::ld_nc_v4(s + i);
     }
-    __threadfence_system();
-    __syncthreads();  // the CTA's stores to q, then one release that covers them (cumulativity)
-    if (threadIdx.x == 0) ptx::red_add_release_sys(dev::lsa_ptr<uint64_t>(ctx, win, flags_off + 8 * (size_t)me, q), 1);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t i = i0 + (size_t)u * blockDim.x;
+      if (i < hi) ptx::st_v4(d + i, v[u]);
+    }
+  }
+}
+
+// The CTA's stores so far, then one release of `flag` + 1 that covers them (cumulativity).
+__device__ void publish(uint64_t* flag) {
+  __threadfence_system();
+  __syncthreads();
+  if (threadIdx.x == 0) ptx::red_add_release_sys(flag, 1);
+}
+
+__global__ void __launch_bounds__(kPushThreads)
+    push_shard(const __grid_constant__ DevCtx ctx, const __grid_constant__ PushArgs a, trace::Ring ring) {
+  const bool rec = ring.on() && threadIdx.x == 0;
+  if (rec) trace::emit(ring, trace::EventKind::kKernelStart, kPushCtaId0 + blockIdx.x, ptx::globaltimer());
+  const int P = ctx.lsa_size, me = ctx.lsa_rank, C = a.chunks;
+  const uint64_t want = gridDim.x;
+  const auto ws = [&](int q, size_t off) { return dev::lsa_ptr<char>(ctx, a.win, a.ws_off + off, q); };
+  const auto flag = [&](int q, int src, int c) {
+    return reinterpret_cast<uint64_t*>(ws(q, a.flags_off + 8 * ((size_t)src * C + c)));
+  };
+  const auto chunk_bytes = [&](int n_rows, int c) { return (size_t)std::min(a.R, n_rows - c * a.R) * a.rb; };
+  const auto row_off = [&](int src, int c) { return ((size_t)src * a.S + (size_t)c * a.R) * a.rb; };
+  // 1. Own rows, chunk by chunk (no peer involved: this rank's flags were zeroed before the fork).
+  for (int c = 0; c * a.R < a.rows; ++c) {
+    copy_share(ws(me, row_off(me, c)), a.shard + (size_t)c * a.R * a.rb, chunk_bytes(a.rows, c));
+    publish(flag(me, me, c));
+  }
+  // 2. Every peer's gathered A is free and its flags zero.
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
+  // 3. The shard into every peer, chunk by chunk.
+  for (int k = 1; k < P && a.rows > 0; ++k) {
+    const int q = (me - k + P) % P;
+    if (rec) trace::emit(ring, trace::EventKind::kChunkSend, uint32_t(q), ptx::globaltimer());
+    for (int c = 0; c * a.R < a.rows; ++c) {
+      copy_share(ws(q, row_off(me, c)), a.shard + (size_t)c * a.R * a.rb, chunk_bytes(a.rows, c));
+      publish(flag(q, me, c));
+    }
     if (rec) trace::emit(ring, trace::EventKind::kChunkRecv, uint32_t(q), ptx::globaltimer());
   }
-  // Every peer's adds have landed here before the call ends (the join waits for this kernel),
-  // also those of a peer whose rows this rank's GEMM never waited for: the next call zeroes the
-  // flags, and a late add of this call must not count there.
-  if (blockIdx.x == 0 && threadIdx.x < P && (int)threadIdx.x != me) {
-    const uint64_t* f = dev::lsa_ptr<const uint64_t>(ctx, win, flags_off + 8 * (size_t)threadIdx.x, me);
-    dev::bounded_spin(
-        ctx, "allgather_gemm.push_exit", gridDim.x, [&] { return ptx::ld_acquire_sys(f); },
-        [&](uint64_t x) { return x >= gridDim.x; });
+  // Waits here until chunk c of shard src has landed (all G CTAs of src's push added theirs).
+  const auto landed = [&](int src, int c) {
+    if (threadIdx.x == 0) {
+      const uint64_t* f = flag(me, src, c);
+      dev::bounded_spin(
+          ctx, "allgather_gemm.push_gather", want, [&] { return ptx::ld_acquire_sys(f); },
+          [&](uint64_t x) { return x >= want; });
+    }
+    __syncthreads();
+  };
+  // 4. A_gathered, in the GEMM's order.
+  if (a.gathered != nullptr) {
+    copy_share(a.gathered + row_off(me, 0), a.shard, (size_t)a.rows * a.rb);
+    for (int k = 1; k < P; ++k) {
+      const int src = (me + k) % P;
+      const int n = (int)std::max<long long>(0, std::min<long long>(a.S, (long long)a.M - (long long)src * a.S));
+      for (int c = 0; c * a.R < n; ++c) {
+        landed(src, c);
+        copy_share(a.gathered + row_off(src, c), ws(me, row_off(src, c)), chunk_bytes(n, c));
+      }
+    }
   }
+  // 5. Every peer's adds have landed here before the call ends (the join waits for this kernel),
+  //    also those of chunks this rank's GEMM never waited for.
+  if (blockIdx.x == 0)
+    for (int src = 0; src < P; ++src) {
+      const int n = (int)std::max<long long>(0, std::min<long long>(a.S, (long long)a.M - (long long)src * a.S));
+      if (src != me && n > 0) landed(src, (n - 1) / a.R);
+    }
   if (ring.on()) {
     __syncthreads();  // CTA 0: its exit wait is part of the kernel
     if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kPushCtaId0 + blockIdx.x, ptx::globaltimer());
@@ -121,57 +180,79 @@ SideStream& side_stream(const Comm& comm) {
   return ss;
 }
 
-// Joins the side stream into the call's stream when the call ends, also when it throws (a capture
-// must not be left with unjoined work, nor the next call's flags zeroed under a running push).
-struct Join {
-  const SideStream& ss;
-  cudaStream_t stream;
-  ~Join() {
-    if (cudaEventRecord(ss.join, ss.s) == cudaSuccess) (void)cudaStreamWaitEvent(stream, ss.join, 0);
+// Forks the side stream off the call's stream; joins it back when the call ends, also when it
+// throws (a capture must not be left with unjoined work, nor the next call's flags zeroed under a
+// running push).
+class Forked {
+ public:
+  Forked(const Comm& comm, cudaStream_t stream) : ss_(side_stream(comm)), stream_(stream) {
+    TW_CUDA_CHECK(cudaEventRecord(ss_.fork, stream_));
+    TW_CUDA_CHECK(cudaStreamWaitEvent(ss_.s, ss_.fork, 0));
   }
+  ~Forked() {
+    if (cudaEventRecord(ss_.join, ss_.s) == cudaSuccess) (void)cudaStreamWaitEvent(stream_, ss_.join, 0);
+  }
+  Forked(const Forked&) = delete;
+  Forked& operator=(const Forked&) = delete;
+  cudaStream_t side() const { return ss_.s; }
+
+ private:
+  const SideStream& ss_;
+  cudaStream_t stream_;
 };
 
 }  // namespace
 
+void gemm_with_copy_beside(const Comm& comm, void* dst, const void* src, size_t bytes, cudaStream_t stream,
+                           const std::function<void()>& gemm) {
+  if (dst == nullptr || bytes == 0) return gemm();
+  const Forked f(comm, stream);
+  TW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, f.side()));
+  gemm();
+}
+
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
-  const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, me);
-  const size_t e = dtype_size(a.dtype), row_bytes = (size_t)a.K * e;
+  const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P);
   const AgFusedLayout lay = ag_fused_layout(a.M, a.K, a.dtype, P);
   const int G = ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(), comm.dev_ctx().max_blocks);
   char* ws = static_cast<char*>(a.workspace);
   const WindowRef w = comm.find_window(a.workspace, lay.total, "workspace");
-  // 1. Flags zero before this rank's push joins the entry barrier; its rows local.
-  TW_CUDA_CHECK(cudaMemsetAsync(ws + lay.flags_off, 0, (size_t)P * 8, stream));
-  if (rows > 0)
-    TW_CUDA_CHECK(cudaMemcpyAsync(ws + (size_t)me * S * row_bytes, a.A_shard, (size_t)rows * row_bytes,
-                                  cudaMemcpyDeviceToDevice, stream));
-  // 2. The GEMM, each tile of a peer's rows gated on that peer's flag, and the push beside it
-  //    (launched after the GEMM: the GEMM's host checks come first, and either may start first
-  //    on the device, since the push has SMs of its own).
-  SideStream& ss = side_stream(comm);
-  TW_CUDA_CHECK(cudaEventRecord(ss.fork, stream));
-  TW_CUDA_CHECK(cudaStreamWaitEvent(ss.s, ss.fork, 0));
+  PushArgs pa;
+  pa.win = w.win;
+  pa.ws_off = w.offset;
+  pa.flags_off = lay.flags_off;
+  pa.shard = static_cast<const char*>(a.A_shard);
+  pa.gathered = static_cast<char*>(a.A_gathered);
+  pa.rb = (size_t)a.K * dtype_size(a.dtype);
+  pa.S = S;
+  pa.rows = shard_rows_of(a.M, P, me);
+  pa.chunks = lay.chunks;
+  pa.R = S / lay.chunks;
+  pa.M = a.M;
+  trace::Ring ring = cfg.trace;
+  ring.rank = (uint16_t)comm.rank();
+  // 1. Flags zero before this rank's push joins the entry barrier.
+  TW_CUDA_CHECK(cudaMemsetAsync(ws + lay.flags_off, 0, (size_t)P * lay.chunks * 8, stream));
   {
-    const Join join{ss, stream};  // 3. the call ends when both are done (the next call's fork waits for it)
+    const Forked f(comm, stream);  // 3. the call ends when both are done (the next call's zero waits for it)
+    // 2. The GEMM, each tile gated on its chunk's flag, and the push beside it (launched after
+    //    the GEMM: the GEMM's host checks come first, and either may start first on the device,
+    //    since the push has SMs of its own).
     gemm_impl::Gate gate;
     gate.flags = reinterpret_cast<const uint64_t*>(ws + lay.flags_off);
-    gate.rows_per_src = S;
-    gate.skip = me;
+    gate.rows_per_src = pa.R;
+    gate.skip = -1;
     gate.want = (uint64_t)G;
     gate.first_row = me * S;
     gate.ctx = comm.dev_ctx();
-    gate.ring = cfg.trace;
-    gate.ring.rank = (uint16_t)comm.rank();
+    gate.ring = ring;
     GemmConfig gc;
     gc.reserved_sms = cfg.reserved_sms + G + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
     gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
-    push_shard<<<G, kPushThreads, 0, ss.s>>>(comm.dev_ctx(), w.win, w.offset + (size_t)me * S * row_bytes,
-                                              (size_t)rows * row_bytes, w.offset + lay.flags_off, gate.ring);
+    push_shard<<<G, kPushThreads, 0, f.side()>>>(comm.dev_ctx(), pa, ring);
     comm.check_launch("allgather_gemm push launch");
     comm.launched("allgather_gemm");
   }
-  if (a.A_gathered != nullptr)
-    TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, ws, (size_t)a.M * row_bytes, cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace tw::tp_impl

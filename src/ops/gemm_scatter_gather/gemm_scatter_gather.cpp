@@ -88,8 +88,14 @@ namespace tp_impl {
 AgFusedLayout ag_fused_layout(int M, int K, DType dtype, int P) {
   AgFusedLayout l;
   const size_t S = (size_t)shard_rows(M, P), e = dtype_size(dtype);
+  const int units = (int)(S / kTileRows);
+  for (int d = std::min(units, kMaxChunks); d > 1; --d)
+    if (units % d == 0 && S / d * K * e >= (size_t(1) << 20)) {
+      l.chunks = d;
+      break;
+    }
   l.flags_off = up((size_t)P * S * K * e);
-  l.total = l.flags_off + up((size_t)P * 8);
+  l.total = l.flags_off + up((size_t)P * l.chunks * 8);
   return l;
 }
 
@@ -341,11 +347,11 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
     tp_impl::fused_allgather_gemm(comm, a, cfg, stream);
     return;
   }
-  if (P == 1) {  // the gathered A is the shard: the GEMM reads it where it is
-    gemm_impl::team_gemm(comm, GemmArgs{a.A_shard, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout},
-                         cfg.reserved_sms, stream);
-    if (a.A_gathered != nullptr)
-      TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, a.A_shard, (size_t)a.M * a.K * e, cudaMemcpyDeviceToDevice, stream));
+  if (P == 1) {  // the gathered A is the shard: the GEMM reads it where it is, A_gathered copied beside it
+    tp_impl::gemm_with_copy_beside(comm, a.A_gathered, a.A_shard, (size_t)a.M * a.K * e, stream, [&] {
+      gemm_impl::team_gemm(comm, GemmArgs{a.A_shard, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout},
+                           cfg.reserved_sms, stream);
+    });
     return;
   }
   char* gathered = static_cast<char*>(a.workspace);
