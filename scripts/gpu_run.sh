@@ -53,7 +53,7 @@
 #                 relay4 (the relay at 4, untraced and traced), gemmbudget (bench gemm --virtual 2, 4
 #                 --plans: the plain GEMM on a virtual rank's SMs under each candidate plan,
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
-#                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 1 and 4 too), tests (the fused
+#                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
 #                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), memcheck (them at 4), accept
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
@@ -258,9 +258,9 @@ if [ "$MODE" = engine ]; then
     done
     bench 120 "ag-gemm P=2 decode traced" ag-gemm --virtual 2 -m 128 -n 14336 -k 8192 -R 3 --iters 10 \
       --trace "$OUT/trace_ag_decode_p2.json"
-    for p in 2 4; do  # the 70B FFN up shapes, with the push's default CTAs (2 on a virtual team), 1 and 4
+    for p in 2 4; do  # the 70B FFN up shapes, with the push's default CTAs (2 on a virtual team), 4 and 8
       bench 120 "ag-gemm P=$p 70B FFN up" ag-gemm --virtual $p -m 8192,16384 -n $((28672 / p)) -k 8192 -R 3 --iters 5
-      for g in 1 4; do
+      for g in 4 8; do
         TILEWIRE_AG_PUSH_CTAS=$g bench 120 "ag-gemm P=$p 70B FFN up, push $g CTAs" ag-gemm --virtual $p -m 8192,16384 \
           -n $((28672 / p)) -k 8192 -R 3 --iters 5
       done

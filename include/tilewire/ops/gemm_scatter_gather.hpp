@@ -24,9 +24,9 @@
 //                rows it holds, which sums the P partials in rank order in its epilogue.
 //                allgather_gemm (bf16, fp16): the GEMM (tilewire's
 //                hook kernel) waits per chunk of A's rows (whole 128-row tiles, 1 MiB or more)
-//                for that chunk to land, its own shard first and the peers' in ring order, while
-//                a push kernel on SMs it leaves free copies this rank's shard into its own rows,
-//                then into its peers' workspaces, then (A_gathered) every chunk as it lands. Both run
+//                for that chunk to land, its own shard first (copied before it starts) and the
+//                peers' in ring order, while a push kernel on SMs it leaves free stores this
+//                rank's shard into its peers' workspaces, chunk by chunk. Both run
 //                128 x 64 tiles without clusters at M <= 256 (one wave where 128 x 256 tiles
 //                leave most SMs idle), 128 x 256 tiles in 2x1 clusters above;
 //   kAuto        the fused path where the cost model (src/ops/fused_gemm/cost_model.hpp,

@@ -1,20 +1,20 @@
 // allgather_gemm's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused): the
 // all-gather of A runs beside the GEMM that consumes it, and the GEMM waits per chunk of rows.
 //
-//   stream     flags = 0 (P x C words, ag_fused_layout: chunk c of shard q is flag q C + c);
-//              fork -> the push kernel on a side stream; the GEMM with a gate on A's row blocks
-//              (gemm_impl::Gate: a tile of chunk g's rows waits until flags[g] = G); join.
-//   push       G CTAs on SMs the GEMM leaves free, each copying its share of every chunk:
-//              1. this rank's shard into its own rows of the gathered A, chunk by chunk, each
-//                 chunk's local flag + 1 (release) after it: the GEMM starts on the first chunk;
+//   stream     flags = 0 (P x C words, ag_fused_layout: chunk c of shard q is flag q C + c); this
+//              rank's shard -> its rows of the gathered A (a copy on the whole GPU); fork -> the
+//              push kernel on a side stream; the GEMM with a gate on A's row blocks
+//              (gemm_impl::Gate: a tile of chunk g's rows waits until flags[g] = G); join; the
+//              gathered A -> A_gathered when the call returns it.
+//   push       G CTAs on SMs the GEMM leaves free:
+//              1. the flags of this rank's own chunks + 1 (their rows were copied before the fork);
 //              2. an LSA barrier (every rank's previous GEMM, which read its gathered A, is over,
 //                 and its flags are zero: both precede its fork);
-//              3. the shard into every peer's gathered A at the same offset, peers in reverse ring
-//                 order (rank me - 1 first: it computes shard me right after its own), chunk by
-//                 chunk, each chunk's flag at that peer + 1 after it;
-//              4. when the call returns A_gathered: its own rows from the shard, then each peer's
-//                 chunk once its flag here is G (ring order: as the GEMM reads them);
-//              5. CTA 0 waits until every flag here is G (no add of this call lands after the
+//              3. each CTA its share of every chunk of the shard into every peer's gathered A at
+//                 the same offset, peers in reverse ring order (rank me - 1 first: it computes
+//                 shard me right after its own), each chunk's flag at that peer + 1 after it
+//                 (release): a peer's GEMM starts on the first chunk, not the whole shard;
+//              4. CTA 0 waits until every flag here is G (no add of this call lands after the
 //                 next call zeroed them).
 //   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
 //              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
@@ -22,11 +22,11 @@
 //              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
 //              free (reserved SMs + G; on a virtual team within the rank's SM budget).
 //
-// Why SMs and not the copy engines (as Flux's all-gather): the own rows and A_gathered are copies
-// within one GPU, which the driver runs as kernels on SMs, not on a copy engine; with the GEMM
-// holding every SM and waiting for those copies, nothing progresses. Measured on a virtual team
-// (docs/fused_gemm.md, "Where the time went"): the copy-engine version deadlocked where the GEMMs
-// filled the GPU and ran 5x slower where they left 4 SMs.
+// What was measured (docs/fused_gemm.md, "Where the time went"): the copies on copy engines
+// (cudaMemcpyAsync and stream writes of the flags, Flux's way) deadlocked on one GPU: copies
+// within a GPU run as kernels on SMs, which the waiting GEMMs held. Copying the own rows and
+// A_gathered in the push kernel, beside the GEMM, was slower than these whole-GPU copies: two
+// push CTAs copied at 27-72 GB/s.
 //
 // Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start,
 // past the gate) and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in
@@ -59,7 +59,6 @@ struct PushArgs {
   size_t ws_off = 0;     // the workspace's offset in the window
   size_t flags_off = 0;  // from the workspace
   const char* shard = nullptr;  // this rank's rows of A
-  char* gathered = nullptr;     // A_gathered, or null
   size_t rb = 0;                // bytes per row of A
   int S = 0, rows = 0, chunks = 0, R = 0;  // shard rows, this rank's rows, chunks per shard, rows per chunk
   int M = 0;
@@ -105,11 +104,8 @@ __global__ void __launch_bounds__(kPushThreads)
   };
   const auto chunk_bytes = [&](int n_rows, int c) { return (size_t)std::min(a.R, n_rows - c * a.R) * a.rb; };
   const auto row_off = [&](int src, int c) { return ((size_t)src * a.S + (size_t)c * a.R) * a.rb; };
-  // 1. Own rows, chunk by chunk (no peer involved: this rank's flags were zeroed before the fork).
-  for (int c = 0; c * a.R < a.rows; ++c) {
-    copy_share(ws(me, row_off(me, c)), a.shard + (size_t)c * a.R * a.rb, chunk_bytes(a.rows, c));
-    publish(flag(me, me, c));
-  }
+  // 1. Own rows: copied on the stream before the fork; their flags here (zeroed before the fork).
+  for (int c = 0; c * a.R < a.rows; ++c) publish(flag(me, me, c));
   // 2. Every peer's gathered A is free and its flags zero.
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
   // 3. The shard into every peer, chunk by chunk.
@@ -127,24 +123,12 @@ __global__ void __launch_bounds__(kPushThreads)
     if (threadIdx.x == 0) {
       const uint64_t* f = flag(me, src, c);
       dev::bounded_spin(
-          ctx, "allgather_gemm.push_gather", want, [&] { return ptx::ld_acquire_sys(f); },
+          ctx, "allgather_gemm.push_exit", want, [&] { return ptx::ld_acquire_sys(f); },
           [&](uint64_t x) { return x >= want; });
     }
     __syncthreads();
   };
-  // 4. A_gathered, in the GEMM's order.
-  if (a.gathered != nullptr) {
-    copy_share(a.gathered + row_off(me, 0), a.shard, (size_t)a.rows * a.rb);
-    for (int k = 1; k < P; ++k) {
-      const int src = (me + k) % P;
-      const int n = (int)std::max<long long>(0, std::min<long long>(a.S, (long long)a.M - (long long)src * a.S));
-      for (int c = 0; c * a.R < n; ++c) {
-        landed(src, c);
-        copy_share(a.gathered + row_off(src, c), ws(me, row_off(src, c)), chunk_bytes(n, c));
-      }
-    }
-  }
-  // 5. Every peer's adds have landed here before the call ends (the join waits for this kernel),
+  // 4. Every peer's adds have landed here before the call ends (the join waits for this kernel),
   //    also those of chunks this rank's GEMM never waited for.
   if (blockIdx.x == 0)
     for (int src = 0; src < P; ++src) {
@@ -222,7 +206,6 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
   pa.ws_off = w.offset;
   pa.flags_off = lay.flags_off;
   pa.shard = static_cast<const char*>(a.A_shard);
-  pa.gathered = static_cast<char*>(a.A_gathered);
   pa.rb = (size_t)a.K * dtype_size(a.dtype);
   pa.S = S;
   pa.rows = shard_rows_of(a.M, P, me);
@@ -231,8 +214,11 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
   pa.M = a.M;
   trace::Ring ring = cfg.trace;
   ring.rank = (uint16_t)comm.rank();
-  // 1. Flags zero before this rank's push joins the entry barrier.
+  // 1. Flags zero before this rank's push joins the entry barrier; its rows local.
   TW_CUDA_CHECK(cudaMemsetAsync(ws + lay.flags_off, 0, (size_t)P * lay.chunks * 8, stream));
+  if (pa.rows > 0)
+    TW_CUDA_CHECK(cudaMemcpyAsync(ws + (size_t)me * S * pa.rb, a.A_shard, (size_t)pa.rows * pa.rb,
+                                  cudaMemcpyDeviceToDevice, stream));
   {
     const Forked f(comm, stream);  // 3. the call ends when both are done (the next call's zero waits for it)
     // 2. The GEMM, each tile gated on its chunk's flag, and the push beside it (launched after
@@ -253,6 +239,8 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
     comm.check_launch("allgather_gemm push launch");
     comm.launched("allgather_gemm");
   }
+  if (a.A_gathered != nullptr)
+    TW_CUDA_CHECK(cudaMemcpyAsync(a.A_gathered, ws, (size_t)a.M * pa.rb, cudaMemcpyDeviceToDevice, stream));
 }
 
 }  // namespace tw::tp_impl
