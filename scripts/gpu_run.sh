@@ -54,7 +54,8 @@
 #                 --plans: the plain GEMM on a virtual rank's SMs under each candidate plan,
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
-#                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), memcheck (them at 4), accept
+#                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
+#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), memcheck (them at 4), accept
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
 #                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
@@ -263,6 +264,13 @@ if [ "$MODE" = engine ]; then
       for g in 4 8; do
         TILEWIRE_AG_PUSH_CTAS=$g bench 120 "ag-gemm P=$p 70B FFN up, push $g CTAs" ag-gemm --virtual $p -m 8192,16384 \
           -n $((28672 / p)) -k 8192 -R 3 --iters 5
+      done
+    done
+  fi
+  if has agswizzle; then  # the gated GEMM's band of row units (TILEWIRE_AG_SWIZZLE; default 1)
+    for p in 2 4; do
+      for z in 1 4 8; do
+        TILEWIRE_AG_SWIZZLE=$z bench 120 "ag-gemm llama P=$p swizzle $z" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
       done
     done
   fi

@@ -151,7 +151,6 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   TW_CUDA_CHECK(cudaGetDevice(&dev));
   TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
   GemmConfig c = cfg;
-  c.swizzle = 1;  // a row block's tiles in a row (Gate's order)
   const bool decode = gated_tile_is_decode(a.M);
   const Status sms = check_sms(c, num_sms, decode ? kDecodeClusterM : kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);

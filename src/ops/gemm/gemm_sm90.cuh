@@ -151,11 +151,10 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
  private:
   // Only the mainloop's load warp (warp 0 of the producer warpgroup: its TMA loads are the only
   // reads of A) waits; the other roles reach a gated tile through the smem pipeline, whose
-  // mbarrier waits suspend in hardware. Lane 0 polls with a pause between polls (every polling
-  // warp of every CTA on one line of L2 starved the all-gather's own copies: 13 GB/s instead of
-  // ~100 per push CTA, docs/fused_gemm.md), then every lane acquires the flag itself and fences so
-  // that its TMA loads see the rows (ptx.cuh's proxy rule). A gate already open costs one acquire
-  // load per load-warp thread per tile.
+  // mbarrier waits suspend in hardware. Lane 0 polls with a pause between polls, so that a GEMM
+  // waiting for rows leaves the flags' L2 lines to the push that sets them, then every lane
+  // acquires the flag itself and fences so that its TMA loads see the rows (ptx.cuh's proxy
+  // rule). A gate already open costs one acquire load per load-warp thread per tile.
   static constexpr uint32_t kGatePollNs = 256;
   CUTLASS_DEVICE void wait_gate(int tm) const {
 #if defined(__CUDA_ARCH__)

@@ -77,8 +77,9 @@ void launch_f16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms,
                           const Gate& gate);
 
 // tw::gemm with a gate on A (Gate above): the hook kernel (never stream-K; on its decode tile at
-// M <= kHookDecodeMaxM, gated_tile_is_decode), rows walked along N (raster kAlongN, swizzle 1: a
-// row block's tiles together, row blocks in order from the gate's first_row). Arguments as
+// M <= kHookDecodeMaxM, gated_tile_is_decode), rows walked along N (raster kAlongN, in bands of
+// cfg.swizzle row units: with 1, a row block's tiles together; row blocks in order from the
+// gate's first_row). Arguments as
 // tw::gemm's, already checked by the caller.
 void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cudaStream_t stream);
 inline bool gated_tile_is_decode(int M) { return M <= kHookDecodeMaxM; }

@@ -45,6 +45,7 @@
 #include "fused.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::tp_impl {
@@ -185,6 +186,17 @@ class Forked {
   cudaStream_t stream_;
 };
 
+// The gated GEMM's band of row units along N: 1 walks a row block's tiles together, in the order
+// the rows arrive. TILEWIRE_AG_SWIZZLE (measurement build only) sets 2, 4 or 8 instead: wider
+// bands read B fewer times from HBM and wait for more rows at once.
+int ag_swizzle() {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const int forced = (int)env::get_int("TILEWIRE_AG_SWIZZLE");
+  if (forced == 2 || forced == 4 || forced == 8) return forced;
+#endif
+  return 1;
+}
+
 }  // namespace
 
 void gemm_with_copy_beside(const Comm& comm, void* dst, const void* src, size_t bytes, cudaStream_t stream,
@@ -234,6 +246,7 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
     gate.ring = ring;
     GemmConfig gc;
     gc.reserved_sms = cfg.reserved_sms + G + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
+    gc.swizzle = ag_swizzle();
     gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
     push_shard<<<G, kPushThreads, 0, f.side()>>>(comm.dev_ctx(), pa, ring);
     comm.check_launch("allgather_gemm push launch");
