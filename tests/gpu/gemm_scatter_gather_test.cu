@@ -11,7 +11,8 @@
 //   * M not a multiple of P or of 128 (ranks with fewer rows, or none), both B layouts, bf16 and
 //     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
 //     and bad input refused on every rank with nothing written;
-//   * M <= 256, where both fused paths run the hook kernel's decode tile (128 x 64, no cluster).
+//   * M <= 256, where both fused paths run the hook kernel's decode tile (128 x 64, no cluster);
+//   * the fused all-gather's shards of several chunks, each gated on its own flag.
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -21,6 +22,7 @@
 #include "common.cuh"
 #include "ops/gemm/launch.hpp"
 #include "ops/gemm_allreduce/plan.hpp"  // scatter_uses_relay: which fused kernel runs (its roundings)
+#include "ops/gemm_scatter_gather/fused.hpp"  // ag_fused_layout: the all-gather's chunks
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -262,6 +264,56 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
 }
 
 // Bad input: refused on every rank with the reason, nothing written (outputs stay poisoned).
+// Shards of several chunks (tp_impl::ag_fused_layout: 1 MiB or more each), so that the gate
+// opens chunk by chunk: 2048 rows of K = 512 per rank (2 MiB, two chunks), a rank late on every
+// other call, new data each call. The gathered A bitwise against the shards, C bitwise against
+// the same kernel, ungated, on A gathered on the host (the tiles' math does not depend on when
+// they start); the GEMM's exactness is the test above's.
+TEST(AllGatherGemm, ChunkedShardsMatchTheUngatedKernel) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  const TpCase c{2048 * P, 256, 512, DType::kBFloat16, BLayout::kNK, Fill::kRandom};
+  ASSERT_GT(tw::tp_impl::ag_fused_layout(c.M, c.K, c.dtype, P).chunks, 1);
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank(), S = tw::shard_rows(c.M, P), rows = tw::shard_rows_of(c.M, P, me);
+    const size_t e = tw::dtype_size(c.dtype);
+    Stream s;
+    tw::Window ws = comm.alloc_window(tw::allgather_gemm_workspace_size(c.M, c.K, c.dtype, P));
+    DeviceBuffer A((size_t)rows * c.K * e), B((size_t)c.N * c.K * e), C((size_t)c.M * c.N * e),
+        G((size_t)c.M * c.K * e), Aref((size_t)c.M * c.K * e), Cref((size_t)c.M * c.N * e);
+    for (int call = 0; call < 4; ++call) {
+      const uint64_t sa = 700 + 10 * call, sb = 800 + 10 * call;
+      fill(A.data(), c.dtype, (size_t)rows * c.K, c.fill, sa, 0, s, (size_t)me * S * c.K);
+      fill(B.data(), c.dtype, (size_t)c.N * c.K, c.fill, sb, me, s);
+      poison(C.data(), C.bytes, s);
+      poison(G.data(), G.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      if (call % 2 == 1 && me == call / 2 % P) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      tw::TpConfig cfg;
+      cfg.path = tw::TpPath::kFused;
+      tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A.data(), B.data(), C.data(), G.data(), c.M, c.N, c.K, c.dtype,
+                                                     c.b, ws.data()},
+                         cfg, s);
+      const Bytes host_a = host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0);
+      if (std::string d = compare_exact(to_host(G.data(), G.bytes, s), host_a, c.dtype, (size_t)c.M * c.K); !d.empty())
+        wrong[me] += "call " + std::to_string(call) + ": gathered A: " + d + "; ";
+      upload(Aref.data(), host_a, s);
+      poison(Cref.data(), Cref.bytes, s);
+      tw::gemm_impl::gemm_gated(tw::GemmArgs{Aref.data(), B.data(), Cref.data(), c.M, c.N, c.K, c.dtype, c.b},
+                                tw::GemmConfig{}, tw::gemm_impl::Gate{}, s);
+      if (std::string d = compare_exact(to_host(C.data(), C.bytes, s), to_host(Cref.data(), Cref.bytes, s), c.dtype,
+                                        (size_t)c.M * c.N);
+          !d.empty())
+        wrong[me] += "call " + std::to_string(call) + ": C vs the ungated kernel: " + d + "; ";
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
 TEST(GemmScatterGather, BadInputWritesNothing) {
   TW_SKIP_UNLESS_SM90();
   const int P = team_size();

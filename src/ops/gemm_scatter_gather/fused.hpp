@@ -17,7 +17,8 @@ namespace tp_impl {
 // at flags_off (inside the sequential path's padding slot, so the workspace size is unchanged):
 // shard q's chunk c is flag q chunks + c, its rows [q S + c S / chunks, ..). chunks divides S / 128
 // (whole GEMM tile rows), is at most kMaxChunks, and keeps a chunk at 1 MiB or more where the
-// shard allows: the GEMM waits for the first chunk only, the copies cost one call per chunk.
+// shard allows: a peer's GEMM starts on the first chunk of a shard, and each chunk costs the push
+// one fence and one flag per CTA.
 struct AgFusedLayout {
   int chunks = 1;
   size_t flags_off = 0;
