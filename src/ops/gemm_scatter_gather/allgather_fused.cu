@@ -2,19 +2,18 @@
 // all-gather of A runs beside the GEMM that consumes it, and the GEMM waits per chunk of rows.
 //
 //   stream     flags = 0 (P x C words, ag_fused_layout: chunk c of shard q is flag q C + c); this
-//              rank's shard -> its rows of the gathered A (a copy on the whole GPU); fork -> the
-//              push kernel on a side stream; the GEMM with a gate on A's row blocks
-//              (gemm_impl::Gate: a tile of chunk g's rows waits until flags[g] = G); join; the
-//              gathered A -> A_gathered when the call returns it.
+//              rank's shard -> its rows of the gathered A (a copy on the whole GPU) and its own
+//              chunks' flags open; fork -> the push kernel on a side stream; the GEMM with a gate
+//              on A's row blocks (gemm_impl::Gate: a tile of chunk g's rows waits until
+//              flags[g] >= G); join; the gathered A -> A_gathered when the call returns it.
 //   push       G CTAs on SMs the GEMM leaves free:
-//              1. the flags of this rank's own chunks + 1 (their rows were copied before the fork);
-//              2. an LSA barrier (every rank's previous GEMM, which read its gathered A, is over,
+//              1. an LSA barrier (every rank's previous GEMM, which read its gathered A, is over,
 //                 and its flags are zero: both precede its fork);
-//              3. each CTA its share of every chunk of the shard into every peer's gathered A at
+//              2. each CTA its share of every chunk of the shard into every peer's gathered A at
 //                 the same offset, peers in reverse ring order (rank me - 1 first: it computes
 //                 shard me right after its own), each chunk's flag at that peer + 1 after it
 //                 (release): a peer's GEMM starts on the first chunk, not the whole shard;
-//              4. CTA 0 waits until every flag here is G (no add of this call lands after the
+//              3. CTA 0 waits until every flag here is G (no add of this call lands after the
 //                 next call zeroed them).
 //   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
 //              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
@@ -105,11 +104,9 @@ __global__ void __launch_bounds__(kPushThreads)
   };
   const auto chunk_bytes = [&](int n_rows, int c) { return (size_t)std::min(a.R, n_rows - c * a.R) * a.rb; };
   const auto row_off = [&](int src, int c) { return ((size_t)src * a.S + (size_t)c * a.R) * a.rb; };
-  // 1. Own rows: copied on the stream before the fork; their flags here (zeroed before the fork).
-  for (int c = 0; c * a.R < a.rows; ++c) publish(flag(me, me, c));
-  // 2. Every peer's gathered A is free and its flags zero.
+  // 1. Every peer's gathered A is free and its flags zero.
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.push_entry");
-  // 3. The shard into every peer, chunk by chunk.
+  // 2. The shard into every peer, chunk by chunk.
   for (int k = 1; k < P && a.rows > 0; ++k) {
     const int q = (me - k + P) % P;
     if (rec) trace::emit(ring, trace::EventKind::kChunkSend, uint32_t(q), ptx::globaltimer());
@@ -129,7 +126,7 @@ __global__ void __launch_bounds__(kPushThreads)
     }
     __syncthreads();
   };
-  // 4. Every peer's adds have landed here before the call ends (the join waits for this kernel),
+  // 3. Every peer's adds have landed here before the call ends (the join waits for this kernel),
   //    also those of chunks this rank's GEMM never waited for.
   if (blockIdx.x == 0)
     for (int src = 0; src < P; ++src) {
@@ -226,18 +223,27 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
   pa.M = a.M;
   trace::Ring ring = cfg.trace;
   ring.rank = (uint16_t)comm.rank();
-  // 1. Flags zero before this rank's push joins the entry barrier; its rows local.
-  TW_CUDA_CHECK(cudaMemsetAsync(ws + lay.flags_off, 0, (size_t)P * lay.chunks * 8, stream));
-  if (pa.rows > 0)
+  // 1. Flags zero before this rank's push joins the entry barrier; its rows local, and their
+  //    flags open (every byte 1: above any G). No GEMM tile waits for the push at one rank, nor
+  //    for its own rows anywhere.
+  char* flags = ws + lay.flags_off;
+  TW_CUDA_CHECK(cudaMemsetAsync(flags, 0, (size_t)P * lay.chunks * 8, stream));
+  if (pa.rows > 0) {
     TW_CUDA_CHECK(cudaMemcpyAsync(ws + (size_t)me * S * pa.rb, a.A_shard, (size_t)pa.rows * pa.rb,
                                   cudaMemcpyDeviceToDevice, stream));
+    const int own_chunks = (pa.rows + pa.R - 1) / pa.R;
+    TW_CUDA_CHECK(cudaMemsetAsync(flags + 8 * (size_t)me * lay.chunks, 1, 8 * (size_t)own_chunks, stream));
+  }
   {
     const Forked f(comm, stream);  // 3. the call ends when both are done (the next call's zero waits for it)
-    // 2. The GEMM, each tile gated on its chunk's flag, and the push beside it (launched after
-    //    the GEMM: the GEMM's host checks come first, and either may start first on the device,
-    //    since the push has SMs of its own).
+    // 2. The push, then the GEMM beside it, each tile gated on its chunk's flag. The push is
+    //    launched first so that the GPU places it before the GEMM's clusters: a GEMM that filled
+    //    the SMs before the push had one would wait for it forever. It waits for no GEMM, so it
+    //    completes even where the GEMM's launch then throws.
+    push_shard<<<G, kPushThreads, 0, f.side()>>>(comm.dev_ctx(), pa, ring);
+    comm.check_launch("allgather_gemm push launch");
     gemm_impl::Gate gate;
-    gate.flags = reinterpret_cast<const uint64_t*>(ws + lay.flags_off);
+    gate.flags = reinterpret_cast<const uint64_t*>(flags);
     gate.rows_per_src = pa.R;
     gate.skip = -1;
     gate.want = (uint64_t)G;
@@ -248,8 +254,6 @@ void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig
     gc.reserved_sms = cfg.reserved_sms + G + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
     gc.swizzle = ag_swizzle();
     gemm_impl::gemm_gated(GemmArgs{ws, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, gate, stream);
-    push_shard<<<G, kPushThreads, 0, f.side()>>>(comm.dev_ctx(), pa, ring);
-    comm.check_launch("allgather_gemm push launch");
     comm.launched("allgather_gemm");
   }
   if (a.A_gathered != nullptr)
