@@ -55,7 +55,8 @@
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
 #                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
-#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), memcheck (them at 4), accept
+#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), decodem (bench gemm --sweep
+#                 decode-m: every M from 1 to 256 at one real rank), memcheck (them at 4), accept
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
 #                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
@@ -266,6 +267,9 @@ if [ "$MODE" = engine ]; then
           -n $((28672 / p)) -k 8192 -R 3 --iters 5
       done
     done
+  fi
+  if has decodem; then  # the plain GEMM at every M from 1 to 256 (one real rank) against cuBLASLt
+    bench 300 "gemm decode-m" gemm --sweep decode-m -R 3
   fi
   if has agswizzle; then  # the gated GEMM's band of row units (TILEWIRE_AG_SWIZZLE; default 1)
     for p in 2 4; do

@@ -2,7 +2,7 @@
 // same inputs, every result checked against cuBLASLt's on the device.
 //
 //   tilewire bench gemm -m 8192 -n 8192 -k 8192 [--layout nk|kn] [--dtype bf16|fp16]
-//                       [--sweep acceptance|grid|skinny|tail|decode|narrow|ragged]
+//                       [--sweep acceptance|grid|skinny|tail|decode|decode-m|narrow|ragged]
 //                       [--iters 20] [--warmup 5] [-R 5] [--reserved-sms 0] [--swizzle 4] [--json FILE]
 //                       [--plans "auto;hook;tile=swap128x64,mode=splitk,splits=8;..."] [--virtual P]
 //
@@ -13,7 +13,9 @@
 // elements of tilewire's C farther from cuBLASLt's than 2 bf16 ulps (relative 2^-6) + 2^-6
 // absolute (the same bound for fp16, whose ulps are smaller).
 // Sweeps: decode = M in {1, 16, 32, 64, 128, 256} x N in {4096, 8192, 14336, 57344} x K in
-// {4096, 8192}; narrow = the decode M x N in {1024, 2048} x K in {4096, 8192} (tensor-parallel
+// {4096, 8192}; decode-m = every M from 1 to 256 at 8192 x 8192 and 14336 x 4096 (N x K: the
+// decode plan's rows change with M between decode's points, and each M must hold, not only
+// those); narrow = the decode M x N in {1024, 2048} x K in {4096, 8192} (tensor-parallel
 // shards of N); ragged = M in {3000, 5000, 6143} x N in {5144, 10248} x K in {3584, 4000}. Exit 0
 // when every check passed, 1 when not.
 // --plans: every shape under each plan in turn (the same inputs; each plan checked and timed in
@@ -112,7 +114,8 @@ constexpr const char* kUsage =
     "                        4096x8192x8192, 2048x8192x4096); grid: M {128,512,2048,8192} x N {4096,8192}\n"
     "                        x K {4096,8192}; skinny: the grid's M = 128 shapes; tail: 4096x8192x8192,\n"
     "                        2048x8192x4096 (ragged last waves); decode: M {1,16,32,64,128,256} x N {4096,\n"
-    "                        8192,14336,57344} x K {4096,8192}; narrow: the decode M x N {1024,2048} x K\n"
+    "                        8192,14336,57344} x K {4096,8192}; decode-m: every M 1..256 at N x K 8192 x\n"
+    "                        8192 and 14336 x 4096; narrow: the decode M x N {1024,2048} x K\n"
     "                        {4096,8192}; ragged: M {3000,5000,6143} x N {5144,10248} x K {3584,4000}\n"
     "  --layout nk|kn        B as [N,K] (default, weights) or [K,N]\n"
     "  --dtype bf16|fp16     A, B and C (default bf16); fp32 accumulation either way\n"
@@ -197,6 +200,9 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
     for (int mm : {1, 16, 32, 64, 128, 256})
       for (int nn : {4096, 8192, 14336, 57344})
         for (int kk : {4096, 8192}) a.shapes.push_back({mm, nn, kk});
+  } else if (sweep == "decode-m") {
+    for (auto [nn, kk] : {std::pair{8192, 8192}, std::pair{14336, 4096}})
+      for (int mm = 1; mm <= 256; ++mm) a.shapes.push_back({mm, nn, kk});
   } else if (sweep == "narrow") {
     for (int mm : {1, 16, 32, 64, 128, 256})
       for (int nn : {1024, 2048})
@@ -207,7 +213,7 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
         for (int kk : {3584, 4000}) a.shapes.push_back({mm, nn, kk});
   } else
     TW_REQUIRE(sweep.empty(), kInvalidArgument,
-               "bench gemm: --sweep acceptance|grid|skinny|tail|decode|narrow|ragged, got '" + sweep + "'");
+               "bench gemm: --sweep acceptance|grid|skinny|tail|decode|decode-m|narrow|ragged, got '" + sweep + "'");
   if (m || n || k) {
     TW_REQUIRE(m > 0 && n > 0 && k > 0, kInvalidArgument, "bench gemm: -m, -n and -k go together, all positive");
     a.shapes.push_back({m, n, k});
