@@ -303,9 +303,10 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
 // with exchange), the workspace pointer and its overlaps, the partial precision.
 Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
 
-// gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in gemm_allreduce.cpp: it shares
-// the relay and owner kernels (scatter_uses_relay picks), the workspace records and the residency
-// rules. g: A, B, C = this rank's shard (M the full rows); the workspace >= the larger of
+// gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in
+// ../gemm_scatter_gather/reducescatter_fused.cpp: on the fused-GEMM engine (../fused_gemm/engine.hpp)
+// with gemm_allreduce, it shares the relay and owner kernels (scatter_uses_relay picks), the
+// workspace records and the residency rules. g: A, B, C = this rank's shard (M the full rows); the workspace >= the larger of
 // make_scatter_layout(...).total and make_relay_layout(...).total bytes in a window.
 // ring: the kernel's per-tile events (relay_hook.cuh, hook.cuh), null events: off.
 void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,

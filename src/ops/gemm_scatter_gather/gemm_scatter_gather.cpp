@@ -1,7 +1,7 @@
 // tw::gemm_reducescatter and tw::allgather_gemm (tilewire/ops/gemm_scatter_gather.hpp): the
 // checks, the workspace layout and the sequential path; gemm_reducescatter's fused path is the
-// fused all-reduce's owner kernel with tiles owned by shard (gemm_allreduce.cpp,
-// fused_reducescatter); allgather_gemm's is the GEMM gated per row block beside a push of the
+// fused all-reduce's relay or owner kernel on the shards (reducescatter_fused.cpp, on the
+// fused-GEMM engine); allgather_gemm's is the GEMM gated per chunk of rows beside a push of the
 // shards (allgather_fused.cu).
 //
 // Workspace (one rank; same layout and offset on every rank):
@@ -194,7 +194,8 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
     return fail(op, "every rank must be in the LSA team (" + std::to_string(comm.lsa_size()) + " of " +
                         std::to_string(comm.nranks()) + "): its reduce-scatter is LSA only");
   if (cfg.path == TpPath::kFused)
-    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M, shard_rows(a.M, comm.nranks())); !s) return fail(op, s.reason);
+    if (Status s = gemm_allreduce_impl::scatter_can_fuse(comm, a.b_layout, a.dtype, a.M, shard_rows(a.M, comm.nranks())); !s)
+      return s;  // its reason names the op
   try {
     (void)comm.find_window(a.workspace, gemm_reducescatter_workspace_size(a.M, a.N, a.dtype, comm.nranks()), "workspace");
   } catch (const Error& e) {

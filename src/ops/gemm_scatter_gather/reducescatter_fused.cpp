@@ -1,0 +1,86 @@
+// gemm_reducescatter's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused) on the
+// fused-GEMM engine (../fused_gemm/engine.hpp): the relay kernel on the shards, or the owner
+// kernel with tiles owned by shard, the same kernels and workspace records as gemm_allreduce's.
+// Declared in ../gemm_allreduce/plan.hpp with the layouts they use.
+#include <cuda_runtime.h>
+
+#include "../fused_gemm/engine.hpp"
+#include "../gemm_allreduce/plan.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+void note_sequential_use(Comm& comm, void* workspace, size_t bytes, cudaStream_t stream) {
+  bool first = false;
+  (void)fused_gemm::must_reinit(comm.find_window(workspace, bytes, "workspace"), fused_gemm::kHeldSequential, stream,
+                                false, &first);
+}
+
+namespace {
+// gemm_reducescatter's fused kernel: the relay (scatter_uses_relay), else the owner kernel; the
+// measurement build runs the owner kernel wherever TILEWIRE_RS_OWNER is set, to compare the two.
+GemmAllReduceAlgo scatter_algo(int M, int P, int shard_rows, DType dtype) {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool owner = env::get_bool("TILEWIRE_RS_OWNER");
+  if (owner) return GemmAllReduceAlgo::kOwner;
+#endif
+  return scatter_uses_relay(M, P, shard_rows, dtype) ? GemmAllReduceAlgo::kRelay : GemmAllReduceAlgo::kOwner;
+}
+
+fused_gemm::KernelKey scatter_kernel(int M, int P, int shard_rows, DType dtype, BLayout b) {
+  const GemmAllReduceAlgo algo = scatter_algo(M, P, shard_rows, dtype);
+  return fused_gemm::KernelKey{algo, dtype, b, algo == GemmAllReduceAlgo::kOwner && scatter_tile_is_decode(M)};
+}
+}  // namespace
+
+Status scatter_can_fuse(const Comm& comm, BLayout b, DType dtype, int M, int shard_rows) {
+  fused_gemm::Residency r;
+  return fused_gemm::residency(comm, scatter_kernel(M, comm.lsa_size(), shard_rows, dtype, b), "gemm_reducescatter",
+                               &r);
+}
+
+// The relay on the shards (make_relay_layout with shard_rows: each shard one segment of the walk,
+// its owner last) or the owner algorithm with tiles owned by shard (make_scatter_layout): C the
+// rank's shard (local memory), no C window.
+void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int reserved_sms, void* workspace,
+                         const trace::Ring& ring, cudaStream_t stream) {
+  const int P = comm.lsa_size();
+  const fused_gemm::KernelKey key = scatter_kernel(g.M, P, shard_rows, g.dtype, g.b_layout);
+  const bool relay = key.algo == GemmAllReduceAlgo::kRelay;
+  fused_gemm::Residency r;
+  const Status rs = fused_gemm::residency(comm, key, "gemm_reducescatter", &r);
+  TW_REQUIRE(rs.ok, kUnsupported, rs.reason);
+  GemmAllReduceConfig cfg;
+  cfg.reserved_sms = reserved_sms;
+  LaunchParams p;
+  p.gemm = g;
+  p.gemm_cfg = as_gemm_config(cfg);
+  if (scatter_rotates(g.M, P, shard_rows, r.cluster_m)) {
+    // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
+    // another): every CTA pushes partials before it waits as an owner, and at each step the
+    // ranks push to different owners. plan.hpp, scatter_rotates, says why it is deadlock free.
+    p.gemm_cfg.raster = GemmRaster::kAlongN;
+    p.gemm_cfg.swizzle = 1;
+    p.gemm_cfg.rank = (comm.dev_ctx().lsa_rank + 1) % P;
+    p.gemm_cfg.nranks = P;
+  }
+  fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
+  // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
+  p.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.sched.units(), P, shard_rows)
+                : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
+  fused_gemm::apply_owner_knobs(p);
+  if (relay) fused_gemm::apply_relay_knobs(p);
+  p.final_ctas = final_wait_ctas(p.sched);
+  p.ctx = comm.dev_ctx();
+  const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");
+  p.ws_win = ww.win, p.ws_off = ww.offset;
+  p.c_win = ww.win, p.c_off = 0;  // unused: finals stay on their owner
+  p.ws = workspace;
+  p.ring = ring;
+  p.ring.rank = (uint16_t)comm.rank();
+  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, "gemm_reducescatter", stream);
+}
+
+}  // namespace tw::gemm_allreduce_impl
