@@ -21,11 +21,12 @@
 //              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
 //              free (reserved SMs + G; on a virtual team within the rank's SM budget).
 //
-// What was measured (docs/fused_gemm.md, "Where the time went"): the copies on copy engines
-// (cudaMemcpyAsync and stream writes of the flags, Flux's way) deadlocked on one GPU: copies
-// within a GPU run as kernels on SMs, which the waiting GEMMs held. Copying the own rows and
-// A_gathered in the push kernel, beside the GEMM, was slower than these whole-GPU copies: two
-// push CTAs copied at 27-72 GB/s.
+// Rules the design keeps (the measurements: docs/fused_gemm.md, "Where the time went"):
+//   * nothing a gated GEMM waits for may need an SM the GEMM could hold: a copy within one GPU
+//     (cudaMemcpyAsync device to device) runs as a kernel on SMs, so it precedes the GEMM in
+//     stream order, and the push runs on SMs the GEMM leaves free;
+//   * copies that need no peer (the own rows, A_gathered) run on the whole GPU before and after
+//     the GEMM, where they are faster than on the push's few CTAs beside it.
 //
 // Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start,
 // past the gate) and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in
