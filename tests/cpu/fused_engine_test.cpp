@@ -1,0 +1,108 @@
+// The fused-GEMM engine's kernel table and workspace signatures without a GPU
+// (src/ops/fused_gemm/engine.hpp): every kernel a legal call resolves to is built, the pairs the
+// checks refuse have none, and layouts that differ sign differently.
+#include <cstdint>
+#include <set>
+#include <string>
+
+#include "cpu_util.hpp"
+#include "ops/fused_gemm/engine.hpp"
+#include "ops/gemm_allreduce/plan.hpp"
+#include "tilewire/ops/gemm_allreduce.hpp"
+
+namespace {
+using tw::BLayout;
+using tw::DType;
+using tw::GemmAllReduceAlgo;
+using tw::GemmAllReduceArgs;
+using tw::GemmAllReduceConfig;
+using tw::PartialPrecision;
+namespace fg = tw::fused_gemm;
+namespace ai = tw::gemm_allreduce_impl;
+
+void* at(uintptr_t a) { return reinterpret_cast<void*>(a); }
+constexpr uintptr_t kA = 0x7f0000000000, kB = 0x7f1000000000, kC = 0x7f2000000000, kW = 0x7f3000000000;
+
+std::string name(const fg::KernelKey& k) {
+  return std::to_string((int)k.algo) + " " + tw::dtype_name(k.dtype) + (k.b == BLayout::kNK ? " NK" : " KN") +
+         (k.decode ? " decode" : "");
+}
+
+// gemm_allreduce: every call check_args accepts resolves to a kernel of the table.
+TEST(FusedEngine, EveryAcceptedAllReduceCallHasItsKernel) {
+  int checked = 0;
+  for (int P : {1, 2, 3, 4, 8})
+    for (DType t : {DType::kBFloat16, DType::kFloat16})
+      for (BLayout b : {BLayout::kNK, BLayout::kKN})
+        for (int M : {1, 128, 256, 257, 4096})
+          for (GemmAllReduceAlgo algo :
+               {GemmAllReduceAlgo::kAuto, GemmAllReduceAlgo::kOwner, GemmAllReduceAlgo::kRelay, GemmAllReduceAlgo::kExchange})
+            for (PartialPrecision pp : {PartialPrecision::kBFloat16, PartialPrecision::kFloat32}) {
+              const GemmAllReduceArgs a{at(kA), at(kB), at(kC), M, 1024, 512, t, b, at(kW)};
+              GemmAllReduceConfig cfg;
+              cfg.algo = algo;
+              cfg.partials = pp;
+              if (!ai::check_args(a, P, cfg).ok) continue;
+              const GemmAllReduceAlgo r = ai::resolve_algo(P, cfg, b, t, M);
+              const fg::KernelKey key{r, t, b, ai::owner_tile_is_decode(a, r)};
+              const fg::Kernel* k = fg::find_kernel(key);
+              ASSERT_NE(k, nullptr) << name(key) << " (P " << P << ", M " << M << ")";
+              EXPECT_EQ(k->key.algo, key.algo);
+              EXPECT_EQ(k->key.dtype, key.dtype);
+              EXPECT_EQ(k->key.b, key.b);
+              EXPECT_EQ(k->key.decode, key.decode);
+              ++checked;
+            }
+  EXPECT_GT(checked, 100);
+}
+
+// gemm_reducescatter's fused path: the relay where scatter_uses_relay says so, else the owner
+// kernel (on its decode tile at small M); both built for every dtype and layout it runs.
+TEST(FusedEngine, EveryReduceScatterKernelIsBuilt) {
+  for (int P : {1, 2, 3, 4, 8})
+    for (DType t : {DType::kBFloat16, DType::kFloat16})
+      for (BLayout b : {BLayout::kNK, BLayout::kKN})
+        for (int M : {1, 128, 256, 1024, 4096, 3000}) {
+          const int S = (M + P - 1) / P;
+          const int shard = (S + 127) / 128 * 128;
+          const bool relay = ai::scatter_uses_relay(M, P, shard, t);
+          const fg::KernelKey key{relay ? GemmAllReduceAlgo::kRelay : GemmAllReduceAlgo::kOwner, t, b,
+                                  !relay && ai::scatter_tile_is_decode(M)};
+          EXPECT_NE(fg::find_kernel(key), nullptr) << name(key) << " (P " << P << ", M " << M << ")";
+        }
+}
+
+// The pairs no kernel is built for (check_args refuses them) are not in the table.
+TEST(FusedEngine, UnbuiltPairsHaveNoKernel) {
+  EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kExchange, DType::kBFloat16, BLayout::kKN, false}), nullptr);
+  for (BLayout b : {BLayout::kNK, BLayout::kKN}) {
+    EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kRelay, DType::kFloat16, b, false}), nullptr);
+    EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kExchange, DType::kFloat16, b, false}), nullptr);
+    EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kRelay, DType::kBFloat16, b, true}), nullptr);
+    EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kAuto, DType::kBFloat16, b, false}), nullptr);
+  }
+  EXPECT_EQ(fg::find_kernel({GemmAllReduceAlgo::kOwner, DType::kFloat32, BLayout::kNK, false}), nullptr);
+}
+
+// A workspace record tells layouts apart by their signature; 0 and 1 are never one (they mean
+// "nothing" and "the sequential path's data").
+TEST(FusedEngine, LayoutsSignDifferently) {
+  std::set<uint64_t> seen;
+  int layouts = 0;
+  for (int P : {2, 3, 4})
+    for (int M : {512, 4096})
+      for (int N : {1024, 8192}) {
+        const GemmAllReduceArgs a{at(kA), at(kB), at(kC), M, N, 512, DType::kBFloat16, BLayout::kNK, at(kW)};
+        for (GemmAllReduceAlgo algo : {GemmAllReduceAlgo::kOwner, GemmAllReduceAlgo::kRelay}) {
+          GemmAllReduceConfig cfg;
+          cfg.algo = algo;
+          const uint64_t s = fg::layout_signature(ai::layout_for(a, P, cfg));
+          EXPECT_GT(s, fg::kHeldSequential);
+          seen.insert(s);
+          ++layouts;
+        }
+      }
+  EXPECT_EQ((int)seen.size(), layouts);
+}
+
+}  // namespace
