@@ -223,17 +223,16 @@ void forget(const WindowRef& w) {
   ws_records.erase(w.serial);
 }
 
-void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef& ws, const char* op,
+void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef& ws, const LaunchNames& names,
             cudaStream_t stream) {
-  const std::string name(op);
   try {
     bool first_use = false;
     if (must_reinit(ws, layout_signature(p.lay), stream, true, &first_use)) {
       impl::launch_reinit(p.ctx, static_cast<char*>(p.ws), p.lay, first_use, stream);
-      comm.launched((name + " reinit").c_str());
+      comm.launched(names.reinit);
     }
     k.launch(p, stream);
-    comm.launched((name + " launch").c_str());
+    comm.launched(names.launch);
   } catch (...) {
     forget(ws);
     comm.check_fault();

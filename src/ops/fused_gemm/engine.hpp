@@ -80,10 +80,15 @@ bool must_reinit(const WindowRef& w, uint64_t held, cudaStream_t stream, bool re
 // After a failed call: the next one re-initializes, whatever this one left.
 void forget(const WindowRef& w);
 
+// What Comm::launched calls the two launches (string literals: nothing is built per call).
+struct LaunchNames {
+  const char* reinit;
+  const char* launch;
+};
 // Re-initializes the workspace `ws` (p.ws, p.lay) where its record says so, then launches `k`
-// with p; `op` names the launches for Comm::launched. On a failure the record is forgotten and a
-// device fault recorded by this communicator becomes the error.
-void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef& ws, const char* op,
+// with p. On a failure the record is forgotten and a device fault recorded by this communicator
+// becomes the error.
+void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef& ws, const LaunchNames& names,
             cudaStream_t stream);
 
 }  // namespace tw::fused_gemm

@@ -163,7 +163,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.untraced = cfg.untraced_kernel;
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
-  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, "gemm_allreduce", stream);
+  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_allreduce reinit", "gemm_allreduce launch"}, stream);
 }
 
 }  // namespace tw

@@ -80,7 +80,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   p.ws = workspace;
   p.ring = ring;
   p.ring.rank = (uint16_t)comm.rank();
-  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, "gemm_reducescatter", stream);
+  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_reducescatter reinit", "gemm_reducescatter launch"}, stream);
 }
 
 }  // namespace tw::gemm_allreduce_impl
