@@ -55,7 +55,9 @@
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
 #                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
-#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), decodem (bench gemm --sweep
+#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), decodepick (the decode tiles' tests, then bench gemm
+#                 --plans at M = 40..240 between the decode sweep's points: DECODEPICK_M, DECODEPICK_PLANS),
+#                 decodem (bench gemm --sweep
 #                 decode-m: every M from 1 to 256 at one real rank), memcheck (them at 4), accept
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
@@ -270,6 +272,21 @@ if [ "$MODE" = engine ]; then
   fi
   if has decodem; then  # the plain GEMM at every M from 1 to 256 (one real rank) against cuBLASLt
     bench 300 "gemm decode-m" gemm --sweep decode-m -R 3
+  fi
+  if has decodepick; then  # the plain GEMM's candidate plans at M between the decode sweep's points
+    # (DECODEPICK_M), N x K = 8192 x 8192 and 14336 x 4096, bf16, one real rank; then the tests
+    # of the tiles among them
+    run 300 "$TESTS" --gtest_filter='Gemm.DecodeShapesOnThePingpongTiles:Gemm.DecodeShapesOnTheWideSwappedTile' \
+      --gtest_output=json:"$OUT/gpu_tests_decodepick.json"
+    PICK="auto;tile=swap64x64;tile=swap64x128;tile=swap64x256;tile=swap128x128pp;tile=swap128x64pp"
+    PICK+=";tile=swap128x256,mode=dp;tile=swap128x256,mode=streamk;tile=swap128x256,mode=splitk,splits=2"
+    PICK+=";tile=128x256,mode=heuristic;tile=128x128pp;tile=128x128,mode=heuristic"
+    for nk in 8192x8192 14336x4096; do
+      IFS=x read -r n k <<<"$nk"
+      for m in ${DECODEPICK_M:-40 65 80 96 112 129 144 160 176 192 208 224 240}; do
+        bench 60 "gemm pick $m x $nk" gemm --dtype bf16 -m "$m" -n "$n" -k "$k" -R 3 --plans "${DECODEPICK_PLANS:-$PICK}"
+      done
+    done
   fi
   if has agswizzle; then  # the gated GEMM's band of row units (TILEWIRE_AG_SWIZZLE; default 1)
     for p in 2 4; do

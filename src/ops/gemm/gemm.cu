@@ -117,7 +117,10 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   const gemm_impl::Choice choice = gemm_impl::choose(a, cfg, num_sms);
   if (choice.kernel == gemm_impl::GemmKernel::kStreamK) {
     const bool f16 = a.dtype == DType::kFloat16;
-    if (gemm_impl::tile_shape(choice.streamk.tile).pingpong) {
+    if (gemm_impl::swapwide_pingpong(choice.streamk.tile)) {
+      if (f16) gemm_impl::launch_f16_nk_swapwide(a, cfg, num_sms, choice.streamk, stream);
+      else gemm_impl::launch_bf16_nk_swapwide(a, cfg, num_sms, choice.streamk, stream);
+    } else if (gemm_impl::tile_shape(choice.streamk.tile).pingpong) {
       if (f16) gemm_impl::launch_f16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
       else gemm_impl::launch_bf16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
     } else if (gemm_impl::tile_shape(choice.streamk.tile).blk_m == 256) {  // their own TUs (extended atoms)

@@ -53,6 +53,11 @@ void launch_bf16_nk_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_s
                              cudaStream_t stream);
 void launch_f16_nk_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                             cudaStream_t stream);
+// The swapped ping-pong tiles of swapwide_pingpong (gemm_sm90_{bf16,f16}_nk_swapwide.cu).
+void launch_bf16_nk_swapwide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                             cudaStream_t stream);
+void launch_f16_nk_swapwide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                            cudaStream_t stream);
 // The 256-row cooperative tiles (k256x*, CuTe's extended wgmma atoms; gemm_sm90_{bf16,f16}_nk_wide.cu).
 void launch_bf16_nk_wide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                          cudaStream_t stream);

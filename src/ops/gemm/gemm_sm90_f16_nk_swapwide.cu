@@ -1,0 +1,16 @@
+// The plain GEMM's swapped ping-pong tiles whose narrow side covers M = 65..256 in one tile, for
+// fp16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong; plan.hpp swapwide_pingpong): the
+// swapped (64, 128 | 256, 64) and (128, 128, 64) tiles, data-parallel. A translation unit apart
+// from gemm_sm90_f16_nk_pingpong.cu so the two compile side by side. Programmatic dependent launch
+// as there (StreamKPlan::pdl): the define comes before any CUTLASS header.
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#include "streamk.cuh"
+
+namespace tw::gemm_impl {
+
+void launch_f16_nk_swapwide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
+                            cudaStream_t stream) {
+  streamk::launch_pingpong_swapwide<cutlass::half_t>(a, cfg, num_sms, plan, stream);
+}
+
+}  // namespace tw::gemm_impl
