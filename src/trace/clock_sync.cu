@@ -19,6 +19,7 @@
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/trace/trace.hpp"
+#include "../runtime/op_entry.hpp"
 #include "../runtime/stream_guard.hpp"
 
 namespace tw::trace {
@@ -92,18 +93,22 @@ struct DeviceBuffer {
 int clock_sync_signal(const Comm& comm) { return comm.dev_ctx().signal_count - 1; }
 
 ClockSync measure_clock_offsets(Comm& comm, int rounds) {
-  comm.require_usable("measure_clock_offsets");
-  TW_REQUIRE(rounds >= 1 && rounds <= kMaxRounds, kInvalidArgument,
-             "measure_clock_offsets: rounds must be in [1, " + std::to_string(kMaxRounds) + "], got " +
-                 std::to_string(rounds));
+  const char* op = "measure_clock_offsets";
+  const auto check = [&] {
+    if (rounds >= 1 && rounds <= kMaxRounds) return Status{};
+    return Status{false, std::string(op) + ": rounds must be in [1, " + std::to_string(kMaxRounds) + "], got " +
+                             std::to_string(rounds)};
+  };
+  StreamGuard stream;
+  // Ordered after this communicator's calls on other streams; every rank runs the same rounds.
+  const OpEntry entry(comm, op, stream.s, check,
+                      [&] { comm.agree_on_call(op, {{"rounds", std::to_string(rounds)}}); });
   const int P = comm.nranks();
   const DevCtx& ctx = comm.dev_ctx();
   const int sig = clock_sync_signal(comm);
   const size_t table = (size_t)P * rounds * 3;
   const size_t n = table + P;
 
-  StreamGuard stream;
-  const Comm::CallOrder order(comm, stream.s);  // after this communicator's calls on other streams
   DeviceBuffer stamps(n + 1);  // + 1: this rank's base
   uint64_t* base_d = stamps.p + n;
   TW_CUDA_CHECK(cudaMemsetAsync(stamps.p, 0, n * sizeof(uint64_t), stream.s));

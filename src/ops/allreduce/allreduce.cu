@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "../../runtime/op_entry.hpp"
 #include "kernels.cuh"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
@@ -119,14 +120,16 @@ Status can_implement(const Comm& comm, const AllReduceArgs& a) {
 }
 
 void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
-  comm.require_usable("allreduce");  // kState: aborted, or the wrong device
-  Status st = can_implement(comm, a);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const size_t bytes = a.count * dtype_size(a.dtype);
-  const AllReduceAlgo algo = resolve_allreduce_algo(comm, a);
-  agree(comm, "allreduce", a.send, bytes, a.recv, bytes, a.count, a.dtype, algo_name(algo));
-  if (a.count == 0) return;
-  const Comm::CallOrder order(comm, stream);
+  AllReduceAlgo algo = AllReduceAlgo::kAuto;
+  const auto check = [&] {
+    if (Status s = can_implement(comm, a); !s) return s;
+    algo = resolve_allreduce_algo(comm, a);
+    return Status{};
+  };
+  const auto record = [&] { agree(comm, "allreduce", a.send, bytes, a.recv, bytes, a.count, a.dtype, algo_name(algo)); };
+  const OpEntry entry(comm, "allreduce", stream, check, record, a.count == 0);
+  if (entry.moves_nothing()) return;
   const DevCtx& ctx = comm.dev_ctx();
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -160,18 +163,22 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
 }
 
 void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count, DType dtype, cudaStream_t stream) {
-  comm.require_usable("reduce_scatter");
-  Status st = common_checks(comm, "reduce_scatter");
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks(), false);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const size_t bytes = recv_count * dtype_size(dtype);
-  const WindowRef ws = recv_count ? comm.find_window(send, bytes * comm.nranks(), "send") : WindowRef{};
-  st = check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks());
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  agree(comm, "reduce_scatter", send, bytes * comm.nranks(), recv, 0, recv_count, dtype, "twoshot");  // recv: local
-  if (recv_count == 0) return;
-  const Comm::CallOrder order(comm, stream);
+  WindowRef ws;
+  const auto check = [&] {
+    if (Status s = common_checks(comm, "reduce_scatter"); !s) return s;
+    const auto args = [&](bool full) {
+      return check_scatter_gather_args(ScatterGather::kReduceScatter, send, recv, recv_count, dtype, comm.nranks(), full);
+    };
+    if (Status s = args(false); !s) return s;
+    if (recv_count) ws = comm.find_window(send, bytes * comm.nranks(), "send");  // throws its own error
+    return args(true);
+  };
+  const auto record = [&] {  // recv: local
+    agree(comm, "reduce_scatter", send, bytes * comm.nranks(), recv, 0, recv_count, dtype, "twoshot");
+  };
+  const OpEntry entry(comm, "reduce_scatter", stream, check, record, recv_count == 0);
+  if (entry.moves_nothing()) return;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
@@ -184,18 +191,22 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
 }
 
 void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DType dtype, cudaStream_t stream) {
-  comm.require_usable("all_gather");
-  Status st = common_checks(comm, "all_gather");
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks(), false);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const size_t bytes = send_count * dtype_size(dtype);
-  const WindowRef wr = send_count ? comm.find_window(recv, bytes * comm.nranks(), "recv") : WindowRef{};
-  st = check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks());
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  agree(comm, "all_gather", send, 0, recv, bytes * comm.nranks(), send_count, dtype, "twoshot");  // send: local
-  if (send_count == 0) return;
-  const Comm::CallOrder order(comm, stream);
+  WindowRef wr;
+  const auto check = [&] {
+    if (Status s = common_checks(comm, "all_gather"); !s) return s;
+    const auto args = [&](bool full) {
+      return check_scatter_gather_args(ScatterGather::kAllGather, send, recv, send_count, dtype, comm.nranks(), full);
+    };
+    if (Status s = args(false); !s) return s;
+    if (send_count) wr = comm.find_window(recv, bytes * comm.nranks(), "recv");  // throws its own error
+    return args(true);
+  };
+  const auto record = [&] {  // send: local
+    agree(comm, "all_gather", send, 0, recv, bytes * comm.nranks(), send_count, dtype, "twoshot");
+  };
+  const OpEntry entry(comm, "all_gather", stream, check, record, send_count == 0);
+  if (entry.moves_nothing()) return;
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     launch(comm, ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1),

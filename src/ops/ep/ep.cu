@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "../../runtime/op_entry.hpp"
 #include "state.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -95,18 +96,22 @@ EpLayoutView EpBuffer::layout_view() const {
 }
 
 void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::layout");
-  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
-             std::string("EpBuffer::layout") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
-  TW_REQUIRE(num_tokens >= 0 && num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
-             "EpBuffer::layout: " + std::to_string(num_tokens) + " tokens; the buffer holds at most " +
-                 std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
-  TW_REQUIRE(num_tokens == 0 || topk_idx != nullptr, kInvalidArgument, "EpBuffer::layout: topk_idx is null");
-  TW_REQUIRE(reinterpret_cast<uintptr_t>(topk_idx) % (type == EpIndex::kInt64 ? 8 : 4) == 0, kInvalidArgument,
-             "EpBuffer::layout: topk_idx is not aligned to its element size");
+  const auto check = [&] {
+    TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+               std::string("EpBuffer::layout") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
+    TW_REQUIRE(num_tokens >= 0 && num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
+               "EpBuffer::layout: " + std::to_string(num_tokens) + " tokens; the buffer holds at most " +
+                   std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
+    TW_REQUIRE(num_tokens == 0 || topk_idx != nullptr, kInvalidArgument, "EpBuffer::layout: topk_idx is null");
+    TW_REQUIRE(reinterpret_cast<uintptr_t>(topk_idx) % (type == EpIndex::kInt64 ? 8 : 4) == 0, kInvalidArgument,
+               "EpBuffer::layout: topk_idx is not aligned to its element size");
+    return Status{};
+  };
   State& st = *st_;
   const int P = comm_.nranks();
-  const Comm::CallOrder order(comm_, stream);  // the routing may still be read by the last call
+  // Ordered: the routing may still be read by the last call. Not compared across ranks: each
+  // rank routes its own tokens.
+  const OpEntry entry(comm_, "EpBuffer::layout", stream, check, [] {});
   st.r.num_tokens = num_tokens;
   TW_CUDA_CHECK(cudaMemsetAsync(st.r.tokens_per_expert, 0, sizeof(int) * cfg_.num_experts, stream));
   // A new routing starts with a clean verdict (check() reports this layout's, not an old one's).
@@ -124,30 +129,34 @@ void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaSt
 }
 
 EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::dispatch");
-  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
-             std::string("EpBuffer::dispatch") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
   State& st = *st_;
   const char* op = "EpBuffer::dispatch";
-  TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
-             std::string(op) + ": the payload is " + (a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8") +
-                 " but the buffer was made for " + (cfg_.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"));
-  TW_REQUIRE(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
-             std::string(op) + ": " + std::to_string(a.num_tokens) + " tokens; the buffer holds at most " +
-                 std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
-  if (a.num_tokens > 0) {
-    TW_REQUIRE(a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0, kInvalidArgument,
-               std::string(op) + ": x is null or not 16-byte aligned");
-    TW_REQUIRE(a.topk_weights != nullptr, kInvalidArgument, std::string(op) + ": topk_weights is null");
-    TW_REQUIRE(cfg_.payload != EpPayload::kFp8E4M3 || a.x_scales != nullptr, kInvalidArgument,
-               std::string(op) + ": fp8 rows need x_scales [N, hidden / 128]");
-  }
-  TW_REQUIRE(a.num_tokens == 0 || a.topk_idx != nullptr, kInvalidArgument, std::string(op) + ": topk_idx is null");
-  TW_REQUIRE(!a.reuse_layout || (st.have_layout && st.r.num_tokens == a.num_tokens), kInvalidArgument,
-             std::string(op) + ": reuse_layout, but the last layout was not of " + std::to_string(a.num_tokens) + " tokens");
+  const auto check = [&] {
+    TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+               std::string(op) + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
+    TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
+               std::string(op) + ": the payload is " + (a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8") +
+                   " but the buffer was made for " + (cfg_.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"));
+    TW_REQUIRE(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
+               std::string(op) + ": " + std::to_string(a.num_tokens) + " tokens; the buffer holds at most " +
+                   std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
+    if (a.num_tokens > 0) {
+      TW_REQUIRE(a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0, kInvalidArgument,
+                 std::string(op) + ": x is null or not 16-byte aligned");
+      TW_REQUIRE(a.topk_weights != nullptr, kInvalidArgument, std::string(op) + ": topk_weights is null");
+      TW_REQUIRE(cfg_.payload != EpPayload::kFp8E4M3 || a.x_scales != nullptr, kInvalidArgument,
+                 std::string(op) + ": fp8 rows need x_scales [N, hidden / 128]");
+    }
+    TW_REQUIRE(a.num_tokens == 0 || a.topk_idx != nullptr, kInvalidArgument, std::string(op) + ": topk_idx is null");
+    TW_REQUIRE(!a.reuse_layout || (st.have_layout && st.r.num_tokens == a.num_tokens), kInvalidArgument,
+               std::string(op) + ": reuse_layout, but the last layout was not of " + std::to_string(a.num_tokens) + " tokens");
+    return Status{};
+  };
   const bool idx64 = a.index_type == EpIndex::kInt64;
-  comm_.agree_on_call(op, {{"payload", a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"}});
-  const Comm::CallOrder order(comm_, stream);  // before layout() rewrites the routing a previous call reads
+  // Ordered before layout() rewrites the routing a previous call reads.
+  const OpEntry entry(comm_, op, stream, check, [&] {
+    comm_.agree_on_call(op, {{"payload", a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"}});
+  });
   if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
   ops::ep::DispatchParams p{};
   static_cast<ops::ep::Common&>(p) = st.common(comm_);
@@ -185,20 +194,21 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
 }
 
 void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStream_t stream) {
-  comm_.require_usable("EpBuffer::combine");
-  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
-             std::string("EpBuffer::combine") + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
   State& st = *st_;
   const char* op = "EpBuffer::combine";
-  TW_REQUIRE(st.dispatched, kInvalidArgument, std::string(op) + ": no dispatch yet (combine returns a dispatch's rows)");
-  TW_REQUIRE(!st.layout_changed, kInvalidArgument,
-             std::string(op) + ": layout() ran after the last dispatch; combine needs that dispatch's routing");
-  TW_REQUIRE(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument,
-             std::string(op) + ": y is null or not 16-byte aligned");
-  TW_REQUIRE(st.r.num_tokens == 0 || (out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0), kInvalidArgument,
-             std::string(op) + ": out is null or not 16-byte aligned");
-  comm_.agree_on_call(op, {{"weights", weights ? "yes" : "no"}});
-  const Comm::CallOrder order(comm_, stream);
+  const auto check = [&] {
+    TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+               std::string(op) + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
+    TW_REQUIRE(st.dispatched, kInvalidArgument, std::string(op) + ": no dispatch yet (combine returns a dispatch's rows)");
+    TW_REQUIRE(!st.layout_changed, kInvalidArgument,
+               std::string(op) + ": layout() ran after the last dispatch; combine needs that dispatch's routing");
+    TW_REQUIRE(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument,
+               std::string(op) + ": y is null or not 16-byte aligned");
+    TW_REQUIRE(st.r.num_tokens == 0 || (out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0), kInvalidArgument,
+               std::string(op) + ": out is null or not 16-byte aligned");
+    return Status{};
+  };
+  const OpEntry entry(comm_, op, stream, check, [&] { comm_.agree_on_call(op, {{"weights", weights ? "yes" : "no"}}); });
   ops::ep::CombineParams p{};
   static_cast<ops::ep::Common&>(p) = st.common(comm_);
   p.y = static_cast<const char*>(y);

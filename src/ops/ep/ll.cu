@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <string>
 
+#include "../../runtime/op_entry.hpp"
 #include "state.cuh"
 #include "tilewire/device/put.cuh"
 #include "tilewire/device/wait.cuh"
@@ -451,9 +452,9 @@ void EpBuffer::init_low_latency() {
 // A refused low-latency call; the message is built only when it is (these checks run per call).
 #define TW_EP_REFUSE_UNLESS(ok, op, why) TW_REQUIRE(ok, kInvalidArgument, std::string("EpBuffer::") + (op) + ": " + (why))
 
-// The low-latency state, after the checks every call of the mode makes.
+// The low-latency state, after the check every call of the mode makes (inside its OpEntry's checks,
+// after the communicator's).
 EpBuffer::LowLatency& EpBuffer::low_latency(const char* op) {
-  comm_.require_usable("EpBuffer");
   TW_EP_REFUSE_UNLESS(ll_ != nullptr, op, "the buffer was made for the high-throughput mode (EpConfig::mode)");
   return *ll_;
 }
@@ -470,17 +471,21 @@ ops::ep::ll::Params EpBuffer::low_latency_params() const {
 }
 
 void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
-  LowLatency& ll = low_latency("dispatch_send");
-  TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kSent, "dispatch_send", "the last dispatch_send was not received yet (dispatch_recv)");
-  TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kCombineSent, "dispatch_send", "the last combine_send was not received yet (combine_recv)");
-  TW_EP_REFUSE_UNLESS(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, "dispatch_send",
-            std::to_string(a.num_tokens) + " tokens; the buffer holds at most " + std::to_string(cfg_.max_tokens_per_rank) +
-                " per rank (EpConfig::max_tokens_per_rank)");
-  TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || (a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0), "dispatch_send",
-            "x is null or not 16-byte aligned");
-  TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || a.topk_idx != nullptr, "dispatch_send", "topk_idx is null");
-  comm_.agree_on_call("EpBuffer::dispatch_send", {{"mode", "low latency"}});
-  const Comm::CallOrder order(comm_, stream);
+  const auto check = [&] {
+    LowLatency& ll = low_latency("dispatch_send");
+    TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kSent, "dispatch_send", "the last dispatch_send was not received yet (dispatch_recv)");
+    TW_EP_REFUSE_UNLESS(ll.step != LowLatency::Step::kCombineSent, "dispatch_send", "the last combine_send was not received yet (combine_recv)");
+    TW_EP_REFUSE_UNLESS(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, "dispatch_send",
+              std::to_string(a.num_tokens) + " tokens; the buffer holds at most " + std::to_string(cfg_.max_tokens_per_rank) +
+                  " per rank (EpConfig::max_tokens_per_rank)");
+    TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || (a.x != nullptr && reinterpret_cast<uintptr_t>(a.x) % 16 == 0), "dispatch_send",
+              "x is null or not 16-byte aligned");
+    TW_EP_REFUSE_UNLESS(a.num_tokens == 0 || a.topk_idx != nullptr, "dispatch_send", "topk_idx is null");
+    return Status{};
+  };
+  const OpEntry entry(comm_, "EpBuffer::dispatch_send", stream, check,
+                      [&] { comm_.agree_on_call("EpBuffer::dispatch_send", {{"mode", "low latency"}}); });
+  LowLatency& ll = *ll_;
   ll.s.num_tokens = a.num_tokens;
   ll.s.status = st_->status_dev;
   ops::ep::ll::Params p = low_latency_params();
@@ -498,10 +503,14 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
 }
 
 EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
-  LowLatency& ll = low_latency("dispatch_recv");
-  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kSent, "dispatch_recv", "no dispatch_send to receive");
-  comm_.agree_on_call("EpBuffer::dispatch_recv", {});
-  const Comm::CallOrder order(comm_, stream);
+  const auto check = [&] {
+    LowLatency& ll = low_latency("dispatch_recv");
+    TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kSent, "dispatch_recv", "no dispatch_send to receive");
+    return Status{};
+  };
+  const OpEntry entry(comm_, "EpBuffer::dispatch_recv", stream, check,
+                      [&] { comm_.agree_on_call("EpBuffer::dispatch_recv", {}); });
+  LowLatency& ll = *ll_;
   ops::ep::ll::Params p = low_latency_params();
   ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
   if (ll.g.gin) ops::ep::ll::gin_advance<<<1, 64, 0, stream>>>(p);
@@ -519,11 +528,15 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
 }
 
 void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
-  LowLatency& ll = low_latency("combine_send");
-  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kReceived, "combine_send", "combine_send follows a dispatch_recv");
-  TW_EP_REFUSE_UNLESS(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, "combine_send", "y is null or not 16-byte aligned");
-  comm_.agree_on_call("EpBuffer::combine_send", {});
-  const Comm::CallOrder order(comm_, stream);
+  const auto check = [&] {
+    LowLatency& ll = low_latency("combine_send");
+    TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kReceived, "combine_send", "combine_send follows a dispatch_recv");
+    TW_EP_REFUSE_UNLESS(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, "combine_send", "y is null or not 16-byte aligned");
+    return Status{};
+  };
+  const OpEntry entry(comm_, "EpBuffer::combine_send", stream, check,
+                      [&] { comm_.agree_on_call("EpBuffer::combine_send", {}); });
+  LowLatency& ll = *ll_;
   ops::ep::ll::Params p = low_latency_params();
   p.y = static_cast<const char*>(y);
   ops::ep::ll::combine_send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
@@ -532,13 +545,17 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
 }
 
 void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t stream) {
-  LowLatency& ll = low_latency("combine_recv");
-  TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kCombineSent, "combine_recv", "no combine_send to receive");
-  TW_EP_REFUSE_UNLESS(ll.s.num_tokens == 0 || (topk_weights != nullptr && out != nullptr &&
-                                     reinterpret_cast<uintptr_t>(out) % 16 == 0),
-            "combine_recv", "topk_weights or out is null, or out is not 16-byte aligned");
-  comm_.agree_on_call("EpBuffer::combine_recv", {});
-  const Comm::CallOrder order(comm_, stream);
+  const auto check = [&] {
+    LowLatency& ll = low_latency("combine_recv");
+    TW_EP_REFUSE_UNLESS(ll.step == LowLatency::Step::kCombineSent, "combine_recv", "no combine_send to receive");
+    TW_EP_REFUSE_UNLESS(ll.s.num_tokens == 0 || (topk_weights != nullptr && out != nullptr &&
+                                       reinterpret_cast<uintptr_t>(out) % 16 == 0),
+              "combine_recv", "topk_weights or out is null, or out is not 16-byte aligned");
+    return Status{};
+  };
+  const OpEntry entry(comm_, "EpBuffer::combine_recv", stream, check,
+                      [&] { comm_.agree_on_call("EpBuffer::combine_recv", {}); });
+  LowLatency& ll = *ll_;
   ops::ep::ll::Params p = low_latency_params();
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);

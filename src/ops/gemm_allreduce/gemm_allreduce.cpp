@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "../../runtime/op_entry.hpp"
 #include "../fused_gemm/engine.hpp"
 #include "../gemm/plan.hpp"
 #include "../gemm/team_gemm.hpp"
@@ -38,7 +39,6 @@ Status window_of(const Comm& comm, const void* p, size_t bytes, const char* what
 // The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): everything
 // that shapes the kernel's protocol, the windows and offsets of C and the workspace among it.
 void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, bool fused) {
-  if (!comm.checks_calls()) return;
   const auto at = [&](const void* p, size_t bytes, const char* what) {
     const WindowRef w = comm.find_window(p, bytes, what);
     return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
@@ -96,18 +96,19 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
 }
 
 void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream) {
-  comm.require_usable("gemm_allreduce");
-  const Status st = can_implement(comm, a, cfg);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
-             "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
-  TW_REQUIRE(!(cfg.untraced_kernel && cfg.trace.on()), kInvalidArgument,
-             "gemm_allreduce: untraced_kernel and a trace ring together (the untraced kernel records nothing)");
   const bool fused = cfg.path == GemmAllReducePath::kFused ||
                      (cfg.path == GemmAllReducePath::kAuto &&
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
-  agree_on_call(comm, a, cfg, fused);
-  const Comm::CallOrder order(comm, stream);  // before the sequential GEMM writes the workspace
+  const auto check = [&] {
+    if (Status s = can_implement(comm, a, cfg); !s) return s;
+    TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
+               "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
+    if (cfg.untraced_kernel && cfg.trace.on())
+      return fail("untraced_kernel and a trace ring together (the untraced kernel records nothing)");
+    return Status{};
+  };
+  // Ordered before the sequential GEMM writes the workspace.
+  const OpEntry entry(comm, "gemm_allreduce", stream, check, [&] { agree_on_call(comm, a, cfg, fused); });
   if (fused && comm.lsa_size() == 1 && cfg.algo == GemmAllReduceAlgo::kAuto && !cfg.trace.on()) {
     // One rank: the sum of one partial. The fused path is the GEMM alone, straight into C; an
     // explicit algorithm or a trace runs that fused kernel (its tiles are what they show).

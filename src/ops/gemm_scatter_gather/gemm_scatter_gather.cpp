@@ -24,6 +24,7 @@
 #include <string>
 #include <tuple>
 
+#include "../../runtime/op_entry.hpp"
 #include "../fused_gemm/cost_model.hpp"
 #include "../gemm/team_gemm.hpp"
 #include "../gemm_allreduce/plan.hpp"
@@ -206,13 +207,15 @@ Status can_implement(const Comm& comm, const GemmReduceScatterArgs& a, const TpC
 
 void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "gemm_reducescatter";
-  comm.require_usable(op);
-  const Status st = can_implement(comm, a, cfg);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
   const size_t e = dtype_size(a.dtype), part_bytes = up((size_t)P * S * a.N * e);
-  const TpPath path = path_for(comm, a, cfg);
-  if (comm.checks_calls()) {
+  TpPath path = TpPath::kSequential;
+  const auto check = [&] {
+    if (Status s = can_implement(comm, a, cfg); !s) return s;
+    path = path_for(comm, a, cfg);  // on checked arguments
+    return Status{};
+  };
+  const OpEntry entry(comm, op, stream, check, [&] {
     const auto num = [](long long v) { return std::to_string(v); };
     comm.agree_on_call(op, {{"M", num(a.M)},
                             {"N", num(a.N)},
@@ -221,8 +224,7 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                             {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
                             {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
-  }
-  const Comm::CallOrder order(comm, stream);
+  });
   // One rank has nothing to communicate: the fused path is the GEMM alone (below), unless traced
   // (the trace shows the fused kernel's tiles).
   if (path == TpPath::kFused && (P > 1 || cfg.trace.on())) {
@@ -325,13 +327,15 @@ Status can_implement(const Comm& comm, const AllGatherGemmArgs& a, const TpConfi
 
 void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const char* op = "allgather_gemm";
-  comm.require_usable(op);
-  const Status st = can_implement(comm, a, cfg);
-  TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
   const int P = comm.nranks(), S = shard_rows(a.M, P), rows = shard_rows_of(a.M, P, comm.rank());
   const size_t e = dtype_size(a.dtype), gathered_bytes = up((size_t)P * S * a.K * e);
-  const TpPath path = path_for(comm, a, cfg);
-  if (comm.checks_calls()) {
+  TpPath path = TpPath::kSequential;
+  const auto check = [&] {
+    if (Status s = can_implement(comm, a, cfg); !s) return s;
+    path = path_for(comm, a, cfg);  // on checked arguments
+    return Status{};
+  };
+  const OpEntry entry(comm, op, stream, check, [&] {
     const auto num = [](long long v) { return std::to_string(v); };
     comm.agree_on_call(op, {{"M", num(a.M)},
                             {"N_local", num(a.N_local)},
@@ -340,8 +344,7 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
                             {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
                             {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, gathered_bytes, "workspace")}});
-  }
-  const Comm::CallOrder order(comm, stream);
+  });
   gemm_allreduce_impl::note_sequential_use(comm, a.workspace, gathered_bytes, stream);  // a fused call after it re-initializes
   // One rank has nothing to gather: the fused path is the GEMM on the shard (below), unless traced.
   if (path == TpPath::kFused && (P > 1 || cfg.trace.on())) {
