@@ -316,7 +316,7 @@ TEST(GemmAllReducePlan, HalfPrecisionRunsTheOwnerAlgorithm) {
           // The layout and size are the owner algorithm's with 2- or 4-byte partials.
           const int pb = pp == PartialPrecision::kFloat32 ? 4 : 2;
           const Layout l = tw::gemm_allreduce_impl::layout_for(a, P, c);
-          EXPECT_FALSE(l.relay || l.exchange);
+          EXPECT_EQ(l.algo, GemmAllReduceAlgo::kOwner);
           EXPECT_EQ(l.partial_bytes, pb);
           EXPECT_EQ(tw::workspace_size(a, P, c), make_layout(1000, 1032, P, l.raster, pb).total);
           // The same bytes as the bf16 call with the owner algorithm: the layout is dtype-free.

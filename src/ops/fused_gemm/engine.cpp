@@ -180,7 +180,7 @@ void apply_relay_knobs(LaunchParams& p) {
 }
 
 uint64_t layout_signature(const Layout& l) {
-  const uint64_t v[] = {2 + (uint64_t)l.exchange + 2 * (uint64_t)l.relay,
+  const uint64_t v[] = {2 + (uint64_t)l.algo,
                         (uint64_t)l.split,
                         (uint64_t)l.P,
                         (uint64_t)l.shard_tm,

@@ -66,8 +66,9 @@ TW_HD constexpr size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a
 TW_HD constexpr int block_rotation(int b, int P) { return (int)((((uint32_t)b * 0x9E3779B1u) >> 16) % (uint32_t)P); }
 
 struct Layout {
-  bool exchange = false;  // exchange algorithm (exchange_hook.cuh) or owner algorithm (hook.cuh)
-  bool relay = false;     // relay algorithm (relay_hook.cuh)
+  // The algorithm whose protocol the layout serves (resolved: kOwner, hook.cuh; kExchange,
+  // exchange_hook.cuh; kRelay, relay_hook.cuh).
+  GemmAllReduceAlgo algo = GemmAllReduceAlgo::kOwner;
   int split = 0;          // relay: floor(units / P), the unit order indices of one walk segment
   int walk_shift = 0;     // relay: rank r walks from segment (r + walk_shift) % P (all-reduce 0,
                           // reduce-scatter 1: rank r's own shard last)
@@ -111,7 +112,7 @@ struct Layout {
     return staging_off + ((size_t)owned_slot(t) * (size_t)(P - 1) + (size_t)s) * slot_bytes;
   }
   TW_HD constexpr size_t arrive_flag(int t, int q) const {
-    return exchange ? arrive_off + 8 * ((size_t)t * (size_t)P + (size_t)q)
+    return algo == GemmAllReduceAlgo::kExchange ? arrive_off + 8 * ((size_t)t * (size_t)P + (size_t)q)
                     : arrive_off + 8 * ((size_t)owned_slot(t) * (size_t)P + (size_t)q);
   }
   // Exchange: slot of rank q's partial of tile t (row-major [BLK_M][BLK_N] bf16), q = 0 .. P-1.
@@ -146,7 +147,7 @@ struct Layout {
 // A slot per tile and source: no slot is reused within a call, so nobody waits for a credit.
 TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) {
   Layout l{};
-  l.exchange = true;
+  l.algo = GemmAllReduceAlgo::kExchange;
   l.P = P < 1 ? 1 : P;
   l.tiles_m = gemm_impl::ceil_div(M, kBlkM);
   l.tiles_n = gemm_impl::ceil_div(N, kBlkN);
@@ -175,7 +176,7 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
 // shard_rows > 0: reduce-scatter (the owner keeps its final in its C shard; walk_shift 1).
 TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0) {
   Layout l{};
-  l.relay = true;
+  l.algo = GemmAllReduceAlgo::kRelay;
   l.P = P < 2 ? 2 : P;
   l.shard_tm = shard_rows / kBlkM;
   l.walk_shift = shard_rows > 0 ? 1 : 0;

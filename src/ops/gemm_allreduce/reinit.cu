@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kReinitThreads)
 
 void launch_reinit(const DevCtx& ctx, char* ws, const Layout& lay, bool first_use, cudaStream_t stream) {
   const size_t from = first_use ? 0 : kHeaderBytes;
-  const int peer_done = lay.exchange ? lay.P : 0;
+  const int peer_done = lay.algo == GemmAllReduceAlgo::kExchange ? lay.P : 0;
   reinit_workspace<<<1, kReinitThreads, 0, stream>>>(ctx, ws, from, lay.staging_off, lay.peer_done_off, peer_done);
   TW_CUDA_CHECK(cudaGetLastError());
 }
