@@ -4,6 +4,7 @@
 #   1. scripts/setup.sh                       tools, GoogleTest, NCCL >= 2.28.9
 #   2. configure + build into build/          Release, Ninja, tests on
 #   3. ctest                                  CPU tests; GPU tests SKIP without a GPU
+#      + scripts/nccl_span.sh                 NCCL 2.30.7 and 2.32.x: compile the NCCL users, run the shims
 #   4. cmake --install into a temp prefix, then build and run tests/install_consumer
 #      against it (find_package(tilewire) + tilewire::tilewire, a .cpp and a .cu)
 #   5. the Python package: `pip install .` against that install (links it: no rebuild of the
@@ -39,6 +40,11 @@ cmake --build "$BUILD"
 step "ctest"
 # --no-tests=error: a build that registered no tests is a broken build, not a pass.
 ctest --test-dir "$BUILD" --output-on-failure --no-tests=error
+
+step "NCCL version span"
+# The translation units that include NCCL's headers, compiled against the other NCCL versions users
+# have (torch 2.15's 2.30.7, the newest 2.32.x), and the version shims run against each.
+BUILD="$BUILD" scripts/nccl_span.sh
 
 step "install + consumer"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tilewire-test.XXXXXX")"

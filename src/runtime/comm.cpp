@@ -18,6 +18,7 @@
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/version.hpp"
 #include "agreement.hpp"
+#include "nccl_compat.hpp"
 #include "nccl_window.hpp"
 #include "virtual_team.hpp"
 
@@ -286,10 +287,7 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
   // it). LSA needs none: barriers and signals live in tilewire's control window.
   const bool need_gin = !is_virtual() && cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
   if (need_gin) {
-    ncclDevCommRequirements reqs;
-    std::memset(&reqs, 0, sizeof(reqs));
-    reqs.ginContextCount = 1;
-    reqs.ginSignalCount = ctx_.signal_count;
+    const ncclDevCommRequirements reqs = nccl_compat::gin_requirements(1, ctx_.signal_count);
     TW_NCCL_CALL(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
     devcomm_made_ = true;
     ctx_.gin_contexts = (int)ctx_.comm.ginContextCount;
