@@ -420,6 +420,21 @@ TEST(GemmPlan, StreamKDecodePlan) {
       {256, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},   // 2 x 64
       {256, 14336, StreamKTile::k128x112pp, Decomposition::kDataParallel},  // 2 x 128: 2 waves of 112 columns
       {256, 57344, StreamKTile::k128x128pp, Decomposition::kDataParallel},  // 2 x 448
+      // Rows 1a, between the ping-pong tile's steps on wide grids (narrow ones keep the rows above):
+      {40, 14336, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 112 tiles >= 0.75 * 132
+      {40, 8192, StreamKTile::k64x64swap, Decomposition::kDataParallel},      // 64 < 99
+      {48, 57344, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 448
+      {96, 8192, StreamKTile::k128x128swappp, Decomposition::kDataParallel},  // 64 tiles: one across M
+      {112, 14336, StreamKTile::k128x128swappp, Decomposition::kDataParallel},  // 112
+      {96, 4096, StreamKTile::k64x64swap, Decomposition::kDataParallel},      // 32 < 59.4: 64 x 2
+      {96, 57344, StreamKTile::k128x128c1, Decomposition::kHeuristic},        // 448 > 132
+      {113, 8192, StreamKTile::k128x64swap, Decomposition::kDataParallel},    // above 112: 64 x 2
+      {129, 8192, StreamKTile::k128x256c2, Decomposition::kHeuristic},        // 2 x 32 in 2x1 clusters
+      {168, 14336, StreamKTile::k128x256c2, Decomposition::kHeuristic},       // 2 x 56
+      {160, 57344, StreamKTile::k128x256c2, Decomposition::kHeuristic},       // 2 x 224
+      {169, 8192, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 64 x 3
+      {192, 14336, StreamKTile::k128x64swappp, Decomposition::kDataParallel},  // 112 x 3
+      {200, 8192, StreamKTile::k128x128pp, Decomposition::kDataParallel},     // above 192: row 4
       // Narrow grids: the narrow side halved while the grid is under 0.45 * 132 = 59.4 tiles.
       {128, 1024, StreamKTile::k64x32swap, Decomposition::kDataParallel},   // 16 x 2 < 59.4; 16 x 4
       {128, 2048, StreamKTile::k64x64swap, Decomposition::kDataParallel},   // 32 x 2

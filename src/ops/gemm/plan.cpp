@@ -121,6 +121,9 @@ namespace {
 constexpr int kPingpongMaxM = 64;       // M <= this: a swapped ping-pong tile covers M in one tile
 constexpr int kDecodeMaxM = 256;        // M <= this: the decode rows of plan_streamk
 constexpr int kMinKTilesPerSplit = 8;   // a split of the swapped tile's K loop keeps >= 8 K tiles
+constexpr int kSwap128x128MaxM = 112;   // 64 < M <= this: the swapped 128x128 tile (decode_plan 1a)
+constexpr int kMulticastMaxM = 168;     // 128 < M <= this: the 128x256 tile in 2x1 clusters (1a)
+constexpr double kWideFill = 0.75;      // 32 < M < 64: the swapped 128x64 tile from this fill (1a)
 
 int tiles_of(const GemmArgs& a, StreamKTile t) {
   const StreamKGrid g = streamk_grid(a, t);
@@ -159,6 +162,30 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
     p.splits = splits;
     return p;
   }
+  // 1a. Between the ping-pong tile's steps, on wide grids (every M from 1 to 256 measured at
+  // N x K = 8192 x 8192 and 14336 x 4096, with 4096 x 4096, 57344 x 8192, 1024 x 8192 at four M;
+  // bench/results/2026-12-03-engine-h200/run14, plan.hpp):
+  //   32 < M < 64: the swapped 128x64 ping-pong tile where its grid covers 3/4 of the SMs
+  //     (N = 14336: 0.89-0.96x cuBLASLt against the 64x64 tile's 0.80-0.91x);
+  //   64 < M <= 112: the swapped 128x128 ping-pong tile, one tile across M, where its grid makes
+  //     0.45-1 wave (N = 8192: 0.61-0.86x against the two 64-row tiles' 0.57-0.82x);
+  //   128 < M <= 168: the cooperative 128x256 tile in 2x1 clusters, B multicast to both row
+  //     tiles, CUTLASS's heuristic split (0.65-0.74x against the 128-row ping-pong tiles'
+  //     0.36-0.47x: each of their two row tiles streams B from HBM on its own);
+  //   168 < M <= 192: the swapped 128x64 ping-pong tile, three row tiles of 64 (0.76-0.83x
+  //     against 0.48-0.60x).
+  // Narrow grids keep the rows below (their tiles' grids would leave most SMs idle).
+  if (a.M > 32 && a.M < kPingpongMaxM && tiles_of(a, StreamKTile::k128x64swappp) >= kWideFill * sms)
+    return take(StreamKTile::k128x64swappp, Decomposition::kDataParallel);
+  if (a.M > kPingpongMaxM && a.M <= kSwap128x128MaxM) {
+    const int t = tiles_of(a, StreamKTile::k128x128swappp);
+    if (t >= kNarrowFill * sms && t <= sms) return take(StreamKTile::k128x128swappp, Decomposition::kDataParallel);
+  }
+  if (a.M > kBlkM && a.M <= kMulticastMaxM && tiles_of(a, StreamKTile::k128x256c2) >= kNarrowFill * sms)
+    return take(StreamKTile::k128x256c2, Decomposition::kHeuristic);
+  if (a.M > kMulticastMaxM && a.M <= 3 * kPingpongMaxM &&
+      tiles_of(a, StreamKTile::k128x64swappp) >= kNarrowFill * sms)
+    return take(StreamKTile::k128x64swappp, Decomposition::kDataParallel);
   if (a.M <= kPingpongMaxM || narrow_tiles <= sms) return take(swapped_pingpong(b), Decomposition::kDataParallel);
   // 2. The swapped 128x64 tile in one wave: ping-pong at M > 128 (M = 256, N = 4096: 1.02-1.15x
   // against the cooperative tile's 0.85-1.00x), cooperative at M <= 128 (N = 8192: 0.93-0.95x at
