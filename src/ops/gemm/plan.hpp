@@ -212,7 +212,7 @@ struct StreamKPlan {
 // (bench/results/2026-12-02-gemm-plans-h200/, run01-8add6bd and run02-8b5921b); sms = num_sms -
 // reserved_sms, and a grid of "T tiles" is streamk_grid's count:
 //   M <= 256   1a. on wide grids, between the steps of row 1 (plan.cpp decode_plan, measured at
-//                 every M from 1 to 256, 2026-12-03-engine-h200/run13 and run14): k128x64swappp at
+//                 every M from 1 to 256, 2026-12-03-engine-h200/run13 to run17): k128x64swappp at
 //                 32 < M < 64 where its grid covers 3/4 of the SMs; k128x128swappp at
 //                 64 < M <= 112 where its grid makes 0.45-1 wave; k128x256c2 kHeuristic at
 //                 128 < M <= 168 (B multicast to both row tiles); k128x64swappp at 168 < M <= 192;
