@@ -9,9 +9,10 @@
 # What it checks, and installs when missing:
 #   cmake >= 3.25, ninja, GoogleTest (libgtest-dev)   apt-get (sudo only when not root)
 #   nvcc                                              checked only: install the CUDA 13 toolkit yourself
-#   NCCL headers >= 2.28.9 with the device API        $TILEWIRE_NCCL_ROOT, $NCCL_ROOT, the CUDA toolkit,
-#                                                     the GPU boxes' torch venv; else the PyPI wheel
-#                                                     into build-deps/ (a venv, or pip --target)
+#   NCCL headers >= 2.28.9 with the device API        $TILEWIRE_NCCL_ROOT, $NCCL_ROOT, the NCCL of the
+#     (exactly torch's version when python3           environment's torch, the CUDA toolkit, the GPU
+#      imports torch)                                 boxes' torch venv; else the PyPI wheel of that
+#                                                     version into build-deps/ (a venv, or pip --target)
 #   CUTLASS/CuTe headers (nvidia-cutlass==4.2.0.0)    $TILEWIRE_CUTLASS_INCLUDE, an importable cutlass_library
 #                                                     of that version; else the PyPI wheel (headers only,
 #                                                     --no-deps) into build-deps/cutlass-4.2.0.0 (pip --target)
@@ -139,22 +140,39 @@ nccl_ok() {
   [ -n "$v" ] && ver_ge "$v" "$NCCL_WANT" && [ -f "$1/include/nccl_device.h" ] && [ -n "$(nccl_libdir "$1")" ]
 }
 
+# The NCCL of the environment's torch, when python3 imports torch: tilewire's Python package must
+# load the NCCL torch loads (one libnccl per process, and the device-API structs change between
+# versions), so its version is the one to build against, and its own files the first choice.
+# TILEWIRE_TORCH_PYTHON picks the interpreter (default python3).
+TORCH_PY="${TILEWIRE_TORCH_PYTHON:-python3}"
+TORCH_NCCL_VERSION="$("$TORCH_PY" -c 'import torch; v = torch.cuda.nccl.version(); print(".".join(map(str, v)) if isinstance(v, tuple) else "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100))' 2>/dev/null || true)"
+TORCH_NCCL_DIR=""
+if [ -n "$TORCH_NCCL_VERSION" ]; then
+  TORCH_NCCL_DIR="$("$TORCH_PY" -c 'import nvidia.nccl as m, os; print(next((p for p in m.__path__ if os.path.isfile(os.path.join(p, "include", "nccl.h"))), ""))' 2>/dev/null || true)"
+  say "torch here ships NCCL $TORCH_NCCL_VERSION${TORCH_NCCL_DIR:+ ($TORCH_NCCL_DIR)}: building against that version"
+  NCCL_WANT="$TORCH_NCCL_VERSION"
+fi
+# nccl_fits DIR: nccl_ok, and the very version torch ships when there is a torch.
+nccl_fits() { nccl_ok "$1" && { [ -z "$TORCH_NCCL_VERSION" ] || [ "$(nccl_version "$1")" = "$TORCH_NCCL_VERSION" ]; }; }
+
 WHEEL_DIR="$DEPS/nccl-$NCCL_WANT"  # pip --target layout: $WHEEL_DIR/nvidia/nccl
 VENV="$DEPS/venv"
 wheel_root() {  # where an earlier run put the wheel, if it did
   local sp
   for sp in "$VENV"/lib/python3*/site-packages "$WHEEL_DIR"; do
-    [ -d "$sp/nvidia/nccl" ] && nccl_ok "$sp/nvidia/nccl" && { echo "$sp/nvidia/nccl"; return 0; }
+    [ -d "$sp/nvidia/nccl" ] && nccl_fits "$sp/nvidia/nccl" &&
+      [ "$(nccl_version "$sp/nvidia/nccl")" = "$NCCL_WANT" ] && { echo "$sp/nvidia/nccl"; return 0; }
   done
 }
 
 NCCL_ROOT_FOUND=""
 if [ "$force_wheel" = 0 ]; then
-  for c in "${TILEWIRE_NCCL_ROOT:-}" "${NCCL_ROOT:-}" "$CUDA_ROOT" /usr/local/cuda "$TORCH_NCCL"; do
+  # An explicit root wins; then torch's own NCCL; then the CUDA toolkit's and the GPU boxes' venv.
+  for c in "${TILEWIRE_NCCL_ROOT:-}" "${NCCL_ROOT:-}" "$TORCH_NCCL_DIR" "$CUDA_ROOT" /usr/local/cuda "$TORCH_NCCL"; do
     [ -n "$c" ] || continue
-    if nccl_ok "$c"; then NCCL_ROOT_FOUND="$(readlink -f "$c")"; break; fi
+    if nccl_fits "$c"; then NCCL_ROOT_FOUND="$(readlink -f "$c")"; break; fi
     if [ -n "$(nccl_version "$c")" ]; then
-      say "NCCL $(nccl_version "$c") at $c does not fit (need >= $NCCL_WANT with nccl_device.h and libnccl)"
+      say "NCCL $(nccl_version "$c") at $c does not fit (need ${TORCH_NCCL_VERSION:->= $NCCL_WANT} with nccl_device.h and libnccl)"
     fi
   done
 fi
