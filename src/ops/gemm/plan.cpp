@@ -164,8 +164,7 @@ std::optional<StreamKPlan> decode_plan(const GemmArgs& a, const GemmConfig& cfg,
   }
   // 1a. Between the ping-pong tile's steps, on wide grids (the candidates at 35 M from 33 to 256
   // at N x K = 8192 x 8192 and 14336 x 4096, and at four M on 4096 x 4096, 57344 x 8192 and
-  // 1024 x 8192: bench/results/2026-12-03-engine-h200/run14 to run16; every M under these rows:
-  // run17):
+  // 1024 x 8192; docs/gemm.md, "What is still short", has the runs):
   //   32 < M < 64: the swapped 128x64 ping-pong tile where its grid covers 3/4 of the SMs
   //     (N = 14336: 0.89-0.96x cuBLASLt against the 64x64 tile's 0.80-0.91x);
   //   64 < M <= 112: the swapped 128x128 ping-pong tile, one tile across M, where its grid makes

@@ -137,8 +137,9 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                M = 65..256 in one tile: every CTA streams its rows of B once and reads all of A (a
 //                few MiB, from L2). With 64-wide narrow sides, M = 65..256 is 2-4 tiles per column
 //                of B, and the CTAs of one column each stream the same rows of B from HBM (B read
-//                2-4 times: 0.37-0.6x cuBLASLt between the decode sweep's points,
-//                bench/results/2026-12-03-engine-h200/run13). The first three run the ping-pong
+//                2-4 times: 0.37-0.6x cuBLASLt between the decode sweep's points; docs/gemm.md).
+//                They measured no faster (the whole of A each CTA reads from L2 is the likely
+//                cost, not profiled); only k128x128swappp is a rule's pick. The first three run the ping-pong
 //                kernel (data-parallel), k128x256swap the stream-K one (its 64 tiles at N = 8192
 //                need a split to fill 132 SMs); their own translation units,
 //                gemm_sm90_{bf16,f16}_nk_swapwide.cu.
@@ -212,7 +213,7 @@ struct StreamKPlan {
 // (bench/results/2026-12-02-gemm-plans-h200/, run01-8add6bd and run02-8b5921b); sms = num_sms -
 // reserved_sms, and a grid of "T tiles" is streamk_grid's count:
 //   M <= 256   1a. on wide grids, between the steps of row 1 (plan.cpp decode_plan, measured at
-//                 every M from 1 to 256, 2026-12-03-engine-h200/run13 to run17): k128x64swappp at
+//                 every M from 1 to 256, docs/gemm.md): k128x64swappp at
 //                 32 < M < 64 where its grid covers 3/4 of the SMs; k128x128swappp at
 //                 64 < M <= 112 where its grid makes 0.45-1 wave; k128x256c2 kHeuristic at
 //                 128 < M <= 168 (B multicast to both row tiles); k128x64swappp at 168 < M <= 192;
