@@ -99,6 +99,8 @@ SystemReport probe_system() {
   r.nccl_header = nccl_header_version();
   if (ncclGetVersion(&r.nccl_runtime) != ncclSuccess) r.nccl_runtime = 0;
   r.nccl_match = r.nccl_header == r.nccl_runtime;
+  Dl_info dl{};
+  if (dladdr(reinterpret_cast<void*>(&ncclGetVersion), &dl) != 0 && dl.dli_fname != nullptr) r.nccl_library = dl.dli_fname;
   cudaDriverGetVersion(&r.cuda_driver);
   cudaRuntimeGetVersion(&r.cuda_runtime);
   const char* nvls = std::getenv("NCCL_NVLS_ENABLE");
@@ -184,6 +186,7 @@ std::string format_report(const SystemReport& r) {
   o << "  NCCL     headers " << nccl_version_string(r.nccl_header) << ", runtime "
     << nccl_version_string(r.nccl_runtime) << (r.nccl_match ? " (match)" : "  ** MISMATCH: device API unusable **")
     << "\n";
+  if (!r.nccl_library.empty()) o << "           " << r.nccl_library << "\n";
   o << "  CUDA     driver " << r.cuda_driver / 1000 << "." << (r.cuda_driver % 1000) / 10 << ", runtime "
     << r.cuda_runtime / 1000 << "." << (r.cuda_runtime % 1000) / 10 << "\n";
   if (!r.no_gpu_reason.empty()) {
@@ -230,7 +233,7 @@ std::string report_json(const SystemReport& r) {
   std::ostringstream o;
   o << "{\"tilewire\":\"" << r.tilewire_version << "\",\"nccl_header\":\"" << nccl_version_string(r.nccl_header)
     << "\",\"nccl_runtime\":\"" << nccl_version_string(r.nccl_runtime) << "\",\"nccl_match\":"
-    << (r.nccl_match ? "true" : "false") << ",\"cuda_driver\":" << r.cuda_driver << ",\"cuda_runtime\":" << r.cuda_runtime
+    << (r.nccl_match ? "true" : "false") << ",\"nccl_library\":\"" << esc(r.nccl_library) << "\",\"cuda_driver\":" << r.cuda_driver << ",\"cuda_runtime\":" << r.cuda_runtime
     << ",\"gpu_present\":" << (r.no_gpu_reason.empty() ? "true" : "false") << ",\"no_gpu_reason\":\""
     << esc(r.no_gpu_reason) << "\",\"gpus\":[";
   for (size_t i = 0; i < r.gpus.size(); ++i) {

@@ -54,6 +54,10 @@ TEST(NoGpu, ProbeSystemSaysWhy) {
   EXPECT_TRUE(r.gpus.empty());
   EXPECT_TRUE(r.links.empty());
   EXPECT_EQ(r.nccl_header, NCCL_VERSION_CODE);
+  // Which NCCL this process loaded: the library file, in the report and its JSON.
+  EXPECT_NE(r.nccl_library.find("libnccl"), std::string::npos) << r.nccl_library;
+  EXPECT_NE(tw::format_report(r).find(r.nccl_library), std::string::npos);
+  EXPECT_NE(tw::report_json(r).find("\"nccl_library\":\"" + r.nccl_library + "\""), std::string::npos);
   EXPECT_EQ(r.tilewire_version, tw::kVersion);
   tw::probe_comm(r);
   EXPECT_FALSE(r.comm.probed);

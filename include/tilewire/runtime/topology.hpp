@@ -38,6 +38,7 @@ struct SystemReport {
   std::string tilewire_version;
   int nccl_header = 0, nccl_runtime = 0;
   bool nccl_match = false;
+  std::string nccl_library;    // the file the loaded libnccl came from (which NCCL this process runs)
   int cuda_driver = 0, cuda_runtime = 0;
   std::string no_gpu_reason;   // empty when at least one CUDA GPU is visible
   std::vector<GpuInfo> gpus;
