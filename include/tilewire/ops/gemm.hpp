@@ -109,7 +109,7 @@ struct GemmConfig {
   int reserved_sms = 0;                  // SMs left free for communication (0 .. num_sms - 2)
   GemmRaster raster = GemmRaster::kAuto; // kAuto: resolve_raster() (src/ops/gemm/plan.hpp)
   int swizzle = 4;                       // band width in tiles (1, 2, 4, 8); 4: measured best overall
-                                         // (bench/results/2026-11-30-s2-h200x2/run04-h200-gemm-order)
+                                         // (docs/gemm.md)
   int rank = 0, nranks = 1;              // rank rotation (scheduler.hpp); 1 rank: no rotation
 };
 

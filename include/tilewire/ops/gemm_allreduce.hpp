@@ -6,9 +6,8 @@
 //   virtual ranks on one H200, not timed.
 //
 // Status: correct and bit-identical on 2 x H200 (GPU tests, compute-sanitizer memcheck + racecheck);
-// 8192x8192x4096 (relay): 1.66-1.68x faster than cuBLASLt GEMM + NCCL, 1.02-1.06x the GEMM alone
-// (target <= 1.10x; run08 in bench/results/2026-11-30-s4-h200x2/, commit 7cf2cda; 1.04-1.08x in
-// run10 there, on another machine). Design note and measurements: docs/gemm_allreduce.md.
+// 8192x8192x4096 (relay): 1.66-1.68x faster than cuBLASLt GEMM + NCCL, 1.02-1.08x the GEMM alone
+// on two machines. Design note and measurements (with their result files): docs/gemm_allreduce.md.
 //
 // The GEMM is tw::gemm's sm90 kernel (ops/gemm.hpp) with a communicating epilogue hook. LSA
 // loads/stores only: no NVLink multicast, no copy engine. Three algorithms (GemmAllReduceAlgo):

@@ -99,8 +99,8 @@ __device__ void wait_gin(const Params& p, Geo::Phase ph, int par, int total0, Ad
 // pre[0..n] = the exclusive prefix sums of v(0..n-1) in shared memory (pre[n]: the total),
 // by warp 0 in chunks of 32 (n <= kEpMaxExperts), then the CTA synchronized. Why: the row loops
 // below used to walk the experts one by one, each step waiting on a count's global load (256
-// steps at 256 experts); in the traced one-rank run (bench/results/2026-12-02-ep-h200, run05)
-// the receive took 87 us to copy what the send had stored in 24 us. With the prefix in shared
+// steps at 256 experts); traced at one rank, the receive took 87 us to copy what the send had
+// stored in 24 us (docs/ep.md). With the prefix in shared
 // memory a warp finds its rows by binary search; rows land where they did.
 template <class V>
 __device__ void block_prefix(int* pre, int n, V v) {

@@ -54,8 +54,8 @@ struct FusedKernel {
 struct LinkModel {
   const char* name = "H200 NVLink";
   // The sequential collective: latency_us + f * bytes / busbw. Fitted on the (c) - (a) rows of
-  // the 2-rank grids (bench/results/2026-11-30-s{3,4}-h200x2/run*/bench_gar_grid*.json) and the
-  // standalone all-reduce (bench/results/2026-11-30-h200x2-allreduce/: 8.1 us + 366 GB/s).
+  // the 2-rank grids and the standalone all-reduce (8.1 us + 366 GB/s); docs/fused_gemm.md has
+  // the runs.
   double coll_latency_us = 8.0;
   double busbw_gbps_p2 = 350.0;  // measured (2 x H200, NV18)
   double busbw_gbps_p4 = 350.0;  // assumed: the same per-GPU NVLink port through NVSwitch

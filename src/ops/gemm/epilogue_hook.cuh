@@ -58,8 +58,8 @@ struct TileView {
 // (row-major, leading dimension ldc) straight from the wgmma fragment. Pairs of adjacent columns go
 // out as one 4-byte store (the fragment holds (r, c), (r, c+1) in consecutive registers). Simple,
 // no shared memory, but each warp store touches 8 rows x 16 bytes and the consumers wait for the
-// stores to issue before the next tile: measured 0.89-0.92x cuBLAS at K = 4096
-// (bench/results/2026-11-30-s2-h200x2/run01-probe). Kept for hooks that store to several places
+// stores to issue before the next tile: measured 0.89-0.92x cuBLAS at K = 4096 (docs/gemm.md).
+// Kept for hooks that store to several places
 // (the fused op's peers) and as the measured baseline.
 template <class Element>
 struct StoreCDirect {

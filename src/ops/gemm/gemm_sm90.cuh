@@ -335,10 +335,10 @@ class HookEpilogue {
   uint64_t t_prev_ = 0;
   // The CTA's position in its walk, counted here rather than recomputed by the hooks: finding the
   // step of a tile is O(1) but the number of valid tiles before it is O(step) scheduler math per
-  // call, which the trace of run12 in bench/results/2026-11-30-s3-h200x2/ showed growing the
-  // consumers' per-tile epilogue by ~0.27 us per step (3.1 us at step 0, 7.3 us at step 14). Each
-  // role (consumers, epilogue-load warp) has its own object and sees every work tile of the CTA in
-  // order, so each counts its own.
+  // call, which a trace showed growing the consumers' per-tile epilogue by ~0.27 us per step
+  // (3.1 us at step 0, 7.3 us at step 14; docs/gemm_allreduce.md). Each role (consumers,
+  // epilogue-load warp) has its own object and sees every work tile of the CTA in order, so each
+  // counts its own.
   int step_ = 0, seq_ = 0;            // consumers
   int comm_step_ = 0, comm_seq_ = 0;  // epilogue-load (comm) warp
 };

@@ -1,5 +1,5 @@
 // One instantiation of the sm90 GEMM: bf16 A [M, K], B as [K, N] (BLayout::kKN), bf16 C, default hook StoreC.
-// Runs on H200 (GEMM GPU tests with kKN B, bench/results/2026-11-30-s2-h200/).
+// Runs on H200 (GEMM GPU tests with kKN B; docs/gemm.md).
 #include "gemm_sm90.cuh"
 #include "launch.hpp"
 

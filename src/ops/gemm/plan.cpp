@@ -223,8 +223,8 @@ bool hook_tail_streamk(double w) { return kStreamKWaveCost * w + kStreamKFixedWa
 // beside other GEMMs of the same size (a virtual team's ranks: each has GPU SMs / P), it ran
 // 1.37-1.87x slower than the hook tile at 33 of 132 SMs with 4 GEMMs at once, and 0-6% at 66 with
 // 2, where the hook tile and 128x256 (heuristic) were within 1-4% of the best plan on every shape
-// (bench/results/2026-12-03-engine-h200: `bench gemm --virtual 2, 4 --plans` on the acceptance
-// shapes and the 70B FFN shapes). Its operands per output are twice the 256-wide tiles', which is
+// (`bench gemm --virtual 2, 4 --plans` on the acceptance shapes and the 70B FFN shapes;
+// docs/fused_gemm.md, "The basis"). Its operands per output are twice the 256-wide tiles', which is
 // the likely cost where several grids share L2 and HBM; not measured further.
 constexpr double kPingpongMinSmShare = 0.75;
 constexpr bool pingpong_fits_budget(int gemm_sms, int device_sms) { return gemm_sms >= kPingpongMinSmShare * device_sms; }

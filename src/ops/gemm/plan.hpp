@@ -52,10 +52,9 @@ struct HookWaves {
 };
 HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 
-// When to leave the hook kernel (H200, 132 SMs, measured):
+// When to leave the hook kernel (H200, 132 SMs, measured; docs/gemm.md holds the runs):
 //   * M <= 256: plan_streamk's decode rows. One row of 128x256 tiles gives 16-32 tiles for 132
-//     SMs at M <= 128 (0.34-0.47x cuBLASLt, bench/results/2026-11-30-s2-h200/run06-gemm), two
-//     rows 0.30-0.94x at M = 256 (2026-12-02-gemm-plans-h200/run02-8b5921b); the CUTLASS kernels
+//     SMs at M <= 128 (0.34-0.47x cuBLASLt), two rows 0.30-0.94x at M = 256; the CUTLASS kernels
 //     fill the machine with narrower tiles.
 //   * M > 256: the tile of the least modelled time among k128x128pp (rows of A and B whole
 //     128-byte lines, K * element size % 128 == 0, at least one tile per SM, and the GEMM on at
@@ -65,23 +64,21 @@ HookWaves hook_waves(const GemmArgs& a, const GemmConfig& cfg, int num_sms);
 //     per wave times the tile's cost per output, relative to k256x160c2: kPingpongTileCost where
 //     rows are whole lines, kHookTileCost where they are not, with the hook kernel's waves taken
 //     as the lesser of ceil(w) and its stream-K estimate (next point). Read off the ragged sweep
-//     under every plan (2026-12-02-gemm-plans-h200/run04-82f71ff, both dtypes): k256x160c2 ran
+//     under every plan (both dtypes): k256x160c2 ran
 //     0.960-0.980x cuBLASLt on all 12 shapes; k128x128pp 0.98-1.03x where its grid comes out even
 //     (3000 x 10248 x 3584: 14.7 waves) but 0.93-0.96x where 256x160's does (3000 x 5144: 7.45
 //     waves against 3.0); the hook kernel 0.996x at 6143 x 10248 x 4000 (14.9 waves, 256x160
 //     0.968x). The per-output costs fit those ratios on all 12 shapes (kPingpongTileCost 0.97 from
 //     1.00-1.06 per shape, kHookTileCost 0.975 from 0.97-0.98); at K = 4000 (rows of 8000 bytes,
 //     each 128-byte load split over two lines) the ping-pong tile fell to 0.86-0.92x and is not a
-//     candidate. The five acceptance shapes stay on k128x128pp (1.03-1.10x, run06-b4d6bba).
+//     candidate. The five acceptance shapes stay on k128x128pp (1.03-1.10x).
 //   * the hook kernel runs ceil(w) full-length waves of its w = hook_waves(); the stream-K kernel
 //     on the same 128x256 tiles (kStreamK / kHeuristic, which split the ragged tail's K over every
 //     SM) takes about kStreamKWaveCost * w + kStreamKFixedWaves waves. Read off the ragged sweep
-//     under both kernels (bench/results/2026-12-02-gemm-plans-h200/run01-8add6bd, hook / stream-K
-//     time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where that is under
+//     under both kernels (hook / stream-K time ratios at 3.8-14.9 waves fit 1.023 w + 0.15 within 0.01): stream-K where that is under
 //     0.99 ceil(w), i.e. last waves under ~0.65 full at 4-8 waves, under ~0.5 at 12. Under one wave
 //     (plan_streamk: 128x128 tiles) stream-K where w * kStreamKPenalty < 1: the CUTLASS kernel's
-//     data-parallel mode took 1.11x the hook kernel's time on the same tiles (2048x8192x4096,
-//     bench/results/2026-11-30-s3-h200/run01).
+//     data-parallel mode took 1.11x the hook kernel's time on the same tiles (2048x8192x4096).
 inline constexpr double kStreamKWaveCost = 1.023, kStreamKFixedWaves = 0.15, kStreamKPenalty = 1.10;
 inline constexpr double kPingpongTileCost = 0.97, kHookTileCost = 0.975;  // per output, against k256x160c2
 inline constexpr int kLineBytes = 128;  // the ping-pong tile needs rows of A and B in whole lines
@@ -124,7 +121,7 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                128x128 makes 224 tiles and leaves 92 SMs with two (cuBLASLt runs a one-wave grid
 //                there). Its wgmma is the 64x112x16 atom (CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED in
 //                the ping-pong translation units); without it CUTLASS's builder picks 64x16x16 atoms,
-//                and the tile measured 0.12-0.73x (2026-12-02-gemm-plans-h200/run03-89bd30b).
+//                and the tile measured 0.12-0.73x.
 //   k256x160c1, k256x160c2, k256x112c1   the cooperative kernel (stream-K scheduler) on 256-row
 //                tiles, each consumer warpgroup 128 rows (160 or 112 fp32 accumulators per thread):
 //                cuBLASLt's tile on the ragged sweep (its id 195, 160 x 256 in its column-major
@@ -210,7 +207,7 @@ struct StreamKPlan {
 // The plan tw::gemm uses (raster and swizzle from streamk_order, deterministic reduction). The
 // decode rows follow cuBLASLt's picks (a tile whose narrow side is sized to M, a grid of about one
 // wave, no split) as measured on the decode and narrow sweeps under every candidate plan
-// (bench/results/2026-12-02-gemm-plans-h200/, run01-8add6bd and run02-8b5921b); sms = num_sms -
+// (docs/gemm.md); sms = num_sms -
 // reserved_sms, and a grid of "T tiles" is streamk_grid's count:
 //   M <= 256   1a. on wide grids, between the steps of row 1 (plan.cpp decode_plan, measured at
 //                 every M from 1 to 256, docs/gemm.md): k128x64swappp at

@@ -12,8 +12,7 @@
 // Nothing on the consumers' path waits for NVLink, and nothing in the TMA unit does either: the
 // partials leave through the kernel's idle epilogue-load warp (the "comm warp", producer
 // warpgroup warp 2), with plain 16-byte stores, while the consumers run the next mainloop.
-// (Bulk TMA copies to the peer, bench/results/2026-11-30-s2-h200x2/run02-epilogues-and-tma-push:
-// the TMA unit serves a 64 KiB copy over NVLink at the link's per-SM share, and the mainloop's TMA
+// (Bulk TMA copies to the peer, measured in docs/gemm_allreduce.md: the TMA unit serves a 64 KiB copy over NVLink at the link's per-SM share, and the mainloop's TMA
 // loads queue behind it: +45% time.)
 // For the CTA's valid tiles V_0, V_1, ... (tiles inside C, in its walk order):
 //

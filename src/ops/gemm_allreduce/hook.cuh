@@ -1,6 +1,6 @@
 // src/ops/gemm_allreduce/hook.cuh — the epilogue hook of the fused GEMM + all-reduce (contract
 // of hooks: include/tilewire/ops/gemm.hpp; the op: include/tilewire/ops/gemm_allreduce.hpp).
-// Runs on 2 x H200 (GemmAllReduce tests with algo kOwner; bench/results/2026-11-30-s2-h200x2/run02).
+// Runs on 2 x H200 (GemmAllReduce tests with algo kOwner; docs/gemm_allreduce.md).
 //
 // Called once per output tile by the 256 consumer threads of the CTA that computed it, with the
 // fp32 accumulators in registers. All 256 threads take the same branches (owner or not, last work
@@ -108,8 +108,7 @@ struct PartialIO<__half> : PartialIO16<__half, __half2, HalfCvt> {};
 // dtype, four-byte ones fp32. kTraced = false: the trace code compiled out. The launcher runs that
 // kernel whenever the ring is off: the trace code, even behind a uniform branch, costs registers
 // in the epilogue (the accumulators are live there): ptxas spilled 3784 bytes with it against 1256
-// without, and the fused reduce-scatter ran 4-31% slower on nvidia-h200
-// (bench/results/2026-12-02-tp-h200/run04-9cbc73c).
+// without, and the fused reduce-scatter ran 4-31% slower on an H200 (docs/gemm_scatter_gather.md).
 template <class ET, bool kTraced>
 struct AllReduceHookT {
   struct SharedStorage {};  // nothing: partials travel from registers, sums land in registers

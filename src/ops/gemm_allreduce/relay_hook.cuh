@@ -104,13 +104,12 @@ struct RelayHookT {
   int pace_pct = 60;               // > 0: spread each tile's comm-warp pushes over this % of the last
                                    // tile period (TILEWIRE_RELAY_PACE_PCT); 0: as fast as the warp goes.
                                    // 8192x8192x4096: 0% 807-812 us, 60% 783-795, 70% 782-793, 80-85%
-                                   // 829-888 (the owner's partial loads then come late)
-                                   // (bench/results/2026-11-30-s4-h200x2/ run06, run07)
+                                   // 829-888 (the owner's partial loads then come late;
+                                   // docs/gemm_allreduce.md)
   static constexpr uint64_t kMaxPaceNs = 1000000;  // no tile's pushes are spread over more than 1 ms
   int comm_inflight = 4;           // rows in flight per comm-warp lane: 8, 4 or 2 (TILEWIRE_RELAY_COMM_INFLIGHT).
                                    // More in flight pushes faster but slows the mainloop more: 8 measured
-                                   // 864 us vs 4's 802-812 at 8192x8192x4096
-                                   // (bench/results/2026-11-30-s4-h200x2/ run03, run04)
+                                   // 864 us vs 4's 802-812 at 8192x8192x4096 (docs/gemm_allreduce.md)
   bool no_push = false;            // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   bool pull = false;               // partials: stored locally (bulk copies), bulk-loaded by the owner
                                    // over NVLink (TILEWIRE_RELAY_PULL); finals are pushed either way
@@ -228,9 +227,8 @@ struct RelayHookT {
     // Pacing: this tile's pushes are spread over pace_pct % of the last tile period (staged to
     // staged), i.e. of about one mainloop. Unpaced, every CTA pushes at its warp's full rate right
     // after its epilogue; at the start of the kernel all CTAs are in phase, so the link saturates
-    // in bursts and the backed-up stores stall the mainloops (the trace of run05 in
-    // bench/results/2026-11-30-s4-h200x2/: the first five tiles of each CTA took 54-67 us instead
-    // of 50.5). Paced, 132 CTAs ask ~190 GB/s of a link that carries ~360. Stable: a late push
+    // in bursts and the backed-up stores stall the mainloops (traced on 2 x H200: the first five
+    // tiles of each CTA took 54-67 us instead of 50.5; docs/gemm_allreduce.md). Paced, 132 CTAs ask ~190 GB/s of a link that carries ~360. Stable: a late push
     // lengthens the next period by less than it.
     uint64_t t_push = 0, budget_ns = 0;
     if (pace_pct > 0) {
