@@ -24,7 +24,7 @@
 // spec (the stream-K kernel with those overrides), set through gemm_impl::set_measurement_plan.
 // --virtual P: P ranks on GPU 0 at once, each its own inputs on SMs / P, slowest rank (bench_gemm_virtual.cu).
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
-// Measured on nvidia-h200: bench/results/2026-11-30-s3-h200/ (run02: the figures in README.md), -s2-h200/.
+// Measured on nvidia-h200: docs/gemm.md names the result files.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

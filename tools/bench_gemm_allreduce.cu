@@ -49,8 +49,7 @@
 // flagged 3e-6..5e-3 of correct elements: up to 10^5 per 8192 x 8192 C.)
 // identical: a position-sensitive checksum of C (sum of mix64(bits, i)) on every rank, compared.
 //
-// Measured on nvidia-h200-x2: bench/results/2026-11-30-s4-h200x2/ (run08: the figures in README.md),
-// -s3-h200x2/ and -s2-h200x2/ (run03 onwards).
+// Measured on nvidia-h200-x2: docs/gemm_allreduce.md names the result files.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
