@@ -23,7 +23,7 @@ struct Row {
   double a, b, c, d, e;
 };
 
-// bench/results/2026-11-30-s4-h200x2/run08-fused-final/bench_gar_grid.json (commit 7cf2cda, the
+// bench/results/2026-11-30-fused-relay-tuning-h200x2/run08-fused-final/bench_gar_grid.json (commit 7cf2cda, the
 // relay kernel as it stands): kAuto, so (e) is the fused relay at M >= 2048 and the sequential
 // path (cuBLASLt + tw::allreduce) below.
 constexpr Row kRun08Grid[] = {
@@ -54,7 +54,7 @@ constexpr Row kRun08Acceptance[] = {
     {16384, 8192, 4096, 1711.5, 2574.9, 2205.6, 2032.1, 1674.4},
     {4096, 8192, 14336, 1367.0, 1638.6, 1548.8, 1602.2, 1385.9},
 };
-// bench/results/2026-11-30-s3-h200x2/run09-relay-grid/bench_gar_grid_fused.json (commit
+// bench/results/2026-11-30-fused-relay-h200x2/run09-relay-grid/bench_gar_grid_fused.json (commit
 // 33b06cd): the fused relay forced at every M, 128 x 256 tiles: the grid behind the path rule
 // (fused iff M >= 2048 on 2 ranks). An earlier relay kernel than run08's (e/a 1.14 at 8192^2).
 constexpr Row kRun09Fused[] = {
@@ -211,7 +211,7 @@ TEST(FusedCostModel, OverheadAboveHiddenCommunicationLoses) {
 }
 
 // The owner all-reduce at 8192 x 8192 x 4096 on 2 ranks (bf16 partials): 1321.6 us measured
-// (run09 of bench/results/2026-11-30-s4-h200x2/) with that kernel's overhead there (0.72).
+// (run09 of bench/results/2026-11-30-fused-relay-tuning-h200x2/) with that kernel's overhead there (0.72).
 TEST(FusedCostModel, OwnerAlgorithmPoint) {
   const fg::Shape s{8192, 8192, 4096, 2};
   const auto p = fg::predict(FusedOp::kGemmAllReduce, s, 2, 744.0, 0.72,
