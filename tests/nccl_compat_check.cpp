@@ -37,6 +37,20 @@ int main() {
 #else
   check(g.ginForceEnable, "gin_requirements: GIN not forced on");
 #endif
+  // The GIN backend read off a device communicator, whichever field this version keeps it in.
+  ncclDevComm c;
+  std::memset(&c, 0, sizeof(c));
+  check(!tw::nccl_compat::gin_is_gdaki(c), "gin_is_gdaki: a zeroed communicator is GDAKI");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 7)
+  c.ginConnectionCount = 1;
+  c.ginNetDeviceTypes[0] = NCCL_NET_DEVICE_GIN_GDAKI;
+#elif NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+  c.ginContextCount = 1;
+  c.ginNetDeviceTypes[0] = NCCL_NET_DEVICE_GIN_GDAKI;
+#else
+  c.ginTypes[0] = NCCL_NET_DEVICE_GIN_GDAKI;
+#endif
+  check(tw::nccl_compat::gin_is_gdaki(c), "gin_is_gdaki: a GDAKI communicator is not");
   if (bad == 0) std::printf("nccl_compat (NCCL %d): ok\n", NCCL_VERSION_CODE);
   return bad == 0 ? 0 : 1;
 }

@@ -5,6 +5,8 @@
 //   2.29.2   ncclDevCommRequirements carries a size, magic and version header and must start from
 //            NCCL_DEV_COMM_REQUIREMENTS_INITIALIZER: a zeroed struct is refused. Before, there is
 //            no initializer and a zeroed struct is the documented start.
+//   2.29     the device communicator's GIN backends: ginTypes[] became ginNetDeviceTypes[],
+//            per context, then per connection from 2.29.7 (gin_is_gdaki).
 //   2.29.7   ginConnectionType, NONE by default: GIN to every peer must ask for FULL
 //            (gin_requirements); before, ginForceEnable.
 //   2.30     device-side barrier timeouts, explicit strong/weak GIN signals (not used yet).
@@ -45,6 +47,20 @@ inline ncclDevCommRequirements gin_requirements(int contexts, int signals) {
   r.ginForceEnable = true;
 #endif
   return r;
+}
+
+// Whether the device communicator's GIN backend is GDAKI (the GPU drives the NIC), else the proxy
+// (a host thread does). The backends sit in ginTypes[] per context up to 2.28.x, in
+// ginNetDeviceTypes[] per context in 2.29.2-2.29.6, and per connection (ginConnectionCount of
+// them) from 2.29.7 (read off each version's nccl_device/impl/comm__types.h).
+inline bool gin_is_gdaki(const ncclDevComm& c) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 7)
+  return c.ginConnectionCount > 0 && c.ginNetDeviceTypes[0] == NCCL_NET_DEVICE_GIN_GDAKI;
+#elif NCCL_VERSION_CODE >= NCCL_VERSION(2, 29, 0)
+  return c.ginContextCount > 0 && c.ginNetDeviceTypes[0] == NCCL_NET_DEVICE_GIN_GDAKI;
+#else
+  return c.ginTypes[0] == NCCL_NET_DEVICE_GIN_GDAKI;
+#endif
 }
 
 }  // namespace tw::nccl_compat

@@ -15,6 +15,7 @@
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/version.hpp"
+#include "nccl_compat.hpp"
 
 namespace tw {
 namespace {
@@ -173,7 +174,7 @@ void probe_comm(SystemReport& r) {
       r.comm.gin_available = c.gin_available();
       if (c.all_lsa()) r.comm.gin_type = "not needed (every peer is in the LSA team)";
       else if (!c.gin_available()) r.comm.gin_type = "none";
-      else r.comm.gin_type = c.dev_ctx().comm.ginTypes[0] == NCCL_NET_DEVICE_GIN_GDAKI ? "gdaki" : "proxy";
+      else r.comm.gin_type = nccl_compat::gin_is_gdaki(c.dev_ctx().comm) ? "gdaki" : "proxy";
     });
   } catch (const std::exception& ex) {
     r.comm.error = ex.what();
