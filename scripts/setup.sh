@@ -145,7 +145,12 @@ nccl_ok() {
 # versions), so its version is the one to build against, and its own files the first choice.
 # TILEWIRE_TORCH_PYTHON picks the interpreter (default python3).
 TORCH_PY="${TILEWIRE_TORCH_PYTHON:-python3}"
-TORCH_NCCL_VERSION="$("$TORCH_PY" -c 'import torch; v = torch.cuda.nccl.version(); print(".".join(map(str, v)) if isinstance(v, tuple) else "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100))' 2>/dev/null || true)"
+TORCH_NCCL_VERSION="$("$TORCH_PY" -c 'import torch; v = torch.cuda.nccl.version(); print(".".join(map(str, v[:3])) if isinstance(v, tuple) else "%d.%d.%d" % (v // 10000, v // 100 % 100, v % 100))' 2>/dev/null || true)"
+if [ -n "$TORCH_NCCL_VERSION" ] && ! ver_ge "$TORCH_NCCL_VERSION" "$NCCL_WANT"; then
+  say "torch here ships NCCL $TORCH_NCCL_VERSION, older than the device API tilewire needs ($NCCL_WANT):" \
+    "building against $NCCL_WANT; tilewire's Python package will refuse to import beside this torch"
+  TORCH_NCCL_VERSION=""
+fi
 TORCH_NCCL_DIR=""
 if [ -n "$TORCH_NCCL_VERSION" ]; then
   TORCH_NCCL_DIR="$("$TORCH_PY" -c 'import nvidia.nccl as m, os; print(next((p for p in m.__path__ if os.path.isfile(os.path.join(p, "include", "nccl.h"))), ""))' 2>/dev/null || true)"
@@ -167,9 +172,13 @@ wheel_root() {  # where an earlier run put the wheel, if it did
 
 NCCL_ROOT_FOUND=""
 if [ "$force_wheel" = 0 ]; then
-  # An explicit root wins; then torch's own NCCL; then the CUDA toolkit's and the GPU boxes' venv.
-  for c in "${TILEWIRE_NCCL_ROOT:-}" "${NCCL_ROOT:-}" "$TORCH_NCCL_DIR" "$CUDA_ROOT" /usr/local/cuda "$TORCH_NCCL"; do
-    [ -n "$c" ] || continue
+  # An explicit root wins (any version with the device API: the caller chose it); then torch's
+  # own NCCL; then the CUDA toolkit's and the GPU boxes' venv, at torch's version when there is one.
+  for c in "${TILEWIRE_NCCL_ROOT:-}" "${NCCL_ROOT:-}"; do
+    if [ -n "$c" ] && [ -z "$NCCL_ROOT_FOUND" ] && nccl_ok "$c"; then NCCL_ROOT_FOUND="$(readlink -f "$c")"; fi
+  done
+  for c in "$TORCH_NCCL_DIR" "$CUDA_ROOT" /usr/local/cuda "$TORCH_NCCL"; do
+    if [ -z "$c" ] || [ -n "$NCCL_ROOT_FOUND" ]; then continue; fi
     if nccl_fits "$c"; then NCCL_ROOT_FOUND="$(readlink -f "$c")"; break; fi
     if [ -n "$(nccl_version "$c")" ]; then
       say "NCCL $(nccl_version "$c") at $c does not fit (need ${TORCH_NCCL_VERSION:->= $NCCL_WANT} with nccl_device.h and libnccl)"

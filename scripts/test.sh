@@ -44,7 +44,8 @@ ctest --test-dir "$BUILD" --output-on-failure --no-tests=error
 step "NCCL version span"
 # The translation units that include NCCL's headers, compiled against the other NCCL versions users
 # have (torch 2.15's 2.30.7, the newest 2.32.x), and the version shims run against each.
-BUILD="$BUILD" scripts/nccl_span.sh
+# CI (CI=true) requires every version; elsewhere a machine that cannot fetch them skips, saying so.
+NCCL_SPAN_REQUIRED=$([ "${CI:-}" = true ] && echo 1 || echo 0) BUILD="$BUILD" scripts/nccl_span.sh
 
 step "install + consumer"
 TMP="$(mktemp -d "${TMPDIR:-/tmp}/tilewire-test.XXXXXX")"

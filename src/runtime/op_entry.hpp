@@ -22,12 +22,14 @@ namespace tw {
 
 class OpEntry {
  public:
-  // check: () -> Status; record: () -> void, calls comm.agree_on_call(op, {...}).
+  // check: () -> Status; record: () -> void, calls comm.agree_on_call(op, {...}). A refusal's
+  // error names the op's own file and line (the call site's, by default).
   template <class Check, class Record>
-  OpEntry(Comm& comm, const char* op, cudaStream_t stream, Check&& check, Record&& record, bool moves_nothing = false) {
+  OpEntry(Comm& comm, const char* op, cudaStream_t stream, Check&& check, Record&& record, bool moves_nothing = false,
+          const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     comm.require_usable(op);
     const Status st = std::forward<Check>(check)();
-    TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+    if (!st.ok) throw_error(Errc::kInvalidArgument, file, line, st.reason);
     if (comm.checks_calls()) std::forward<Record>(record)();
     if (!moves_nothing) order_.emplace(comm, stream);
   }

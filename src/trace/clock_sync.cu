@@ -99,6 +99,7 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
     return Status{false, std::string(op) + ": rounds must be in [1, " + std::to_string(kMaxRounds) + "], got " +
                              std::to_string(rounds)};
   };
+  comm.require_usable(op);  // before the stream is made: an unusable communicator says so first
   StreamGuard stream;
   // Ordered after this communicator's calls on other streams; every rank runs the same rounds.
   const OpEntry entry(comm, op, stream.s, check,
