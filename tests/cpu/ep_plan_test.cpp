@@ -206,3 +206,17 @@ TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
     }
 }
 }  // namespace
+
+// The layout kernel keeps a token's destination ranks in a 32-bit mask: a communicator of more
+// than 32 ranks would drop the tokens for ranks 32 and up (while counting them per expert), so
+// the config is refused there with a reason that names the limit.
+TEST(EpPlan, RefusesMoreRanksThanTheRoutingMaskHolds) {
+  EpConfig c = good();
+  EXPECT_TRUE(tw::check_ep_config(c, 32, 4).ok) << "256 experts on 32 ranks";
+  for (int P : {33, 40, 64}) {
+    c.num_experts = 8 * P;  // a multiple of P, at most 512
+    const tw::Status s = tw::check_ep_config(c, P, 2);
+    EXPECT_FALSE(s.ok) << P << " ranks";
+    EXPECT_TRUE(contains(s.reason, "32")) << s.reason;
+  }
+}

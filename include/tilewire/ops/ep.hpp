@@ -50,6 +50,7 @@ enum class EpIndex { kInt64, kInt32 };  // topk_idx element type; -1 = no expert
 enum class EpMode { kHighThroughput, kLowLatency };
 
 constexpr int kEpMaxTopk = 16;
+constexpr int kEpMaxRanks = 32;  // ranks of an EP communicator (a token's destinations are a 32-bit mask)
 constexpr int kEpMaxExperts = 512;
 constexpr int kEpMaxTokens = 32768;
 constexpr int kEpMaxLowLatencyTokens = 1024;

@@ -83,6 +83,9 @@ __global__ void read_signals(DevCtx ctx, int base, int n, uint64_t* out) {
 // ------------------------------------------------------------------------------ layout
 // One thread per token: which ranks it goes to, and the per-expert counts (integer atomics: the
 // counts are exact whatever the order). Ids outside [-1, E) are recorded and skipped.
+// A token's destination ranks are one bit each of `mask` (check_ep_config refuses more ranks).
+static_assert(kEpMaxRanks <= 32, "layout_count keeps a token's destination ranks in a 32-bit mask");
+
 __global__ void layout_count(const void* topk_idx, bool idx64, int N, int topk, int E, int L, int P, Routing r, int me,
                              Status* status) {
   for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < N; t += gridDim.x * blockDim.x) {

@@ -15,6 +15,11 @@ size_t ep_scale_bytes(const EpConfig& c) { return c.payload == EpPayload::kFp8E4
 
 Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
   if (nranks < 1) return fail("the communicator has no ranks");
+  // The layout kernel (kernels.cu layout_count) keeps a token's destination ranks in a 32-bit mask;
+  // nothing past 32 ranks has been run, so it is refused rather than widened untested.
+  if (nranks > kEpMaxRanks)
+    return fail("the communicator has " + std::to_string(nranks) + " ranks; expert parallelism is built for at most " +
+                std::to_string(kEpMaxRanks) + " (a token's destination ranks are a 32-bit mask)");
   if (c.max_tokens_per_rank < 1 || c.max_tokens_per_rank > kEpMaxTokens)
     return fail("max_tokens_per_rank " + std::to_string(c.max_tokens_per_rank) + " is outside [1, " +
                 std::to_string(kEpMaxTokens) + "]");
