@@ -125,8 +125,8 @@ constexpr const char* kUsage =
     "  --json FILE           also write every row as JSON\n"
     "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
     "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
-    "                        swap128x256|256x160|256x160c2|256x112, or the ping-pong tiles, data-parallel\n"
-    "                        only: swap64x16|swap64x32|swap64x64|swap64x128|swap64x256|swap128x64pp|\n"
+    "                        256x160|256x160c2|256x112, or the ping-pong tiles, data-parallel only:\n"
+    "                        swap64x16|swap64x32|swap64x64|swap128x64pp|\n"
     "                        swap128x128pp|128x128pp|128x112pp),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n"
     "  --virtual P           P ranks on GPU 0 at once, own inputs each, each on SMs / P; the slowest rank's times\n";

@@ -648,17 +648,14 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   using tw::gemm_impl::StreamKPlan;
   using tw::gemm_impl::StreamKTile;
   using tw::gemm_impl::tile_shape;
-  for (StreamKTile t : {StreamKTile::k64x16swap, StreamKTile::k64x32swap, StreamKTile::k64x64swap,
-                        StreamKTile::k64x128swap, StreamKTile::k64x256swap}) {
+  for (StreamKTile t : {StreamKTile::k64x16swap, StreamKTile::k64x32swap, StreamKTile::k64x64swap}) {
     EXPECT_TRUE(tile_shape(t).swapped);
     EXPECT_TRUE(tile_shape(t).pingpong);
     EXPECT_EQ(tile_shape(t).blk_m, 64);
   }
   EXPECT_TRUE(tile_shape(StreamKTile::k128x128swappp).swapped);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x128swappp).pingpong);
-  // The swapped 128x256 tile runs the stream-K kernel: its splits carry over.
-  EXPECT_TRUE(tile_shape(StreamKTile::k128x256swap).swapped);
-  EXPECT_FALSE(tile_shape(StreamKTile::k128x256swap).pingpong);
+  EXPECT_EQ(tile_shape(StreamKTile::k128x128swappp).blk_n, 128);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).swapped);
   EXPECT_TRUE(tile_shape(StreamKTile::k128x64swappp).pingpong);
   EXPECT_EQ(tile_shape(StreamKTile::k128x64swappp).blk_m, 128);
@@ -701,23 +698,11 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   ASSERT_TRUE(apply_streamk_plan_override("tile=128x112pp", &p, &a, &cfg).ok);
   EXPECT_EQ(p.tile, StreamKTile::k128x112pp);
   EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk 128x112pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
-  // The swapped tiles whose narrow side covers M up to 256: three ping-pong ones (data-parallel),
-  // and the 128x256 one on the stream-K kernel, whose split carries over.
-  struct Named {
-    const char* spec;
-    StreamKTile tile;
-    const char* described;
-  };
-  for (Named n : {Named{"tile=swap64x128", StreamKTile::k64x128swap, "streamk swap64x128pp mode dp"},
-                  Named{"tile=swap64x256", StreamKTile::k64x256swap, "streamk swap64x256pp mode dp"},
-                  Named{"tile=swap128x128pp", StreamKTile::k128x128swappp, "streamk swap128x128pp mode dp"},
-                  Named{"tile=swap128x256,mode=splitk,splits=3", StreamKTile::k128x256swap,
-                        "streamk swap128x256c1 mode splitk splits 3"}}) {
-    p = base;
-    ASSERT_TRUE(apply_streamk_plan_override(n.spec, &p, &a, &cfg).ok) << n.spec;
-    EXPECT_EQ(p.tile, n.tile) << n.spec;
-    EXPECT_EQ(tw::gemm_impl::describe(p).rfind(n.described, 0), 0u) << tw::gemm_impl::describe(p);
-  }
+  // The swapped ping-pong tile whose narrow side covers M up to 128 (data-parallel).
+  p = base;
+  ASSERT_TRUE(apply_streamk_plan_override("tile=swap128x128pp", &p, &a, &cfg).ok);
+  EXPECT_EQ(p.tile, StreamKTile::k128x128swappp);
+  EXPECT_EQ(tw::gemm_impl::describe(p).rfind("streamk swap128x128pp mode dp", 0), 0u) << tw::gemm_impl::describe(p);
   // The rule takes 112 columns only at 128 < M <= 256 (decode rule 4), where whole 112-column
   // waves give each SM fewer columns than 128-column ones (of these, N = 14336 only).
   for (int M : {1, 64, 128, 200, 256, 1024, 8192})
@@ -740,7 +725,7 @@ TEST(GemmPlan, PingpongTilesAreSwappedAndDataParallel) {
   EXPECT_FALSE(apply_streamk_plan_override("tile=swap128x64,pdl=1", &p, &a, &cfg).ok);
   for (const char* bad : {"tile=swap64x64,mode=splitk,splits=2", "tile=swap64x16,mode=streamk",
                           "tile=128x128pp,mode=splitk,splits=2", "tile=128x112pp,mode=streamk",
-                          "tile=swap64x256,mode=streamk", "tile=swap128x128pp,mode=splitk,splits=2"}) {
+                          "tile=swap128x128pp,mode=splitk,splits=2"}) {
     p = base;
     const tw::Status st = apply_streamk_plan_override(bad, &p, &a, &cfg);
     EXPECT_FALSE(st.ok) << bad;

@@ -1,6 +1,6 @@
-// The plain GEMM's swapped ping-pong tiles whose narrow side covers M = 65..256 in one tile, for
+// The plain GEMM's swapped ping-pong tile whose narrow side covers M = 65..128 in one tile, for
 // fp16 A, B [N, K] and C (streamk.cuh CutlassGemm, kPingpong; plan.hpp swapwide_pingpong): the
-// swapped (64, 128 | 256, 64) and (128, 128, 64) tiles, data-parallel. A translation unit apart
+// swapped (128, 128, 64) tile, data-parallel. A translation unit apart
 // from gemm_sm90_f16_nk_pingpong.cu so the two compile side by side. Programmatic dependent launch
 // as there (StreamKPlan::pdl): the define comes before any CUTLASS header.
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1

@@ -331,8 +331,8 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
   bool raster_set = false, swizzle_set = false, mode_set = false;
   auto bad = [&](const std::string& why) {
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
-                             " (keys: tile=128x256|128x128|128x64|swap128x64|swap128x256|swap64x16|swap64x32|"
-                             "swap64x64|swap64x128|swap64x256|swap128x64pp|swap128x128pp|128x128pp|128x112pp|"
+                             " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|"
+                             "swap64x64|swap128x64pp|swap128x128pp|128x128pp|128x112pp|"
                              "256x160|256x160c2|256x112, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
@@ -362,10 +362,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "swap64x16") p.tile = StreamKTile::k64x16swap;
       else if (v == "swap64x32") p.tile = StreamKTile::k64x32swap;
       else if (v == "swap64x64") p.tile = StreamKTile::k64x64swap;
-      else if (v == "swap64x128") p.tile = StreamKTile::k64x128swap;
-      else if (v == "swap64x256") p.tile = StreamKTile::k64x256swap;
       else if (v == "swap128x128pp") p.tile = StreamKTile::k128x128swappp;
-      else if (v == "swap128x256") p.tile = StreamKTile::k128x256swap;
       else if (v == "swap128x64pp") p.tile = StreamKTile::k128x64swappp;
       else if (v == "128x128pp") p.tile = StreamKTile::k128x128pp;
       else if (v == "128x112pp") p.tile = StreamKTile::k128x112pp;

@@ -130,21 +130,16 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                1640 128x128 tiles, 12.4 waves). Their wgmma atoms (64x160x16, 64x112x16) are
 //                CuTe's extended shapes: their own translation units, gemm_sm90_{bf16,f16}_nk_wide.cu.
 //                k256x160c2 is the rule's (M > 256, use_streamk); the other two are measured plans.
-//   k64x128swap, k64x256swap, k128x128swappp, k128x256swap   swapped tiles whose narrow side covers
-//                M = 65..256 in one tile: every CTA streams its rows of B once and reads all of A (a
-//                few MiB, from L2). With 64-wide narrow sides, M = 65..256 is 2-4 tiles per column
-//                of B, and the CTAs of one column each stream the same rows of B from HBM (B read
-//                2-4 times: 0.37-0.6x cuBLASLt between the decode sweep's points; docs/gemm.md).
-//                They measured no faster (the whole of A each CTA reads from L2 is the likely
-//                cost, not profiled); only k128x128swappp is a rule's pick. The first three run the ping-pong
-//                kernel (data-parallel), k128x256swap the stream-K one (its 64 tiles at N = 8192
-//                need a split to fill 132 SMs); their own translation units,
-//                gemm_sm90_{bf16,f16}_nk_swapwide.cu.
+//   k128x128swappp   the ping-pong kernel on the swapped (128, 128, 64) tile: its narrow side covers
+//                M = 65..128 in one tile, so every CTA streams its rows of B once (two 64-wide
+//                row tiles stream the same rows of B from HBM twice). Its own translation units,
+//                gemm_sm90_{bf16,f16}_nk_swapwide.cu. Wider swapped tiles (narrow sides of 256,
+//                and 64 x 128) were measured and ran no faster (docs/gemm.md).
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
   k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
-  k128x112pp, k256x160c1, k256x160c2, k256x112c1, k64x128swap, k64x256swap, k128x128swappp, k128x256swap
+  k128x112pp, k256x160c1, k256x160c2, k256x112c1, k128x128swappp
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
@@ -166,19 +161,14 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k256x160c1: return {256, 160, 1, false, false};
     case StreamKTile::k256x160c2: return {256, 160, 2, false, false};
     case StreamKTile::k256x112c1: return {256, 112, 1, false, false};
-    case StreamKTile::k64x128swap: return {64, 128, 1, true, true};
-    case StreamKTile::k64x256swap: return {64, 256, 1, true, true};
     case StreamKTile::k128x128swappp: return {128, 128, 1, true, true};
-    case StreamKTile::k128x256swap: return {128, 256, 1, true, false};
   }
   return {128, 128, 1, false, false};
 }
 
-// The swapped ping-pong tiles of gemm_sm90_{bf16,f16}_nk_swapwide.cu (the others:
+// The swapped ping-pong tile of gemm_sm90_{bf16,f16}_nk_swapwide.cu (the others:
 // gemm_sm90_{bf16,f16}_nk_pingpong.cu).
-constexpr bool swapwide_pingpong(StreamKTile t) {
-  return t == StreamKTile::k64x128swap || t == StreamKTile::k64x256swap || t == StreamKTile::k128x128swappp;
-}
+constexpr bool swapwide_pingpong(StreamKTile t) { return t == StreamKTile::k128x128swappp; }
 
 // The output tile grid the kernel of `t` walks, in the kernel's own (M, N): (ceil(M / blk_m),
 // ceil(N / blk_n)) of C, or (ceil(N / blk_m), ceil(M / blk_n)) for the swapped tile.

@@ -1,12 +1,12 @@
 // src/ops/gemm/streamk.cuh — the plain GEMM's stream-K kernel: A [M, K] row-major, B as [N, K]
 // (BLayout::kNK), C, one element type E (bf16 or fp16) for all three, fp32 accumulation. Four
 // stream-K tiles per type (plan.hpp StreamKTile): (128, 256, 64) in 2x1 clusters, (128, 128, 64) and
-// (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) and (128, 256, 64) tiles on the swapped
-// problem (below); one translation unit per type instantiates them
-// (gemm_sm90_{bf16,f16}_nk_streamk.cu). Six more tiles, the swapped (64, 16 | 32 | 64, 64) and
-// (128, 64, 64) and the plain (128, 128, 64) and (128, 112, 64), run CUTLASS's ping-pong kernel,
-// data-parallel (CutlassGemm below with kPingpong; gemm_sm90_{bf16,f16}_nk_pingpong.cu), and so do
-// the swapped (64, 128 | 256, 64) and (128, 128, 64) (gemm_sm90_{bf16,f16}_nk_swapwide.cu); three 256-row tiles, (256, 160 | 112, 64) in 1x1 and
+// (128, 64, 64) in 1x1 clusters, and the (128, 64, 64) tile again on the swapped problem (below);
+// one translation unit per type instantiates them (gemm_sm90_{bf16,f16}_nk_streamk.cu). Six more
+// tiles, the swapped (64, 16 | 32 | 64, 64) and (128, 64, 64) and the plain (128, 128, 64) and
+// (128, 112, 64), run CUTLASS's ping-pong kernel, data-parallel (CutlassGemm below with kPingpong;
+// gemm_sm90_{bf16,f16}_nk_pingpong.cu), and so does the swapped (128, 128, 64) one
+// (gemm_sm90_{bf16,f16}_nk_swapwide.cu); three 256-row tiles, (256, 160 | 112, 64) in 1x1 and
 // (256, 160, 64) in 2x1 clusters, run the cooperative one (gemm_sm90_{bf16,f16}_nk_wide.cu). gemm.cu
 // picks this kernel or the hook kernel (gemm_sm90.cuh) per call (plan.hpp kernel_for); the fused
 // ops never come here.
@@ -302,14 +302,12 @@ void launch_pingpong(const GemmArgs& a, const GemmConfig& cfg, int num_sms, cons
   TW_REQUIRE(false, kInvalidArgument, "gemm: not a ping-pong tile of gemm_sm90_*_nk_pingpong.cu");
 }
 
-// The swapped ping-pong tiles whose narrow side covers M = 65..256 in one tile (plan.hpp
+// The swapped ping-pong tile whose narrow side covers M = 65..128 in one tile (plan.hpp
 // swapwide_pingpong; gemm_sm90_{bf16,f16}_nk_swapwide.cu).
 template <class E>
 void launch_pingpong_swapwide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan,
                               cudaStream_t stream) {
   switch (plan.tile) {
-    case StreamKTile::k64x128swap: return run_streamk<GemmOf<E, StreamKTile::k64x128swap>>(a, cfg, num_sms, plan, stream);
-    case StreamKTile::k64x256swap: return run_streamk<GemmOf<E, StreamKTile::k64x256swap>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k128x128swappp:
       return run_streamk<GemmOf<E, StreamKTile::k128x128swappp>>(a, cfg, num_sms, plan, stream);
     default: break;
@@ -337,17 +335,14 @@ void launch(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamK
   using Narrow = GemmOf<E, StreamKTile::k128x128c1>;
   using Skinny = GemmOf<E, StreamKTile::k128x64c1>;
   using Swapped = GemmOf<E, StreamKTile::k128x64swap>;
-  using SwappedWide = GemmOf<E, StreamKTile::k128x256swap>;
-  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8 && Swapped::kAlign == 8 &&
-                    SwappedWide::kAlign == 8,
+  static_assert(Wide::kAlign == 8 && Narrow::kAlign == 8 && Skinny::kAlign == 8 && Swapped::kAlign == 8,
                 "can_implement checks 16-byte rows");
-  static_assert(Swapped::kSwapAB && SwappedWide::kSwapAB && !Skinny::kSwapAB);
+  static_assert(Swapped::kSwapAB && !Skinny::kSwapAB);
   switch (plan.tile) {
     case StreamKTile::k128x256c2: run_streamk<Wide>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x128c1: run_streamk<Narrow>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64c1: run_streamk<Skinny>(a, cfg, num_sms, plan, stream); return;
     case StreamKTile::k128x64swap: run_streamk<Swapped>(a, cfg, num_sms, plan, stream); return;
-    case StreamKTile::k128x256swap: run_streamk<SwappedWide>(a, cfg, num_sms, plan, stream); return;
     default: break;  // the ping-pong tiles: launch_pingpong; the 256-row ones: launch_wide
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: unknown stream-K tile");
