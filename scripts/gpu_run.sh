@@ -55,7 +55,8 @@
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
 #                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
-#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), decodepick (the decode tiles' tests, then bench gemm
+#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), agsplit (the hook kernel alone at swizzle 1 and 4 on a
+#                 virtual rank's SMs beside ag-gemm at 8192 x 8192/P x 7168, P = 2, 4), decodepick (the decode tiles' tests, then bench gemm
 #                 --plans at M = 40..240 between the decode sweep's points: DECODEPICK_M, DECODEPICK_PLANS),
 #                 decodem (bench gemm --sweep
 #                 decode-m: every M from 1 to 256 at one real rank), memcheck (them at 4), accept
@@ -285,6 +286,17 @@ if [ "$MODE" = engine ]; then
       for m in ${DECODEPICK_M:-40 65 80 96 112 129 144 160 176 192 208 224 240}; do
         bench 60 "gemm pick $m x $nk" gemm --dtype bf16 -m "$m" -n "$n" -k "$k" -R 3 --plans "${DECODEPICK_PLANS:-$PICK}"
       done
+    done
+  fi
+  if has agsplit; then  # where the all-gather's gated GEMM loses against the GEMM alone: the same
+    # hook kernel on the same SM budget at the gated GEMM's band (swizzle 1) and the plain GEMM's (4),
+    # next to the fused op, in one run
+    for p in 2 4; do
+      n=$((8192 / p))
+      for z in 1 4; do
+        bench 120 "gemm hook P=$p swizzle $z" gemm --virtual $p -m 8192 -n $n -k 7168 --swizzle $z -R 3 --plans "auto;hook"
+      done
+      bench 120 "ag-gemm P=$p agsplit" ag-gemm --virtual $p -m 8192 -n $n -k 7168 -R 3 --iters 5
     done
   fi
   if has agswizzle; then  # the gated GEMM's band of row units (TILEWIRE_AG_SWIZZLE; default 1)
