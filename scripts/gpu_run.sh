@@ -55,7 +55,10 @@
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
 #                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
-#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), agsplit (the hook kernel alone at swizzle 1 and 4 on a
+#                 TILEWIRE_AG_SWIZZLE 1, 4, 8), agpush (accept's all-gather rows on the push design,
+#                 TILEWIRE_AG_PUSH=1), gemmaccept (bench gemm acceptance bf16/fp16 and decode at the
+#                 real rank), othertests (the GEMM tests at the real rank, every non-fused test at
+#                 OTHER_P), agsplit (the hook kernel alone at swizzle 1 and 4 on a
 #                 virtual rank's SMs beside ag-gemm at 8192 x 8192/P x 7168, P = 2, 4), decodepick (the decode tiles' tests, then bench gemm
 #                 --plans at M = 40..240 between the decode sweep's points: DECODEPICK_M, DECODEPICK_PLANS),
 #                 decodem (bench gemm --sweep
@@ -312,6 +315,33 @@ if [ "$MODE" = engine ]; then
       bench 120 "ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10
     done
     bench 120 "ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10
+  fi
+  if has agpush; then  # the all-gather's push design (TILEWIRE_AG_PUSH=1) on accept's all-gather rows
+    for p in 2 4; do
+      TILEWIRE_AG_PUSH=1 bench 200 "ag-gemm llama P=$p push design" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
+      TILEWIRE_AG_PUSH=1 bench 120 "ag-gemm decode P=$p push design" ag-gemm --virtual $p -m 16,64,128,256 \
+        -n $((28672 / p)) -k 8192 -R 3 --iters 10
+    done
+  fi
+  if has gemmaccept; then  # the plain GEMM against cuBLASLt, one real rank: acceptance and decode sweeps
+    for dt in bf16 fp16; do
+      bench 200 "gemm acceptance $dt" gemm --dtype $dt --sweep acceptance -R 3
+    done
+    bench 200 "gemm decode bf16" gemm --dtype bf16 --sweep decode -R 3
+  fi
+  if has othertests; then  # every other GPU test: the real GEMM tests at the real rank, the rest at VIRTUAL_P
+    OTHER='-Gemm.*:GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'
+    step "GEMM tests, the real GPU"
+    run 280 "$TESTS" --gtest_filter='Gemm.*' --gtest_output=json:"$OUT/t.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"label": "gemm tests P=0", "tests": d["tests"], "failures": d["failures"], "disabled": d.get("disabled", 0)}))' \
+      "$OUT/t.json" >>"$J" 2>/dev/null
+    for p in ${OTHER_P:-0 2 4 8}; do
+      step "the other tests, $p virtual ranks (0: the real GPU)"
+      TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter="$OTHER" --gtest_output=json:"$OUT/t.json"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"label": "other tests P=" + sys.argv[2], "tests": d["tests"], "failures": d["failures"], "disabled": d.get("disabled", 0)}))' \
+        "$OUT/t.json" "$p" >>"$J" 2>/dev/null
+    done
+    rm -f "$OUT/t.json"
   fi
   if has tests; then
     FUSED_TESTS='GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'

@@ -220,20 +220,21 @@ TEST(FusedCostModel, OwnerAlgorithmPoint) {
   EXPECT_FALSE(p.fused_wins);  // slower than GEMM + tw::allreduce on 2 ranks
 }
 
-// The all-gather waits for the shards only beyond its own rows' share of the GEMM.
-TEST(FusedCostModel, AllGatherHidesBehindTheOwnShard) {
-  const fg::Shape s{8192, 28672 / 4, 8192, 2};  // 70B FFN up projection at P = 4
+// The all-gather's GEMM pulls each peer's A tile over the link once per column tile: on a wide
+// N_local the link, not the GEMM, sets the fused time; on a narrow one the GEMM hides it.
+TEST(FusedCostModel, AllGatherPullsOncePerColumnTile) {
+  const fg::Shape s{8192, 28672 / 4, 8192, 2};  // 70B FFN up projection at P = 4: 28 column tiles
   const double t = fg::estimate_gemm_us(s.M, s.N, s.K, 2);
+  const double once = 0.75 * 8192.0 * 8192 * 2 / 350e3;  // 3/4 of A at busbw, ~288 us
   const auto p = fg::predict(FusedOp::kAllGatherGemm, s, 4, t, 0.0);
-  EXPECT_DOUBLE_EQ(p.fused_us, p.gemm_us);  // 100 MB of shards in ~296 us < 3/4 of ~1.2 ms
-  EXPECT_NEAR(p.coll_us, 8.0 + 0.75 * 8192.0 * 8192 * 2 / 350e3, 0.5);
-  // A link 7x slower: the shards outlast 3/4 of the GEMM, and the last shard's quarter follows.
-  fg::LinkModel slow = fg::h200_nvlink();
-  slow.busbw_gbps_p4 = 50.0;
-  const auto q = fg::predict(FusedOp::kAllGatherGemm, s, 4, t, 0.0, slow);
-  EXPECT_GT(q.coll_us, 0.75 * q.gemm_us);
-  EXPECT_NEAR(q.fused_us, 3.0 + (q.coll_us - 8.0) + q.gemm_us / 4, 1e-9);
-  EXPECT_LT(q.fused_us, q.sequential_us);  // still ahead: the GEMM of the own and first shards hides
+  EXPECT_NEAR(p.coll_us, 8.0 + once, 0.5);
+  EXPECT_NEAR(p.fused_us, 2 * 3.0 + 28 * once, 1e-6);  // the link: 28 pulls of A
+  EXPECT_FALSE(p.fused_wins);
+  const fg::Shape narrow{8192, 256, 8192, 2};  // one column tile: A crosses once, under the GEMM
+  const double tn = 4 * once;
+  const auto q = fg::predict(FusedOp::kAllGatherGemm, narrow, 4, tn, 0.0);
+  EXPECT_NEAR(q.fused_us, 2 * 3.0 + tn, 1e-6);
+  EXPECT_LT(q.fused_us, q.sequential_us);
 }
 
 // The defaults follow the kernel kAuto runs: relay (2 ranks), owner (more), decode tile (M <= 256).

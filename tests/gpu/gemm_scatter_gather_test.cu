@@ -12,7 +12,7 @@
 //     fp16, back-to-back calls with new data on one workspace, one rank late, outputs poisoned,
 //     and bad input refused on every rank with nothing written;
 //   * M <= 256, where both fused paths run the hook kernel's decode tile (128 x 64, no cluster);
-//   * the fused all-gather's shards of several chunks, each gated on its own flag.
+//   * the fused all-gather's shards, many row tiles each, pulled from every rank's window.
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -22,7 +22,6 @@
 #include "common.cuh"
 #include "ops/gemm/launch.hpp"
 #include "ops/gemm_allreduce/plan.hpp"  // scatter_uses_relay: which fused kernel runs (its roundings)
-#include "ops/gemm_scatter_gather/fused.hpp"  // ag_fused_layout: the all-gather's chunks
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
@@ -221,8 +220,8 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
             !d.empty())
           wrong[me] += label(c) + " call " + std::to_string(call) + " (" + tw::tp_path_name(paths[call]) + "): gathered A: " + d + "; ";
         if (paths[call] == tw::TpPath::kFused) {
-          // The fused path's GEMM is the hook kernel gated per row block: bitwise the same kernel,
-          // ungated, on A gathered on the host (the gate changes when a tile starts, not its math).
+          // The fused path's GEMM is the hook kernel reading every shard where it lies: bitwise the
+          // same kernel on A gathered on the host (the batches change where rows are read, not the math).
           upload(Aref.data(), host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0), s);
           poison(Cref.data(), Cref.bytes, s);
           tw::gemm_impl::gemm_gated(tw::GemmArgs{Aref.data(), B.data(), Cref.data(), c.M, c.N, c.K, c.dtype, c.b},
@@ -264,16 +263,15 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
 }
 
 // Bad input: refused on every rank with the reason, nothing written (outputs stay poisoned).
-// Shards of several chunks (tp_impl::ag_fused_layout: 1 MiB or more each), so that the gate
-// opens chunk by chunk: 2048 rows of K = 512 per rank (2 MiB, two chunks), a rank late on every
-// other call, new data each call. The gathered A bitwise against the shards, C bitwise against
-// the same kernel, ungated, on A gathered on the host (the tiles' math does not depend on when
-// they start); the GEMM's exactness is the test above's.
-TEST(AllGatherGemm, ChunkedShardsMatchTheUngatedKernel) {
+// Shards of many row tiles pulled from every rank's window (16 per rank, a cluster pair each),
+// a rank late on every other call (the entry and ready barriers hold the others), new data each
+// call. The gathered A bitwise against the shards, C bitwise against the same kernel on A
+// gathered on the host (the batches change where a tile's rows are read, not its math); the
+// GEMM's exactness is the test above's.
+TEST(AllGatherGemm, PulledShardsMatchTheSameKernel) {
   TW_SKIP_UNLESS_SM90();
   const int P = team_size();
   const TpCase c{2048 * P, 256, 512, DType::kBFloat16, BLayout::kNK, Fill::kRandom};
-  ASSERT_GT(tw::tp_impl::ag_fused_layout(c.M, c.K, c.dtype, P).chunks, 1);
   std::vector<std::string> wrong(P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank(), S = tw::shard_rows(c.M, P), rows = tw::shard_rows_of(c.M, P, me);
@@ -306,7 +304,7 @@ TEST(AllGatherGemm, ChunkedShardsMatchTheUngatedKernel) {
       if (std::string d = compare_exact(to_host(C.data(), C.bytes, s), to_host(Cref.data(), Cref.bytes, s), c.dtype,
                                         (size_t)c.M * c.N);
           !d.empty())
-        wrong[me] += "call " + std::to_string(call) + ": C vs the ungated kernel: " + d + "; ";
+        wrong[me] += "call " + std::to_string(call) + ": C vs the same kernel on the host-gathered A: " + d + "; ";
       comm.sync(s);
       comm.barrier();
     }

@@ -135,11 +135,14 @@ Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double o
   r.gemm_us = g_base * scale;
 
   if (op == FusedOp::kAllGatherGemm) {
-    // Shards arrive while the rank's own rows compute; the last shard's tiles (G / P) start only
-    // when every shard is in: max(G, latency + all shards' bytes + G / P). No tail.
-    const double c = link.flag_latency_us + link_us;
-    r.fused_us = std::max(r.gemm_us, c + r.gemm_us / P);
-    r.break_even_overhead = std::min(r.sequential_us / g_base, (r.sequential_us - c) * P / g_base) - 1.0;
+    // The GEMM pulls the peers' rows with its A loads (gemm_scatter_gather/allgather_fused.cu),
+    // after two barriers. Each column tile's CTA loads its A tile over the link: a peer's memory
+    // is cached in the peer's L2, not the reader's, so (P - 1) / P of A crosses the link
+    // ceil(N / tile_n) times, beside the GEMM: max(G, reloads * the all-gather's bytes).
+    const double reloads = static_cast<double>((s.N + tile_n - 1) / tile_n);
+    const double c = 2.0 * link.flag_latency_us;
+    r.fused_us = c + std::max(r.gemm_us, reloads * link_us);
+    r.break_even_overhead = (r.sequential_us - c) / g_base - 1.0;
   } else {
     // Hops after the last wave: the relay (P = 2, 128 x 256 tiles) sends one final per tile
     // whose partial came half a kernel earlier; in one wave, and for the owner algorithm, the

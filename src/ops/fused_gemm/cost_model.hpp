@@ -11,7 +11,8 @@
 //   sequential = T_gemm + T_coll             T_coll = latency + f * bytes / busbw(P)
 //   fused      = max(G + tail, first tile + flag latency + f * bytes / busbw(P))   (gemm_allreduce,
 //                                                                    gemm_reducescatter)
-//              = max(G, flag latency + f * bytes / busbw(P) + G / P)   (allgather_gemm)
+//              = 2 flag latencies + max(G, ceil(N / tile_n) f * bytes / busbw(P))   (allgather_gemm:
+//                                                    every column tile's CTA pulls its A tile over the link)
 //   G          = max(T_gemm, waves * t_tile) * (1 + overhead)   the fused kernel's GEMM
 //   tail       = hops * max(one CTA pushing its tile, flag latency + the last wave's bytes / busbw)
 //

@@ -157,7 +157,9 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   const bool decode = gated_tile_is_decode(a.M);
   const Status sms = check_sms(c, num_sms, decode ? kDecodeClusterM : kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
-  const Raster raster = Raster::kAlongN;
+  // A gate walks the rows in the order they arrive; a pulled A has them all: the plain GEMM's raster.
+  const Raster raster = gate.flags != nullptr ? Raster::kAlongN
+                                              : resolve_raster(a, c, kBlkM, decode ? kDecodeBlkN : kBlkN);
   if (decode && a.dtype == DType::kBFloat16) {
     if (a.b_layout == BLayout::kNK) launch_bf16_nk_decode(a, c, num_sms, raster, stream, gate);
     else launch_bf16_kn_decode(a, c, num_sms, raster, stream, gate);

@@ -93,11 +93,13 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
                                                                   ktile_start_alignment_count);
     const Raster raster = args.raster_order == Base::RasterOrderOptions::AlongN ? Raster::kAlongN : Raster::kAlongM;
     // hw_info.sm_count already excludes GemmConfig::reserved_sms (the launcher sets it).
-    p.sched = make_schedule(cute::get<0>(problem_shape_mnkl), cute::get<1>(problem_shape_mnkl),
+    // A pulled in batches (Gate): the schedule walks the logical A's row tiles, m_total rows.
+    const int rows = args.gate.batches > 1 ? args.gate.m_total : int(cute::get<0>(problem_shape_mnkl));
+    p.sched = make_schedule(rows, cute::get<1>(problem_shape_mnkl),
                             cute::size<0>(tile_shape), cute::size<1>(tile_shape), cute::size<0>(cluster_shape), raster,
                             args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0);
     p.gate = args.gate;
-    if (p.gate.flags != nullptr) {  // the work list starts at the unit of the gate's first row
+    if (p.gate.orders()) {  // the work list starts at the unit of the gate's first row
       // Rounded up: a unit that starts before first_row holds the previous shard's last tile,
       // which arrives last (it comes round at the end of the walk).
       const int t0 = p.gate.first_row / (int)cute::size<0>(tile_shape);
@@ -114,7 +116,10 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   }
 
   CUTLASS_DEVICE explicit RotatedScheduler(Params const& params)
-      : Base(params), sched_(params.sched), gate_(params.gate.flags != nullptr ? &params.gate : nullptr) {
+      : Base(params),
+        sched_(params.sched),
+        gate_(params.gate.flags != nullptr || params.gate.ring.on() ? &params.gate : nullptr),
+        batch_tiles_(params.gate.batches > 1 ? params.gate.batch_rows / kBlkM : 0) {
 #if defined(__CUDA_ARCH__)
     group_ = int(blockIdx.x) / sched_.cluster_m;
     cta_in_cluster_ = int(blockIdx.x) % sched_.cluster_m;
@@ -127,8 +132,11 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     if (rec) trace_consumer(w);
     if (w < 0) return WorkTileInfo::invalid_work_tile();
     const TileCoord t = sched_.tile_of_work(w, cta_in_cluster_);
-    if (gate_ != nullptr && t.m < sched_.tiles_m) wait_gate(t.m);
+    if (gate_ != nullptr && gate_->flags != nullptr && t.m < sched_.tiles_m) wait_gate(t.m);
     if (rec) trace_producer(t);
+    // Batches: the logical row tile t.m is row tile t.m % batch_tiles of batch t.m / batch_tiles
+    // (the last cluster's padding CTA, past the last tile, stays in batch 0, beyond its rows).
+    if (batch_tiles_ > 0 && t.m < sched_.tiles_m) return {t.m % batch_tiles_, t.n, t.m / batch_tiles_, true};
     return {t.m, t.n, 0, true};
   }
   template <class ClusterShapeT>
@@ -203,7 +211,8 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   }
 
   TileSchedule sched_;
-  const Gate* gate_ = nullptr;  // in the kernel's parameters (grid constant)
+  const Gate* gate_ = nullptr;  // in the kernel's parameters (grid constant); null: no gate, no trace
+  int batch_tiles_ = 0;         // row tiles per batch of a pulled A (0: one batch)
   int group_ = 0, cta_in_cluster_ = 0, step_ = 0;
 };
 
@@ -241,6 +250,7 @@ class HookEpilogue {
   };
   struct Arguments {
     Hook hook{};
+    int m_total = 0;  // batched A (Gate::batches > 1): the logical rows of C; batch l's rows at l M
   };
   using Params = Arguments;
 
@@ -305,11 +315,14 @@ class HookEpilogue {
     using namespace cute;
     static_assert(is_static<BlockShapeMNK>::value && is_static<FrgLayout>::value, "static tile and fragment");
     const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
-    const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
     constexpr int kM = size<0>(BlockShapeMNK{}), kN = size<1>(BlockShapeMNK{});
-    const int row0 = tile_m * kM, col0 = tile_n * kN;
+    // Batch l (a pulled A: M rows per batch, a multiple of kM) is rows l M.. of C, up to m_total.
+    const int l = int(get<3>(blk_coord_mnkl)), in_batch = int(get<0>(blk_coord_mnkl)) * kM;
+    const int row0 = l * M + in_batch, tile_m = row0 / kM, tile_n = get<1>(blk_coord_mnkl);
+    const int col0 = tile_n * kN;
+    const int rows = min(M - in_batch, params_.m_total > 0 ? params_.m_total - row0 : kM);
     const int step = step_++;
-    if (row0 >= M || col0 >= N) return;  // padding CTA of the last cluster: no tile, no hook
+    if (rows <= 0 || col0 >= N) return;  // padding CTA of the last cluster: no tile, no hook
 
     // (row, col) within the tile of every accumulator element of this thread: partition the
     // identity tensor of the tile exactly as the accumulators are partitioned.
@@ -319,7 +332,7 @@ class HookEpilogue {
                   "one coordinate per accumulator");
     auto& acc = const_cast<Tensor<FrgEngine, FrgLayout>&>(accumulators);
     TileView<Tensor<FrgEngine, FrgLayout>, decltype(coord), SharedStorage> view{
-        tile_m, tile_n, row0, col0, min(M - row0, kM), min(N - col0, kN), thread_idx, step, seq_++, t_prev_, acc, coord,
+        tile_m, tile_n, row0, col0, min(rows, kM), min(N - col0, kN), thread_idx, step, seq_++, t_prev_, acc, coord,
         reinterpret_cast<SharedStorage*>(smem)};
     params_.hook(view);
     if (clock_on()) t_prev_ = ptx::globaltimer();  // the next tile's mainloop starts now
@@ -394,13 +407,16 @@ template <class Element, BLayout kLayout, class Hook, class Tile = DefaultHookTi
 struct Sm90Gemm {
   using E = typename CutlassElement<Element>::type;
   using LayoutA = cutlass::layout::RowMajor;  // A [M, K]
-  // CUTLASS names B's layout as a K x N matrix: [N, K] row-major is K x N column-major.
-  using LayoutB = std::conditional_t<kLayout == BLayout::kNK, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  // B's (N, K, batch) stride: [N, K] is K-contiguous, [K, N] N-contiguous; the batch stride is a
+  // static 0, so every batch of a pulled A (Gate::batches) reads the one B, and CuTe leaves the
+  // batch out of B's TMA descriptor (a TMA stride cannot be 0).
+  using StrideB = std::conditional_t<kLayout == BLayout::kNK, cute::Stride<int64_t, cute::_1, cute::_0>,
+                                     cute::Stride<cute::_1, int64_t, cute::_0>>;
   static constexpr int kAlign = 16 / sizeof(E);  // elements per 16 bytes: TMA's row alignment
 
   using Epilogue = HookCollective<Hook>;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, LayoutB, kAlign, float,
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA, kAlign, E, StrideB, kAlign, float,
       typename Tile::Shape, typename Tile::Cluster,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
@@ -410,13 +426,14 @@ struct Sm90Gemm {
   static_assert(std::is_same_v<typename Kernel::TileScheduler, RotatedScheduler>, "the tile order is tilewire's");
 };
 
-// Packed (rows, cols, batch=1) stride of type Stride: one of the first two modes is the static 1.
+// Packed (rows, cols, batch=1) stride of type Stride: one of the first two modes is the static 1
+// (a static batch stride stays as it is).
 template <class Stride>
 Stride packed_stride(int rows, int cols) {
   Stride s{};
   if constexpr (cute::is_static<decltype(cute::get<1>(s))>::value) cute::get<0>(s) = int64_t(cols);  // cols contiguous
   else cute::get<1>(s) = int64_t(rows);                                                              // rows contiguous
-  cute::get<2>(s) = int64_t(rows) * cols;
+  if constexpr (!cute::is_static<decltype(cute::get<2>(s))>::value) cute::get<2>(s) = int64_t(rows) * cols;
   return s;
 }
 
@@ -439,6 +456,12 @@ void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int nu
   args.mainloop.ptr_B = static_cast<const E*>(a.B);
   args.mainloop.dB = packed_stride<StrideB>(N, K);
   args.epilogue.hook = hook;
+  if (gate.batches > 1) {  // A pulled in batches (Gate): one B for all of them
+    args.mode = cutlass::gemm::GemmUniversalMode::kBatched;
+    args.problem_shape = {gate.batch_rows, N, K, gate.batches};
+    cute::get<2>(args.mainloop.dA) = gate.batch_stride;
+    args.epilogue.m_total = M;
+  }
   TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
   args.hw_info.sm_count = num_sms - cfg.reserved_sms;
   args.scheduler.max_swizzle_size = cfg.swizzle;

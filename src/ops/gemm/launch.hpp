@@ -15,14 +15,21 @@
 
 namespace tw::gemm_impl {
 
-// A gate on A's row blocks (allgather_gemm's fused path: A is gathered while the GEMM runs).
-// Before a CTA loads the tile at M-tile tm, its mainloop load warp waits until flags[src] >=
-// want (acquire, polled with pauses, bounded by ctx.timeout_ns), src = tm * kBlkM /
-// rows_per_src, except src == skip (the rows already local; -1: none), then orders its TMA loads
-// after it (fence.proxy.async). The work list starts at the unit holding row first_row
-// (the local rows first, then the rows after them, wrapping). flags null: no gate (the plain GEMM).
+// Where the GEMM's A comes from, and when (allgather_gemm's fused path; a default Gate is the
+// plain GEMM reading A at a.A):
+//   * batches > 1, A pulled where it lies: the logical A [m_total, K] is `batches` blocks of
+//     batch_rows rows (a multiple of kBlkM), block l at a.A + l batch_stride elements (a peer's
+//     copy of the workspace: the LSA stride). The kernel runs one CUTLASS batch per block (A's
+//     TMA descriptor has the batch as its third mode, B's batch stride is 0) and stores block l's
+//     rows at rows l batch_rows.. of C, none at m_total or beyond.
+//   * flags set, a gate on A's row blocks: before a CTA loads the tile at M-tile tm, its mainloop
+//     load warp waits until flags[src] >= want (acquire, polled with pauses, bounded by
+//     ctx.timeout_ns), src = tm * kBlkM / rows_per_src, except src == skip (the rows already
+//     local; -1: none), then orders its TMA loads after it (fence.proxy.async).
+// With either, the work list starts at the unit holding row first_row (the local rows first,
+// then the rows after them, wrapping).
 // ring (tracing on): the scheduler records, with trace::emit, per tile mma_start when the
-// mainloop's load warp has the tile past its gate and mma_end when the consumers ask for their
+// mainloop's load warp has the tile (past its gate) and mma_end when the consumers ask for their
 // next tile (the tile's epilogue issued), and per CTA kernel_start / kernel_end (id = CTA).
 struct Gate {
   const uint64_t* flags = nullptr;
@@ -30,8 +37,13 @@ struct Gate {
   int skip = -1;
   uint64_t want = 0;
   int first_row = 0;
+  int batches = 1;
+  int batch_rows = 0;
+  long long batch_stride = 0;
+  int m_total = 0;
   DevCtx ctx{};
   trace::Ring ring{};
+  TW_HD bool orders() const { return flags != nullptr || batches > 1; }  // first_row sets the walk's start
 };
 
 // Epilogue of the bf16 kNK kernel: kStaged is the product; the others exist to be measured
@@ -81,11 +93,11 @@ void launch_f16_nk_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms,
 void launch_f16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                           const Gate& gate);
 
-// tw::gemm with a gate on A (Gate above): the hook kernel (never stream-K; on its decode tile at
-// M <= kHookDecodeMaxM, gated_tile_is_decode), rows walked along N (raster kAlongN, in bands of
-// cfg.swizzle row units: with 1, a row block's tiles together; row blocks in order from the
-// gate's first_row). Arguments as
-// tw::gemm's, already checked by the caller.
+// tw::gemm with A gated or pulled in batches (Gate above): the hook kernel (never stream-K; on its
+// decode tile at M <= kHookDecodeMaxM, gated_tile_is_decode; M is the logical rows, m_total).
+// Gated, rows are walked along N (raster kAlongN, in bands of cfg.swizzle row units: with 1, a
+// row block's tiles together); pulled, on the plain GEMM's raster; either way from the gate's
+// first_row. Arguments as tw::gemm's, already checked by the caller.
 void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cudaStream_t stream);
 inline bool gated_tile_is_decode(int M) { return M <= kHookDecodeMaxM; }
 

@@ -1,38 +1,29 @@
-// allgather_gemm's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused): the
-// all-gather of A runs beside the GEMM that consumes it, and the GEMM waits per chunk of rows.
+// allgather_gemm's fused path (tilewire/ops/gemm_scatter_gather.hpp, TpPath::kFused): the GEMM
+// reads every peer's shard where it lies, so the all-gather happens inside its mainloop.
 //
-//   stream     flags = 0 (P x C words, ag_fused_layout: chunk c of shard q is flag q C + c); this
-//              rank's shard -> its rows of the gathered A (a copy on the whole GPU) and its own
-//              chunks' flags open; fork -> the push kernel on a side stream; the GEMM with a gate
-//              on A's row blocks (gemm_impl::Gate: a tile of chunk g's rows waits until
-//              flags[g] >= G); join; the gathered A -> A_gathered when the call returns it.
-//   push       G CTAs on SMs the GEMM leaves free:
-//              1. an LSA barrier (every rank's previous GEMM, which read its gathered A, is over,
-//                 and its flags are zero: both precede its fork);
-//              2. each CTA its share of every chunk of the shard into every peer's gathered A at
-//                 the same offset, peers in reverse ring order (rank me - 1 first: it computes
-//                 shard me right after its own), each chunk's flag at that peer + 1 after it
-//                 (release): a peer's GEMM starts on the first chunk, not the whole shard;
-//              3. CTA 0 waits until every flag here is G (no add of this call lands after the
-//                 next call zeroed them).
-//   GEMM       the hook kernel, its work list from this rank's first row on (its own shard
-//              first, then me + 1, me + 2, ...: ring order), walked along N (a row block's
-//              tiles together). Its CTAs never wait for each other, only for the push, which
-//              never waits for a GEMM: the push needs SMs of its own, which the GEMM leaves
-//              free (reserved SMs + G; on a virtual team within the rank's SM budget).
+//   stream     entry barrier (every rank's previous call has stopped reading this rank's
+//              workspace); this rank's shard -> its rows of its own workspace; ready barrier
+//              (every shard is in its owner's workspace); the GEMM, one CUTLASS batch per shard:
+//              A's TMA descriptor spans the P copies of the workspace at the window's LSA stride
+//              (gemm_impl::Gate::batches), so batch q is loaded from rank q's window, rows q S..
+//              of C; the shards -> A_gathered beside the GEMM when the call returns it.
+//   GEMM       the hook kernel on the plain GEMM's raster and band, its walk from this rank's
+//              own rows on (rank rotation: the ranks do not all read one peer at once). No tile
+//              waits: every shard is there before the GEMM starts, which costs one copy of the
+//              own shard (HBM speed) and two barriers per call.
 //
-// Rules the design keeps (the measurements: docs/fused_gemm.md, "Where the time went"):
-//   * nothing a gated GEMM waits for may need an SM the GEMM could hold: a copy within one GPU
-//     (cudaMemcpyAsync device to device) runs as a kernel on SMs, so it precedes the GEMM in
-//     stream order, and the push runs on SMs the GEMM leaves free;
-//   * copies that need no peer (the own rows, A_gathered) run on the whole GPU before and after
-//     the GEMM, where they are faster than on the push's few CTAs beside it.
+// Why pulling and not pushing (docs/fused_gemm.md, "The all-gather"): the push design (a push
+// kernel on SMs the GEMM left free storing each shard into the peers' workspaces, the GEMM gated
+// per chunk of rows) ran the GEMM on a band of one row block, took SMs from it and raced its own
+// copies; on one GPU its fused call took 1.1-2.1x the GEMM alone. A copy within one GPU runs on
+// SMs, so a gated GEMM cannot wait for one (copy engines deadlocked there).
+// On NVLink the same kernel loads the peers' rows over the link: the cost model
+// (fused_gemm/cost_model.hpp) prices those loads; kAuto runs the sequential path where they lose.
 //
-// Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start,
-// past the gate) and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in
-// ../gemm/launch.hpp); each push CTA records kernel_start / kernel_end (id kPushCtaId0 + CTA)
-// and per peer q chunk_send (id q: its first store to q issued) and chunk_recv (id q: its
-// release of q's last flag issued, so q's rows from this CTA are there).
+// Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start)
+// and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in ../gemm/launch.hpp);
+// the ready barrier records, for every peer q, chunk_recv (id q) when it has passed: q's rows are
+// readable from here.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -195,17 +186,107 @@ int ag_swizzle() {
   return 1;
 }
 
+// A copy beside a GEMM that holds the SMs: on the copy engines where the driver can (a copy within
+// one GPU otherwise runs as a kernel, which waits for SMs the GEMM holds, or takes them from it).
+// cudaMemcpyFlagPreferOverlapWithCompute is that hint; a stream being captured gets a plain
+// cudaMemcpyAsync (the batch call is not part of what a capture records everywhere), as does a
+// driver that refuses the hint.
+void copy_beside_compute(void* dst, const void* src, size_t bytes, cudaStream_t s) {
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  TW_CUDA_CHECK(cudaStreamIsCapturing(s, &cap));
+  if (cap == cudaStreamCaptureStatusNone) {
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    void* dsts[] = {dst};
+    const void* srcs[] = {src};
+    size_t sizes[] = {bytes}, idx[] = {0};
+    if (cudaMemcpyBatchAsync(dsts, srcs, sizes, 1, &attr, idx, 1, s) == cudaSuccess) return;
+    (void)cudaGetLastError();
+  }
+  TW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
+}
+
+// TILEWIRE_AG_PUSH=1 (measurement build only): the push design instead of the pull, to time the
+// two in one run.
+bool ag_push_design() {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool push = env::get_bool("TILEWIRE_AG_PUSH");
+  return push;
+#else
+  return false;
+#endif
+}
+
+// The pull's two barriers: entry (phase 0) and ready (phase 1; traced: chunk_recv per peer).
+__global__ void pull_barrier(const __grid_constant__ DevCtx ctx, trace::Ring ring, int phase) {
+  dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel,
+                   phase == 0 ? "allgather_gemm.entry" : "allgather_gemm.ready");
+  if (phase == 1 && ring.on() && threadIdx.x == 0) {
+    const uint64_t now = ptx::globaltimer();
+    for (int q = 0; q < ctx.lsa_size; ++q)
+      if (q != ctx.lsa_rank) trace::emit(ring, trace::EventKind::kChunkRecv, uint32_t(q), now);
+  }
+}
+
+void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
+  const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P);
+  const size_t rb = (size_t)a.K * dtype_size(a.dtype);
+  trace::Ring ring = cfg.trace;
+  ring.rank = (uint16_t)comm.rank();
+  GemmConfig gc;
+  gc.reserved_sms = cfg.reserved_sms + gemm_impl::sms_outside_budget(comm);  // within the rank's SM budget
+  gemm_impl::Gate g;
+  g.ctx = comm.dev_ctx();
+  g.ring = ring;
+  if (P == 1) {  // traced at one rank (untraced, the front-end runs the plain GEMM): the shard is A
+    gemm_with_copy_beside(comm, a.A_gathered, a.A_shard, (size_t)a.M * rb, stream, [&] {
+      gemm_impl::gemm_gated(GemmArgs{a.A_shard, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
+      comm.launched("allgather_gemm");
+    });
+    return;
+  }
+  const WindowRef w = comm.find_window(a.workspace, (size_t)P * S * rb, "workspace");
+  const int rows = shard_rows_of(a.M, P, me);
+  pull_barrier<<<1, 32, 0, stream>>>(comm.dev_ctx(), ring, 0);
+  comm.launched("allgather_gemm entry barrier");
+  if (rows > 0)
+    TW_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(a.workspace) + (size_t)me * S * rb, a.A_shard, (size_t)rows * rb,
+                                  cudaMemcpyDeviceToDevice, stream));
+  pull_barrier<<<1, 32, 0, stream>>>(comm.dev_ctx(), ring, 1);
+  comm.launched("allgather_gemm ready barrier");
+  char* copy0 = w.win.lsa_base + w.offset;  // rank 0's copy of the workspace; rank q's at q lsa_stride
+  g.batches = P;
+  g.batch_rows = S;
+  g.batch_stride = (long long)(w.win.lsa_stride / dtype_size(a.dtype));
+  g.m_total = a.M;
+  g.first_row = me * S;
+  const Forked f(comm, stream);  // A_gathered beside the GEMM; the call ends when both are done
+  if (a.A_gathered != nullptr)
+    for (int k = 0; k < P; ++k) {
+      const int q = (me + k) % P, n = shard_rows_of(a.M, P, q);
+      if (n > 0)
+        copy_beside_compute(static_cast<char*>(a.A_gathered) + (size_t)q * S * rb,
+                            copy0 + q * w.win.lsa_stride + (size_t)q * S * rb, (size_t)n * rb, f.side());
+    }
+  gemm_impl::gemm_gated(GemmArgs{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
+  comm.launched("allgather_gemm");
+}
+
 }  // namespace
 
 void gemm_with_copy_beside(const Comm& comm, void* dst, const void* src, size_t bytes, cudaStream_t stream,
                            const std::function<void()>& gemm) {
   if (dst == nullptr || bytes == 0) return gemm();
   const Forked f(comm, stream);
-  TW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, f.side()));
+  copy_beside_compute(dst, src, bytes, f.side());
   gemm();
 }
 
+bool ag_pull_aligned(const WindowRef& w) { return w.win.lsa_stride % 16 == 0 && w.offset % 16 == 0; }
+
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
+  if (!ag_push_design()) return fused_pull(comm, a, cfg, stream);
   const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P);
   const AgFusedLayout lay = ag_fused_layout(a.M, a.K, a.dtype, P);
   const int G = ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(), comm.dev_ctx().max_blocks);

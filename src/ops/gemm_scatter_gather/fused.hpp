@@ -11,6 +11,7 @@
 
 namespace tw {
 class Comm;
+struct WindowRef;
 namespace tp_impl {
 
 // The fused path's workspace: the gathered A [P S, K] at 0, then P x chunks uint64 arrival flags
@@ -37,6 +38,10 @@ int ag_push_ctas(int S, int K, DType dtype, bool virtual_team, int max_blocks);
 // dst null or bytes 0: gemm() alone.
 void gemm_with_copy_beside(const Comm& comm, void* dst, const void* src, size_t bytes, cudaStream_t stream,
                            const std::function<void()>& gemm);
+
+// Whether the fused path's GEMM can load the peers' copies of workspace window w with TMA (its
+// offset and LSA stride multiples of 16 bytes).
+bool ag_pull_aligned(const WindowRef& w);
 
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream);
 

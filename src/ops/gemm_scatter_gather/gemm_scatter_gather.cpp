@@ -275,8 +275,8 @@ Status check_allgather_gemm_args(const AllGatherGemmArgs& a, int rank, int P, co
 }
 
 namespace {
-// Whether the all-gather's fused path can run here: the gated GEMM is the sm_90a hook kernel, and
-// the push takes SMs the GEMM leaves free.
+// Whether the all-gather's fused path can run here: its GEMM is the sm_90a hook kernel, whose TMA
+// loads read the peers' copies of the workspace (16-byte aligned offsets and LSA stride).
 Status ag_fused_usable(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
   const char* op = "allgather_gemm";
   int dev = 0, major = 0, minor = 0, sms = 0;
@@ -289,13 +289,20 @@ Status ag_fused_usable(const Comm& comm, const AllGatherGemmArgs& a, const TpCon
   if (major != 9 || minor != 0)
     return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
                         std::to_string(major * 10 + minor));
-  const int S = shard_rows(a.M, comm.nranks()), G = tp_impl::ag_push_ctas(S, a.K, a.dtype, comm.is_virtual(),
-                                                                            comm.dev_ctx().max_blocks);
-  const int free_sms = comm.sm_count() - cfg.reserved_sms - G;
+  const int free_sms = comm.sm_count() - cfg.reserved_sms;
   if (free_sms < 2)
-    return fail(op, "the fused path needs " + std::to_string(G) + " SMs for its push beside the GEMM; " +
-                        std::to_string(comm.sm_count()) + " SMs, " + std::to_string(cfg.reserved_sms) +
-                        " reserved leave " + std::to_string(free_sms) + " for the GEMM (at least 2)");
+    return fail(op, "the fused path's GEMM needs at least 2 SMs; " + std::to_string(comm.sm_count()) + " SMs, " +
+                        std::to_string(cfg.reserved_sms) + " reserved leave " + std::to_string(free_sms));
+  WindowRef w;
+  try {
+    w = comm.find_window(a.workspace, allgather_gemm_workspace_size(a.M, a.K, a.dtype, comm.nranks()), "workspace");
+  } catch (const Error&) {
+    return Status{};  // can_implement reports the workspace
+  }
+  if (!tp_impl::ag_pull_aligned(w))
+    return fail(op, "workspace: the fused path's GEMM loads every rank's copy of it with TMA, which needs 16-byte "
+                    "alignment; its offset in the window is " + std::to_string(w.offset) + " and the window's copies are " +
+                        std::to_string(w.win.lsa_stride) + " bytes apart (window sizes and offsets multiples of 16 fix it)");
   return Status{};
 }
 
