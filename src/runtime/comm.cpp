@@ -505,13 +505,13 @@ Window Comm::alloc_window(size_t bytes) {
           return;
         }
       }
-      rd.obj = virtual_slab(device_, (size_t)s0 * P);
+      rd.obj = virtual_slab(device_, virtual_slice(s0) * P);
     });
     reg.slab = r.obj;
     char* base = static_cast<char*>(r.obj.get());
-    w.ptr_ = base + (size_t)ctx_.rank * size;
+    w.ptr_ = base + (size_t)ctx_.rank * virtual_slice(size);
     reg.dev.lsa_base = base;
-    reg.dev.lsa_stride = size;
+    reg.dev.lsa_stride = virtual_slice(size);
   } else {
     TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
     ncclWindow_t h = nullptr;

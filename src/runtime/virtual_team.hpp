@@ -58,5 +58,9 @@ class VirtualTeam {
 // A device allocation shared by the ranks of a virtual team (one slice per rank); freed when
 // the last rank lets go of it.
 std::shared_ptr<void> virtual_slab(int device, size_t bytes);
+// The bytes from one rank's slice of a window to the next (the window's LSA stride): its size
+// rounded up to 256 bytes, so that every rank's copy of an aligned offset is aligned alike (TMA
+// loads the peers' copies: allgather_gemm's fused path). NCCL's strides are 4 GiB multiples.
+inline size_t virtual_slice(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 }  // namespace tw

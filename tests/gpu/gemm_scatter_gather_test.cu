@@ -340,8 +340,9 @@ TEST(GemmScatterGather, BadInputWritesNothing) {
     expect("rs fused K", [&] { tw::gemm_reducescatter(comm, r2, fused, s); }, tw::Errc::kInvalidArgument, {"gemm_reducescatter"});
     tw::AllGatherGemmArgs ag{A.data(), B.data(), C.data(), nullptr, M, N, K, DType::kBFloat16, BLayout::kNK, ws.data()};
     tw::TpConfig starved = fused;
-    starved.reserved_sms = comm.sm_count();  // no SM left for the GEMM beside the push
-    expect("ag fused SMs", [&] { tw::allgather_gemm(comm, ag, starved, s); }, tw::Errc::kInvalidArgument, {"push"});
+    starved.reserved_sms = comm.sm_count();  // no SM left for the GEMM
+    expect("ag fused SMs", [&] { tw::allgather_gemm(comm, ag, starved, s); }, tw::Errc::kInvalidArgument,
+           {"allgather_gemm", "reserved"});
     tw::AllGatherGemmArgs a2 = ag;
     a2.C = static_cast<char*>(ws.data()) + 256;
     expect("ag C in workspace", [&] { tw::allgather_gemm(comm, a2, {}, s); }, tw::Errc::kInvalidArgument, {"overlaps"});

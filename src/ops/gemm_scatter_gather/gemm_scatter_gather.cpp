@@ -299,6 +299,8 @@ Status ag_fused_usable(const Comm& comm, const AllGatherGemmArgs& a, const TpCon
   } catch (const Error&) {
     return Status{};  // can_implement reports the workspace
   }
+  // Holds wherever the workspace pointer is 16-byte aligned (checked above): NCCL's LSA strides
+  // are 4 GiB multiples and a virtual team's 256-byte multiples. Checked for any other backend.
   if (!tp_impl::ag_pull_aligned(w))
     return fail(op, "workspace: the fused path's GEMM loads every rank's copy of it with TMA, which needs 16-byte "
                     "alignment; its offset in the window is " + std::to_string(w.offset) + " and the window's copies are " +
