@@ -262,6 +262,9 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
   g.m_total = a.M;
   g.first_row = me * S;
   const Forked f(comm, stream);  // A_gathered beside the GEMM; the call ends when both are done
+  // The GEMM is launched first, so that its grid has the SMs should a copy need some.
+  gemm_impl::gemm_gated(GemmArgs{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
+  comm.launched("allgather_gemm");
   if (a.A_gathered != nullptr)
     for (int k = 0; k < P; ++k) {
       const int q = (me + k) % P, n = shard_rows_of(a.M, P, q);
@@ -269,8 +272,6 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
         copy_beside_compute(static_cast<char*>(a.A_gathered) + (size_t)q * S * rb,
                             copy0 + q * w.win.lsa_stride + (size_t)q * S * rb, (size_t)n * rb, f.side());
     }
-  gemm_impl::gemm_gated(GemmArgs{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
-  comm.launched("allgather_gemm");
 }
 
 }  // namespace
@@ -279,8 +280,8 @@ void gemm_with_copy_beside(const Comm& comm, void* dst, const void* src, size_t 
                            const std::function<void()>& gemm) {
   if (dst == nullptr || bytes == 0) return gemm();
   const Forked f(comm, stream);
+  gemm();  // first: its grid has the SMs should the copy need some
   copy_beside_compute(dst, src, bytes, f.side());
-  gemm();
 }
 
 bool ag_pull_aligned(const WindowRef& w) { return w.win.lsa_stride % 16 == 0 && w.offset % 16 == 0; }
