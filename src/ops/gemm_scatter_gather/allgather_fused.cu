@@ -22,8 +22,8 @@
 //
 // Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start)
 // and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in ../gemm/launch.hpp);
-// the ready barrier records, for every peer q, chunk_recv (id q) when it has passed: q's rows are
-// readable from here.
+// the ready barrier records, for every peer q, chunk_send (id q) when this rank arrives (its rows
+// are in place for q) and chunk_recv (id q) when it has passed (q's rows are readable from here).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -218,15 +218,19 @@ bool ag_push_design() {
 #endif
 }
 
-// The pull's two barriers: entry (phase 0) and ready (phase 1; traced: chunk_recv per peer).
+// The pull's two barriers: entry (phase 0) and ready (phase 1; traced: per peer q, chunk_send
+// when this rank arrives, its shard in place for q, and chunk_recv when every shard is).
 __global__ void pull_barrier(const __grid_constant__ DevCtx ctx, trace::Ring ring, int phase) {
-  dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel,
-                   phase == 0 ? "allgather_gemm.entry" : "allgather_gemm.ready");
-  if (phase == 1 && ring.on() && threadIdx.x == 0) {
+  const bool rec = phase == 1 && ring.on() && threadIdx.x == 0;
+  const auto emit_peers = [&](trace::EventKind k) {
     const uint64_t now = ptx::globaltimer();
     for (int q = 0; q < ctx.lsa_size; ++q)
-      if (q != ctx.lsa_rank) trace::emit(ring, trace::EventKind::kChunkRecv, uint32_t(q), now);
-  }
+      if (q != ctx.lsa_rank) trace::emit(ring, k, uint32_t(q), now);
+  };
+  if (rec) emit_peers(trace::EventKind::kChunkSend);
+  dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel,
+                   phase == 0 ? "allgather_gemm.entry" : "allgather_gemm.ready");
+  if (rec) emit_peers(trace::EventKind::kChunkRecv);
 }
 
 void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
@@ -258,7 +262,8 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
   char* copy0 = w.win.lsa_base + w.offset;  // rank 0's copy of the workspace; rank q's at q lsa_stride
   g.batches = P;
   g.batch_rows = S;
-  g.batch_stride = (long long)(w.win.lsa_stride / dtype_size(a.dtype));
+  // Shard q: rows q S.. of rank q's copy, at copy0 + q (lsa_stride + S rows).
+  g.batch_stride = (long long)((w.win.lsa_stride + (size_t)S * rb) / dtype_size(a.dtype));
   g.m_total = a.M;
   g.first_row = me * S;
   const Forked f(comm, stream);  // A_gathered beside the GEMM; the call ends when both are done
