@@ -22,7 +22,7 @@
 //
 // Tracing (TpConfig::trace): the GEMM's scheduler records per tile mma_start (its loads start)
 // and mma_end (epilogue issued) and per CTA kernel_start / kernel_end (Gate in ../gemm/launch.hpp);
-// the ready barrier records, for every peer q, chunk_send (id q) when this rank arrives (its rows
+// the ready barrier records kernel_start / kernel_end (id 1 << 16) and, for every peer q, chunk_send (id q) when this rank arrives (its rows
 // are in place for q) and chunk_recv (id q) when it has passed (q's rows are readable from here).
 #include <cuda_runtime.h>
 
@@ -227,10 +227,13 @@ __global__ void pull_barrier(const __grid_constant__ DevCtx ctx, trace::Ring rin
     for (int q = 0; q < ctx.lsa_size; ++q)
       if (q != ctx.lsa_rank) trace::emit(ring, k, uint32_t(q), now);
   };
+  // The barrier is the call's first traced kernel (id kPushCtaId0): its events bracket the others'.
+  if (rec) trace::emit(ring, trace::EventKind::kKernelStart, kPushCtaId0, ptx::globaltimer());
   if (rec) emit_peers(trace::EventKind::kChunkSend);
   dev::lsa_barrier(dev::Cta{}, ctx, 0, cuda::memory_order_acq_rel,
                    phase == 0 ? "allgather_gemm.entry" : "allgather_gemm.ready");
   if (rec) emit_peers(trace::EventKind::kChunkRecv);
+  if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kPushCtaId0, ptx::globaltimer());
 }
 
 void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
