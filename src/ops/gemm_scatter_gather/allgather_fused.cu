@@ -12,9 +12,9 @@
 //              waits: every shard is there before the GEMM starts, which costs one copy of the
 //              own shard (HBM speed) and two barriers per call.
 //
-// Why pulling and not pushing (docs/fused_gemm.md, "Where the time went"; docs/gemm_scatter_gather.md): the push design (a push
-// kernel on SMs the GEMM left free storing each shard into the peers' workspaces, the GEMM gated
-// per chunk of rows) ran the GEMM on a band of one row block, took SMs from it and raced its own
+// Why pulling and not pushing (docs/fused_gemm.md, "Where the time went"; docs/gemm_scatter_gather.md):
+// the push design (a push kernel on SMs the GEMM left free storing each shard into the peers'
+// workspaces, the GEMM gated per chunk of rows) ran the GEMM on a band of one row block, took SMs from it and raced its own
 // copies; on one GPU its fused call took 1.1-2.1x the GEMM alone. A copy within one GPU runs on
 // SMs, so a gated GEMM cannot wait for one (copy engines deadlocked there).
 // On NVLink the same kernel loads the peers' rows over the link: the cost model
