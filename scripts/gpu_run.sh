@@ -58,7 +58,9 @@
 #                 TILEWIRE_AG_SWIZZLE 1, 4, 8), agpush (accept's all-gather rows on the push design,
 #                 TILEWIRE_AG_PUSH=1), gemmaccept (bench gemm acceptance bf16/fp16 and decode at the
 #                 real rank), othertests (the GEMM tests at the real rank, every non-fused test at
-#                 OTHER_P), agsplit (the hook kernel alone at swizzle 1 and 4 on a
+#                 OTHER_P), split (bench_tp's rows (h)-(k): the lockstep basis, ag-gemm without
+#                 A_gathered, the pull gather alone and before the GEMM; ag-gemm and gemm-rs Llama and
+#                 decode at 2 and 4 virtual ranks, ag-gemm 4096^3 at the real rank), agsplit (the hook kernel alone at swizzle 1 and 4 on a
 #                 virtual rank's SMs beside ag-gemm at 8192 x 8192/P x 7168, P = 2, 4), decodepick (the decode tiles' tests, then bench gemm
 #                 --plans at M = 40..240 between the decode sweep's points: DECODEPICK_M, DECODEPICK_PLANS),
 #                 decodem (bench gemm --sweep
@@ -308,6 +310,17 @@ if [ "$MODE" = engine ]; then
         TILEWIRE_AG_SWIZZLE=$z bench 120 "ag-gemm llama P=$p swizzle $z" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
       done
     done
+  fi
+  if has split; then  # bench_tp's rows (h)-(k) beside (a), (g): the lockstep basis, the fused op without
+    # A_gathered, a pull gather alone and followed by the GEMM; gemm-rs and ag-gemm at 2 and 4
+    # virtual ranks, Llama and decode shapes, and ag-gemm 4096^3 at the real rank
+    for p in 2 4; do
+      bench 200 "split ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
+      bench 120 "split ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10
+      bench 200 "split gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5
+      bench 120 "split gemm-rs decode P=$p" gemm-rs --virtual $p -m 16,64,128,256 -n 8192 -k $((8192 / p)) -R 3 --iters 10
+    done
+    bench 120 "split ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10
   fi
   if has agaccept; then  # the all-gather's rows of accept alone
     for p in 2 4; do

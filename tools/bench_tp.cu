@@ -16,13 +16,20 @@
 //   (f) coll      the NCCL collective alone (T_coll of the overlap efficiency)
 //   (g) fused     the op with TpPath::kFused, where it can run (gemm-rs: bf16 and fp16, sm_90, resident;
 //                 ag-gemm: bf16 and fp16, sm_90)
+//   (h) lockstep  (a) after an LSA barrier kernel on every call: the GEMMs of all ranks run at
+//                 once, as they do inside an op that synchronizes them (the basis for (g))
+//   (i) fused, no A_gathered (ag-gemm): (g) without the gathered A, which (g) writes
+//   (j) pull gather (ag-gemm): barrier, the own shard into a window, barrier, every shard pulled
+//                 from its owner's copy into the gathered A (one stream: the gather alone)
+//   (k) gather + gemm (ag-gemm): (j), then tilewire's GEMM on the gathered A (no overlap)
 // --trace FILE: after the first shape's rows, one fused call traced (TpConfig::trace), clocks
 // aligned, written as Perfetto / tilewire JSON by rank 0 with the overlap metrics printed.
 // With --virtual P (P ranks on GPU 0, no NCCL) (c), (d), (f) are n/a and the times are P ranks
 // sharing one GPU. Each row: one untimed call, then R repeats of `iters` calls between events
-// after a host barrier; the slowest rank's median. Inputs: seeded uniform in [-1, 1).
+// after a host barrier; the slowest rank's median. The rows without NCCL take their repeats in
+// turn (time_rows: the GPU's clock falls under sustained load). Inputs: seeded uniform in [-1, 1).
 //
-// #wrong, after the timing, on both backends: gemm-rs: every rank's cuBLASLt partial p_q in a
+// #wrong, after the timing, one more call of each op, on both backends: gemm-rs: every rank's cuBLASLt partial p_q in a
 // window; each element of this rank's shard against ref = sum_q p_q (fp32, read through the LSA
 // team), |C - ref| <= (P + 4) 2^-8 mag + P K 2^-24, mag = sum_q |p_q| (the op's partials may
 // round one ulp apart from cuBLASLt's and the sum rounds once). ag-gemm: the gathered A bitwise
@@ -36,6 +43,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -48,6 +56,7 @@
 #include "ops/fused_gemm/cost_model.hpp"
 #include "ops/gemm/team_gemm.hpp"  // sms_outside_budget
 #include "runtime/cublaslt.hpp"
+#include "tilewire/device/barrier.cuh"
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
@@ -215,6 +224,17 @@ __global__ void check_ag(DevCtx ctx, DevWindow sw, const T* G, int M, int K, int
   }
 }
 
+// (h), (j), (k): every rank's calls in step. Barrier index max_blocks - 1 (device/barrier.cuh:
+// every rank makes the same sequence of calls on it).
+__global__ void lockstep_barrier(const __grid_constant__ DevCtx ctx) {
+  dev::lsa_barrier(dev::Cta{}, ctx, uint32_t(ctx.max_blocks - 1), cuda::memory_order_acq_rel, "bench lockstep");
+}
+
+struct Job {
+  int row;  // index into the shape's rows
+  std::function<void()> call;
+};
+
 struct Row {
   std::string what;
   bool ran = false;
@@ -237,6 +257,7 @@ class TpBench {
  private:
   template <class Op>
   double time(Comm& comm, cudaStream_t s, Op op);
+  void time_rows(Comm& comm, cudaStream_t s, std::vector<Job>& jobs, std::vector<double>& t);
   template <class T>
   void shape(Comm& comm, const Shape& sh, bool trace);
   template <class Call>
@@ -268,6 +289,34 @@ double TpBench::time(Comm& comm, cudaStream_t s, Op op) {
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
   return median(t);
+}
+
+// Every job warmed up, then R repeats, each timing every job once with the start rotating, so
+// that each row is timed across the same stretch of the run: an H200's clock drops under sustained
+// GEMM load, and rows timed one after another would hand the later rows the lower clock. Every
+// rank has the same jobs in the same order (the ops among them synchronize the ranks).
+void TpBench::time_rows(Comm& comm, cudaStream_t s, std::vector<Job>& jobs, std::vector<double>& t) {
+  for (Job& j : jobs) j.call();
+  comm.sync(s);
+  cudaEvent_t e0, e1;
+  TW_CUDA_CHECK(cudaEventCreate(&e0));
+  TW_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<std::vector<double>> reps(jobs.size());
+  for (int r = 0; r < o_.repeats; ++r)
+    for (size_t k = 0; k < jobs.size(); ++k) {
+      const size_t x = (k + (size_t)r) % jobs.size();
+      barrier_.arrive_and_wait("bench tp repeat");
+      TW_CUDA_CHECK(cudaEventRecord(e0, s));
+      for (int i = 0; i < o_.iters; ++i) jobs[x].call();
+      TW_CUDA_CHECK(cudaEventRecord(e1, s));
+      comm.sync(s);
+      float ms = 0;
+      TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      reps[x].push_back(ms * 1e3 / o_.iters);
+    }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  for (size_t k = 0; k < jobs.size(); ++k) t[jobs[k].row] = median(reps[k]);
 }
 
 // One fused call traced (every rank: the clock sync and the gather are collective); rank 0 writes
@@ -328,14 +377,73 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
   lt::LtMatmul full(lth.get(), M, N, K, o_.b, lt_ws_bytes, o_.dtype);
   GemmArgs tg{gemm_a, B.p, rs ? part.data() : C.p, M, N, K, o_.dtype, o_.b};
   std::vector<Row> rows_out = {{"(a) tw-gemm"}, {"(b) cublas"}, {"(c) seq cublas+nccl"}, {"(d) chunked"},
-                               {"(e) op (auto)"}, {"(f) nccl collective"}, {"(g) op fused"}};
+                               {"(e) op (auto)"}, {"(f) nccl collective"}, {"(g) op fused"},
+                               {"(h) tw-gemm lockstep"}, {"(i) fused, no A_gathered"}, {"(j) pull gather"},
+                               {"(k) pull gather, then tw-gemm"}};
   std::vector<double> t(rows_out.size(), -1);
   comm.sync(s1);
   comm.barrier();
   GemmConfig gc;  // on a virtual team tilewire's GEMM keeps to the rank's SM budget, as the op's does
   gc.reserved_sms = gemm_impl::sms_outside_budget(comm);
-  t[0] = time(comm, s1, [&] { gemm(tg, gc, s1); });
-  t[1] = time(comm, s1, [&] { full.run(gemm_a, B.p, rs ? part.data() : C.p, lt_ws.p, s1); });
+  // The rows without NCCL, timed round-robin (time_rows); then each op's output checked.
+  std::vector<Job> jobs;
+  jobs.push_back({0, [&] { gemm(tg, gc, s1); }});
+  jobs.push_back({1, [&] { full.run(gemm_a, B.p, rs ? part.data() : C.p, lt_ws.p, s1); }});
+  const auto lockstep = [&] {
+    lockstep_barrier<<<1, 32, 0, s1>>>(comm.dev_ctx());
+    TW_CUDA_CHECK(cudaGetLastError());
+  };
+  jobs.push_back({7, [&] {
+                    lockstep();
+                    gemm(tg, gc, s1);
+                  }});
+  // (j), (k): the gather of a pull design alone, then with the GEMM after it (ag-gemm)
+  Window pull = comm.alloc_window(rs ? 256 : (size_t)P * S * K * e);
+  const DevWindow pw = pull.dev();
+  const size_t rb = (size_t)K * e;
+  const auto gather = [&] {
+    lockstep();
+    if (rows > 0)
+      TW_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(pull.data()) + (size_t)me * S * rb, shard.data(), (size_t)rows * rb,
+                                    cudaMemcpyDeviceToDevice, s1));
+    lockstep();
+    for (int k = 0; k < P; ++k) {
+      const int q = (me + k) % P, n = shard_rows_of(M, P, q);
+      if (n > 0)
+        TW_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(gathered.p) + (size_t)q * S * rb,
+                                      pw.lsa_base + (size_t)q * pw.lsa_stride + (size_t)q * S * rb, (size_t)n * rb,
+                                      cudaMemcpyDeviceToDevice, s1));
+    }
+  };
+  if (!rs) {
+    jobs.push_back({9, gather});
+    jobs.push_back({10, [&] {
+                      gather();
+                      gemm(tg, gc, s1);
+                    }});
+  }
+  TpConfig fused;
+  fused.path = TpPath::kFused;
+  GemmReduceScatterArgs rsa{A.p, B.p, C.p, M, N, K, o_.dtype, o_.b, ws.data()};
+  AllGatherGemmArgs aga{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
+  AllGatherGemmArgs c_only = aga;
+  c_only.A_gathered = nullptr;
+  const bool fused_ok = rs ? can_implement(comm, rsa, fused).ok : can_implement(comm, aga, fused).ok;
+  if (rs) {
+    jobs.push_back({4, [&] { gemm_reducescatter(comm, rsa, {}, s1); }});
+    if (fused_ok) jobs.push_back({6, [&] { gemm_reducescatter(comm, rsa, fused, s1); }});
+  } else {
+    jobs.push_back({4, [&] { allgather_gemm(comm, aga, {}, s1); }});
+    if (fused_ok) {
+      jobs.push_back({6, [&] { allgather_gemm(comm, aga, fused, s1); }});
+      jobs.push_back({8, [&] { allgather_gemm(comm, c_only, fused, s1); }});
+    }
+  }
+  comm.sync(s1);
+  comm.barrier();
+  time_rows(comm, s1, jobs, t);
+  comm.sync(s1);
+  comm.barrier();  // no peer still reads the pull window
   ncclComm_t nc = comm.nccl();
   const ncclDataType_t nt = o_.dtype == DType::kBFloat16 ? ncclBfloat16 : ncclFloat16;
   if (nc != nullptr) {
@@ -409,9 +517,8 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
       cudaEventDestroy(start);
     }
   }
-  // (e) the op, (g) its fused path where built, each followed by the check of its last output.
+  // Each op's output, checked after one more call (outputs poisoned first).
   if (rs) {
-    GemmReduceScatterArgs a{A.p, B.p, C.p, M, N, K, o_.dtype, o_.b, ws.data()};
     const auto check = [&] {
       full.run(A.p, B.p, part.data(), lt_ws.p, s1);  // this rank's partial for the check
       comm.sync(s1);
@@ -423,18 +530,15 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
     };
     const size_t c_bytes = std::max<size_t>((size_t)rows * N * e, 256);
     TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));  // NaN: an output never written is wrong
-    t[4] = time(comm, s1, [&] { gemm_reducescatter(comm, a, {}, s1); });
+    gemm_reducescatter(comm, rsa, {}, s1);
     check();
-    TpConfig fused;
-    fused.path = TpPath::kFused;
-    if (can_implement(comm, a, fused).ok) {
+    if (fused_ok) {
       TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));
-      t[6] = time(comm, s1, [&] { gemm_reducescatter(comm, a, fused, s1); });
+      gemm_reducescatter(comm, rsa, fused, s1);
       check();
-      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { gemm_reducescatter(comm, a, c, s1); });
+      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { gemm_reducescatter(comm, rsa, c, s1); });
     }
   } else {
-    AllGatherGemmArgs a{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
     const auto poison = [&] {  // NaN: an output never written is wrong
       TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, (size_t)M * N * e, s1));
       TW_CUDA_CHECK(cudaMemsetAsync(gathered.p, 0xFF, (size_t)P * S * K * e, s1));
@@ -450,15 +554,16 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
       comm.barrier();  // every rank's check read the shards before the next op overwrites them
     };
     poison();
-    t[4] = time(comm, s1, [&] { allgather_gemm(comm, a, {}, s1); });
+    allgather_gemm(comm, aga, {}, s1);
     check();
-    TpConfig fused;
-    fused.path = TpPath::kFused;
-    if (can_implement(comm, a, fused).ok) {
+    if (fused_ok) {
       poison();
-      t[6] = time(comm, s1, [&] { allgather_gemm(comm, a, fused, s1); });
+      allgather_gemm(comm, aga, fused, s1);
       check();
-      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { allgather_gemm(comm, a, c, s1); });
+      TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, (size_t)M * N * e, s1));
+      allgather_gemm(comm, c_only, fused, s1);
+      check();  // C; the gathered A the call before's
+      if (trace) trace_fused(comm, sh, s1, [&](const TpConfig& c) { allgather_gemm(comm, aga, c, s1); });
     }
   }
   unsigned long long nbad = 0;
