@@ -54,7 +54,7 @@
 #                 --plans: the plain GEMM on a virtual rank's SMs under each candidate plan,
 #                 ENGINE_PLANS), ag (bench ag-gemm 8192 x 4096 x 7168 at 2 virtual ranks, twice,
 #                 traced; 128 x 14336 x 8192 at 2, traced; the 70B FFN up shapes at 2 and 4, with TILEWIRE_AG_PUSH_CTAS 4 and 8 too), tests (the fused
-#                 ops' tests at 1 real and VIRTUAL_P virtual ranks), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
+#                 ops' tests at 1 real and VIRTUAL_P virtual ranks; FUSED_FILTER narrows them), agaccept (accept's all-gather rows), agswizzle (ag-gemm Llama sweeps at 2 and 4 with
 #                 TILEWIRE_AG_SWIZZLE 1, 4, 8), agpush (accept's all-gather rows on the push design,
 #                 TILEWIRE_AG_PUSH=1), gemmaccept (bench gemm acceptance bf16/fp16 and decode at the
 #                 real rank), othertests (the GEMM tests at the real rank, every non-fused test at
@@ -357,7 +357,7 @@ if [ "$MODE" = engine ]; then
     rm -f "$OUT/t.json"
   fi
   if has tests; then
-    FUSED_TESTS='GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'
+    FUSED_TESTS=${FUSED_FILTER:-'GemmAllReduce*:GemmReduceScatter.*:AllGatherGemm.*:GemmScatterGather.*'}
     for p in ${VIRTUAL_P:-0 2 3 4 8}; do
       step "fused tests, $p virtual ranks (0: the real GPU)"
       TILEWIRE_TEST_VIRTUAL=$p run 240 "$TESTS" --gtest_filter="$FUSED_TESTS" --gtest_output=json:"$OUT/t.json"

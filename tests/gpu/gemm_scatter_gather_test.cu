@@ -21,6 +21,7 @@
 
 #include "common.cuh"
 #include "ops/gemm/launch.hpp"
+#include "ops/gemm/team_gemm.hpp"  // sms_outside_budget: the fused decode GEMM's budget
 #include "ops/gemm_allreduce/plan.hpp"  // scatter_uses_relay: which fused kernel runs (its roundings)
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 
@@ -220,12 +221,19 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
             !d.empty())
           wrong[me] += label(c) + " call " + std::to_string(call) + " (" + tw::tp_path_name(paths[call]) + "): gathered A: " + d + "; ";
         if (paths[call] == tw::TpPath::kFused) {
-          // The fused path's GEMM is the hook kernel reading every shard where it lies: bitwise the
-          // same kernel on A gathered on the host (the batches change where rows are read, not the math).
+          // The fused path's GEMM is the hook kernel reading every shard where it lies, or at
+          // M <= 256 the plain GEMM on the rank's SM budget after the gather: bitwise the same
+          // kernel on A gathered on the host (the batches change where rows are read, not the math).
           upload(Aref.data(), host_inputs(c.fill, c.dtype, (size_t)c.M * c.K, sa, 0), s);
           poison(Cref.data(), Cref.bytes, s);
-          tw::gemm_impl::gemm_gated(tw::GemmArgs{Aref.data(), B.data(), Cref.data(), c.M, c.N, c.K, c.dtype, c.b},
-                                    tw::GemmConfig{}, tw::gemm_impl::Gate{}, s);
+          const tw::GemmArgs ref_args{Aref.data(), B.data(), Cref.data(), c.M, c.N, c.K, c.dtype, c.b};
+          if (tw::gemm_impl::gated_tile_is_decode(c.M)) {
+            tw::GemmConfig rc;
+            rc.reserved_sms = tw::gemm_impl::sms_outside_budget(comm);
+            tw::gemm(ref_args, rc, s);
+          } else {
+            tw::gemm_impl::gemm_gated(ref_args, tw::GemmConfig{}, tw::gemm_impl::Gate{}, s);
+          }
           if (std::string d = compare_exact(got, to_host(Cref.data(), Cref.bytes, s), c.dtype, (size_t)c.M * c.N);
               !d.empty())
             wrong[me] += label(c) + " call " + std::to_string(call) + " (fused): C vs the same GEMM on the host-gathered A: " + d + "; ";

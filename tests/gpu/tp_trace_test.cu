@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "ops/gemm/launch.hpp"  // gated_tile_is_decode, kDecodeBlkN: the traced GEMM's tile
 #include "tilewire/ops/gemm_scatter_gather.hpp"
 #include "tilewire/trace/trace.hpp"
 
@@ -83,20 +84,22 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
   const int M = 1024, N = 520, Kl = 256;  // 8 x 3 tiles, the last column partial
   const tw::DType dt = tw::DType::kBFloat16;
   const int tiles_m = (M + 127) / 128, tiles_n = (N + 255) / 256, T = tiles_m * tiles_n;
-  const std::vector<Recorded> rec = record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
-    const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
-    DeviceBuffer A((size_t)M * Kl * 2), B((size_t)N * Kl * 2), C(std::max<size_t>((size_t)rows * N * 2, 16));
-    tw::Window ws = comm.alloc_window(tw::gemm_reducescatter_workspace_size(M, N, dt, P));
-    fill(A.data(), dt, (size_t)M * Kl, Fill::kRandom, kSeedA, me, s);
-    fill(B.data(), dt, (size_t)N * Kl, Fill::kRandom, kSeedB, me, s);
-    poison(C.data(), C.bytes, s);
-    comm.sync(s);
-    comm.barrier();  // every rank's fills before any rank's op (a virtual team shares the device)
-    tw::gemm_reducescatter(comm, tw::GemmReduceScatterArgs{A.data(), B.data(), C.data(), M, N, Kl, dt, tw::BLayout::kNK, ws.data()},
-                           cfg, s);
-    comm.sync(s);
-    comm.barrier();  // no rank frees its window while a peer's kernel may still read it
-  });
+  const std::vector<Recorded> rec =
+      record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
+        const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
+        DeviceBuffer A((size_t)M * Kl * 2), B((size_t)N * Kl * 2), C(std::max<size_t>((size_t)rows * N * 2, 16));
+        tw::Window ws = comm.alloc_window(tw::gemm_reducescatter_workspace_size(M, N, dt, P));
+        fill(A.data(), dt, (size_t)M * Kl, Fill::kRandom, kSeedA, me, s);
+        fill(B.data(), dt, (size_t)N * Kl, Fill::kRandom, kSeedB, me, s);
+        poison(C.data(), C.bytes, s);
+        comm.sync(s);
+        comm.barrier();  // every rank's fills before any rank's op (a virtual team shares the device)
+        tw::gemm_reducescatter(
+            comm, tw::GemmReduceScatterArgs{A.data(), B.data(), C.data(), M, N, Kl, dt, tw::BLayout::kNK, ws.data()},
+            cfg, s);
+        comm.sync(s);
+        comm.barrier();  // no rank frees its window while a peer's kernel may still read it
+      });
   std::vector<PerTile> tiles(P);
   for (int r = 0; r < P; ++r) {
     SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(P));
@@ -115,7 +118,8 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
       // read off the events: an owner sees partials, a pusher sends one (checked across ranks below).
       const bool own = !k[(int)K::kPartialsSeen].empty();
       owned += own;
-      for (K x : {K::kMmaStart, K::kMmaEnd, K::kTileLanded}) ASSERT_EQ(k[(int)x].size(), 1u) << "tile " << id << " " << tw::trace::kind_name(x);
+      for (K x : {K::kMmaStart, K::kMmaEnd, K::kTileLanded})
+        ASSERT_EQ(k[(int)x].size(), 1u) << "tile " << id << " " << tw::trace::kind_name(x);
       ASSERT_EQ(k[(int)K::kPartialLeave].size(), own ? 0u : 1u) << "tile " << id;
       ASSERT_EQ(k[(int)K::kPartialsSeen].size(), own ? 1u : 0u) << "tile " << id;
       ASSERT_EQ(k[(int)K::kReduceDone].size(), own ? 1u : 0u) << "tile " << id;
@@ -151,55 +155,65 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
   }
 }
 
+// M = 1024: the GEMM pulls the shards (two barriers, then the batched GEMM); M = 128: the decode
+// path (the gather kernel, then the GEMM on the hook kernel's decode tile, 128 x 64, when traced).
 TEST(AllGatherGemm, TraceEventsPerTile) {
   TW_SKIP_UNLESS_SM90();
-  const int P = team_size();
-  const int M = 1024, N = 512, Kd = 256;
-  const tw::DType dt = tw::DType::kFloat16;
-  const int S = tw::shard_rows(M, P), tiles_m = (M + 127) / 128, tiles_n = (N + 255) / 256, T = tiles_m * tiles_n;
-  const std::vector<Recorded> rec = record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
-    const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
-    DeviceBuffer A(std::max<size_t>((size_t)rows * Kd * 2, 16)), B((size_t)N * Kd * 2), C((size_t)M * N * 2);
-    tw::Window ws = comm.alloc_window(tw::allgather_gemm_workspace_size(M, Kd, dt, P));
-    fill(A.data(), dt, (size_t)rows * Kd, Fill::kRandom, kSeedA, 0, s, (size_t)me * S * Kd);
-    fill(B.data(), dt, (size_t)N * Kd, Fill::kRandom, kSeedB, me, s);
-    poison(C.data(), C.bytes, s);
-    comm.sync(s);
-    comm.barrier();
-    tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A.data(), B.data(), C.data(), nullptr, M, N, Kd, dt, tw::BLayout::kNK, ws.data()},
-                       cfg, s);
-    comm.sync(s);
-    comm.barrier();
-  });
-  for (int r = 0; r < P; ++r) {
-    SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(P));
-    const auto& ev = rec[r].events;
-    EXPECT_EQ(rec[r].dropped, 0u);
-    for (const auto& e : ev) EXPECT_EQ(e.rank, r);
-    EXPECT_GT(count(ev, K::kKernelStart), 0);
-    EXPECT_EQ(count(ev, K::kKernelStart), count(ev, K::kKernelEnd));
-    uint64_t arrived = 0, ready = 0;  // the ready barrier's arrive and exit (this rank's clock, like its tiles')
-    for (int q = 0; q < P; ++q) {
-      EXPECT_EQ(count(ev, K::kChunkSend, q), q == r ? 0 : 1) << "peer " << q;
-      EXPECT_EQ(count(ev, K::kChunkRecv, q), q == r ? 0 : 1) << "peer " << q;
+  for (const int M : {1024, 128}) {
+    SCOPED_TRACE("M = " + std::to_string(M));
+    const int P = team_size();
+    const int N = 512, Kd = 256;
+    const tw::DType dt = tw::DType::kFloat16;
+    const int tile_n = tw::gemm_impl::gated_tile_is_decode(M) ? tw::gemm_impl::kDecodeBlkN : tw::gemm_impl::kBlkN;
+    const int S = tw::shard_rows(M, P), tiles_m = (M + 127) / 128, tiles_n = (N + tile_n - 1) / tile_n,
+              T = tiles_m * tiles_n;
+    const std::vector<Recorded> rec =
+        record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
+          const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
+          DeviceBuffer A(std::max<size_t>((size_t)rows * Kd * 2, 16)), B((size_t)N * Kd * 2), C((size_t)M * N * 2);
+          tw::Window ws = comm.alloc_window(tw::allgather_gemm_workspace_size(M, Kd, dt, P));
+          fill(A.data(), dt, (size_t)rows * Kd, Fill::kRandom, kSeedA, 0, s, (size_t)me * S * Kd);
+          fill(B.data(), dt, (size_t)N * Kd, Fill::kRandom, kSeedB, me, s);
+          poison(C.data(), C.bytes, s);
+          comm.sync(s);
+          comm.barrier();
+          tw::allgather_gemm(
+              comm,
+              tw::AllGatherGemmArgs{A.data(), B.data(), C.data(), nullptr, M, N, Kd, dt, tw::BLayout::kNK, ws.data()},
+              cfg, s);
+          comm.sync(s);
+          comm.barrier();
+        });
+    for (int r = 0; r < P; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(P));
+      const auto& ev = rec[r].events;
+      EXPECT_EQ(rec[r].dropped, 0u);
+      for (const auto& e : ev) EXPECT_EQ(e.rank, r);
+      EXPECT_GT(count(ev, K::kKernelStart), 0);
+      EXPECT_EQ(count(ev, K::kKernelStart), count(ev, K::kKernelEnd));
+      uint64_t arrived = 0, ready = 0;  // the ready barrier's arrive and exit (this rank's clock, like its tiles')
+      for (int q = 0; q < P; ++q) {
+        EXPECT_EQ(count(ev, K::kChunkSend, q), q == r ? 0 : 1) << "peer " << q;
+        EXPECT_EQ(count(ev, K::kChunkRecv, q), q == r ? 0 : 1) << "peer " << q;
+      }
+      for (const auto& e : ev) {
+        if (e.kind == (uint8_t)K::kChunkSend) arrived = std::max(arrived, e.t_ns);
+        if (e.kind == (uint8_t)K::kChunkRecv) ready = std::max(ready, e.t_ns);
+      }
+      EXPECT_LE(arrived, ready);
+      const PerTile tiles = per_tile(ev);
+      EXPECT_EQ((int)tiles.size(), T);
+      for (const auto& [id, k] : tiles) {
+        ASSERT_LT(id, (uint32_t)T);
+        ASSERT_EQ(k[(int)K::kMmaStart].size(), 1u) << "tile " << id;
+        ASSERT_EQ(k[(int)K::kMmaEnd].size(), 1u) << "tile " << id;
+        for (K x : {K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded}) EXPECT_TRUE(k[(int)x].empty());
+        EXPECT_LE(k[(int)K::kMmaStart][0], k[(int)K::kMmaEnd][0]) << "tile " << id;
+        EXPECT_GE(k[(int)K::kMmaStart][0], ready) << "tile " << id << " started before every shard was in place";
+      }
     }
-    for (const auto& e : ev) {
-      if (e.kind == (uint8_t)K::kChunkSend) arrived = std::max(arrived, e.t_ns);
-      if (e.kind == (uint8_t)K::kChunkRecv) ready = std::max(ready, e.t_ns);
-    }
-    EXPECT_LE(arrived, ready);
-    const PerTile tiles = per_tile(ev);
-    EXPECT_EQ((int)tiles.size(), T);
-    for (const auto& [id, k] : tiles) {
-      ASSERT_LT(id, (uint32_t)T);
-      ASSERT_EQ(k[(int)K::kMmaStart].size(), 1u) << "tile " << id;
-      ASSERT_EQ(k[(int)K::kMmaEnd].size(), 1u) << "tile " << id;
-      for (K x : {K::kPartialLeave, K::kPartialsSeen, K::kReduceDone, K::kTileLanded}) EXPECT_TRUE(k[(int)x].empty());
-      EXPECT_LE(k[(int)K::kMmaStart][0], k[(int)K::kMmaEnd][0]) << "tile " << id;
-      EXPECT_GE(k[(int)K::kMmaStart][0], ready) << "tile " << id << " started before every shard was in place";
-    }
+    expect_no_missing(rec);
   }
-  expect_no_missing(rec);
 }
 
 }  // namespace

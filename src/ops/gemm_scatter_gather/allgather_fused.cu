@@ -11,6 +11,8 @@
 //              own rows on (rank rotation: the ranks do not all read one peer at once). No tile
 //              waits: every shard is there before the GEMM starts, which costs one copy of the
 //              own shard (HBM speed) and two barriers per call.
+//   decode     M <= 256 (fused_gather): one kernel gathers the shards (its CTAs paired across the
+//              ranks by per-CTA barriers), then the plain GEMM runs on the gathered A.
 //
 // Why pulling and not pushing (docs/fused_gemm.md, "Where the time went"; docs/gemm_scatter_gather.md):
 // the push design (a push kernel on SMs the GEMM left free storing each shard into the peers'
@@ -57,6 +59,10 @@ struct PushArgs {
 };
 
 // This CTA's share (of gridDim.x) of a copy of `bytes` (a multiple of 16) from src to dst.
+// kCoherent: src may have been written during this kernel by another agent (a peer's copy read
+// after a barrier): L2 loads, not the non-coherent path, which assumes data read-only for the
+// kernel's lifetime.
+template <bool kCoherent = false>
 __device__ void copy_share(char* dst, const char* src, size_t bytes) {
   const size_t vecs = bytes / 16;
   const size_t lo = vecs * blockIdx.x / gridDim.x, hi = vecs * (blockIdx.x + 1) / gridDim.x;
@@ -67,7 +73,7 @@ __device__ void copy_share(char* dst, const char* src, size_t bytes) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const size_t i = i0 + (size_t)u * blockDim.x;
-      if (i < hi) v[u] = ptx::ld_nc_v4(s + i);
+      if (i < hi) v[u] = kCoherent ? ptx::ld_cg_v4(s + i) : ptx::ld_nc_v4(s + i);
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -236,6 +242,87 @@ __global__ void pull_barrier(const __grid_constant__ DevCtx ctx, trace::Ring rin
   if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kPushCtaId0, ptx::globaltimer());
 }
 
+struct GatherArgs {
+  char* copy0 = nullptr;    // LSA rank 0's copy of the workspace; rank q's at q lsa_stride
+  uint64_t lsa_stride = 0;
+  const char* shard = nullptr;  // this rank's rows of A
+  char* dst = nullptr;          // the gathered A [M, K]
+  bool own_in_place = false;    // dst is this rank's own copy: its rows are there already
+  size_t rb = 0;                // bytes per row of A
+  int M = 0, S = 0;
+};
+
+// Decode-sized A, gathered before the GEMM (fused_gather below). CTA b of every rank owns slice b
+// of each shard (copy_share's split of it), so the barriers pair CTA b across the ranks, not the
+// whole grids: entry (the peers' CTA b have pulled the previous call's slice b from here), this
+// rank's slice into its copy, ready (every rank's slice b is in place), then slice b of every
+// shard into dst. Traced (CTA 0) as the pull's ready barrier: kernel_start / kernel_end (id
+// kPushCtaId0), chunk_send per peer on arriving, chunk_recv per peer once passed.
+__global__ void __launch_bounds__(kPushThreads)
+    gather_shards(const __grid_constant__ DevCtx ctx, const __grid_constant__ GatherArgs a, trace::Ring ring) {
+  const int P = ctx.lsa_size, me = ctx.lsa_rank;
+  const bool rec = ring.on() && blockIdx.x == 0 && threadIdx.x == 0;
+  const auto emit_peers = [&](trace::EventKind k) {
+    const uint64_t now = ptx::globaltimer();
+    for (int q = 0; q < P; ++q)
+      if (q != me) trace::emit(ring, k, uint32_t(q), now);
+  };
+  const auto bytes_of = [&](int q) { return (size_t)std::max(0, std::min(a.S, a.M - q * a.S)) * a.rb; };
+  const auto shard_in_copy = [&](int q) { return a.copy0 + (size_t)q * a.lsa_stride + (size_t)q * a.S * a.rb; };
+  if (rec) trace::emit(ring, trace::EventKind::kKernelStart, kPushCtaId0, ptx::globaltimer());
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.gather_entry");
+  copy_share(shard_in_copy(me), a.shard, bytes_of(me));
+  if (rec) emit_peers(trace::EventKind::kChunkSend);
+  dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "allgather_gemm.gather_ready");
+  if (rec) emit_peers(trace::EventKind::kChunkRecv);
+  for (int k = 0; k < P; ++k) {
+    const int q = (me + k) % P;  // rotated: the ranks do not all read one peer at once
+    char* d = a.dst + (size_t)q * a.S * a.rb;
+    if (q != me) copy_share<true>(d, shard_in_copy(q), bytes_of(q));
+    else if (!a.own_in_place) copy_share(d, a.shard, bytes_of(q));
+  }
+  if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kPushCtaId0, ptx::globaltimer());
+}
+
+// Decode-sized A (M <= kHookDecodeMaxM): the shards gathered first, by one kernel, into
+// A_gathered when the call asks for it, else into the rows of this rank's own copy of the
+// workspace that no peer reads; then the plain GEMM on the gathered A, on the plan tw::gemm picks
+// for the shape (traced: the hook kernel, whose scheduler records the tiles). A is at most
+// 256 rows: its gather is small beside the GEMM's stream of B, and the plain GEMM's decode
+// plans beat the hook kernel's decode tile by far (bench ag-gemm rows (g) and (k); docs/fused_gemm.md).
+void fused_gather(Comm& comm, const AllGatherGemmArgs& a, cudaStream_t stream, const WindowRef& w, const GemmConfig& gc,
+                  const trace::Ring& ring) {
+  const int P = comm.nranks(), me = comm.rank();
+  GatherArgs ga;
+  ga.copy0 = w.win.lsa_base + w.offset;
+  ga.lsa_stride = w.win.lsa_stride;
+  ga.shard = static_cast<const char*>(a.A_shard);
+  ga.own_in_place = a.A_gathered == nullptr;
+  ga.dst = ga.own_in_place ? ga.copy0 + (size_t)me * w.win.lsa_stride : static_cast<char*>(a.A_gathered);
+  ga.rb = (size_t)a.K * dtype_size(a.dtype);
+  ga.M = a.M;
+  ga.S = shard_rows(a.M, P);
+  // CTAs: one per 64 KiB of a shard, at most 32, the rank's SM budget (the P grids are then
+  // resident together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA).
+  // From M, K and the team's settings: the same on every rank.
+  const size_t per_cta = size_t{64} << 10;
+  const int G = (int)std::max<size_t>(1, std::min<size_t>({(ga.S * ga.rb + per_cta - 1) / per_cta, size_t{32},
+                                                             (size_t)std::max(1, comm.sm_count()),
+                                                             (size_t)comm.dev_ctx().max_blocks}));
+  gather_shards<<<G, kPushThreads, 0, stream>>>(comm.dev_ctx(), ga, ring);
+  comm.launched("allgather_gemm gather");
+  const GemmArgs ga_gemm{ga.dst, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout};
+  if (ring.on()) {
+    gemm_impl::Gate g;
+    g.ctx = comm.dev_ctx();
+    g.ring = ring;
+    gemm_impl::gemm_gated(ga_gemm, gc, g, stream);
+  } else {
+    gemm(ga_gemm, gc, stream);
+  }
+  comm.launched("allgather_gemm");
+}
+
 void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream) {
   const int P = comm.nranks(), me = comm.rank(), S = shard_rows(a.M, P);
   const size_t rb = (size_t)a.K * dtype_size(a.dtype);
@@ -254,6 +341,7 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
     return;
   }
   const WindowRef w = comm.find_window(a.workspace, (size_t)P * S * rb, "workspace");
+  if (gemm_impl::gated_tile_is_decode(a.M)) return fused_gather(comm, a, stream, w, gc, ring);
   const int rows = shard_rows_of(a.M, P, me);
   pull_barrier<<<1, 32, 0, stream>>>(comm.dev_ctx(), ring, 0);
   comm.launched("allgather_gemm entry barrier");
