@@ -237,6 +237,27 @@ TEST(FusedCostModel, AllGatherPullsOncePerColumnTile) {
   EXPECT_LT(q.fused_us, q.sequential_us);
 }
 
+// At M <= 256 the reduce-scatter and the all-gather run the plain GEMM with one kernel after or
+// before it: nothing hidden, the collective's bytes plus two barriers, so the fused path beats
+// the sequential one by the collective's launch latency less those barriers, at every P.
+TEST(FusedCostModel, DecodeReduceAndGatherAddTheirBytesToThePlainGemm) {
+  const fg::Shape rs{128, 8192, 4096, 2}, ag{128, 7168, 8192, 2}, big{4096, 8192, 4096, 2};
+  EXPECT_TRUE(fg::decode_path(FusedOp::kGemmReduceScatter, rs));
+  EXPECT_TRUE(fg::decode_path(FusedOp::kAllGatherGemm, ag));
+  EXPECT_FALSE(fg::decode_path(FusedOp::kGemmAllReduce, rs));  // the all-reduce keeps its decode tile
+  EXPECT_FALSE(fg::decode_path(FusedOp::kGemmReduceScatter, big));
+  for (int P : {2, 4, 8}) {
+    const double f = (P - 1.0) / P;
+    const auto r = fg::predict(FusedOp::kGemmReduceScatter, rs, P, 40.0, 0.0);
+    const double rs_bytes = f * 128.0 * 8192 * 2 / (fg::h200_nvlink().busbw_gbps(P) * 1e3);
+    EXPECT_NEAR(r.fused_us, 40.0 + 2 * 3.0 + rs_bytes, 1e-9);
+    EXPECT_NEAR(r.sequential_us, 40.0 + 8.0 + rs_bytes, 1e-9);
+    EXPECT_TRUE(r.fused_wins);
+    const auto a = fg::predict(FusedOp::kAllGatherGemm, ag, P, 120.0, 0.0);
+    EXPECT_NEAR(a.fused_us - a.sequential_us, 2 * 3.0 - 8.0, 1e-9);
+  }
+}
+
 // The defaults follow the kernel kAuto runs: relay (2 ranks), owner (more), decode tile (M <= 256).
 TEST(FusedCostModel, DefaultOverheads) {
   const fg::Shape big{8192, 8192, 4096, 2}, decode{128, 8192, 4096, 2};
@@ -244,11 +265,11 @@ TEST(FusedCostModel, DefaultOverheads) {
   EXPECT_EQ(fg::default_overhead(FusedOp::kGemmAllReduce, big, 4), 0.14);
   EXPECT_EQ(fg::default_overhead(FusedOp::kGemmAllReduce, big, 8), 0.14);
   EXPECT_EQ(fg::default_overhead(FusedOp::kGemmReduceScatter, big, 4), 0.12);
-  EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, big, 4), 0.68);
+  EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, big, 4), 0.04);
   for (int P : {2, 4, 8}) {
     EXPECT_EQ(fg::default_overhead(FusedOp::kGemmAllReduce, decode, P), 0.44);
-    EXPECT_EQ(fg::default_overhead(FusedOp::kGemmReduceScatter, decode, P), 0.44);
-    EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, decode, P), 0.79);
+    EXPECT_EQ(fg::default_overhead(FusedOp::kGemmReduceScatter, decode, P), 0.0);  // the plain GEMM
+    EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, decode, P), 0.0);
   }
   EXPECT_EQ(fg::fused_tile(FusedOp::kGemmAllReduce, decode).tile_n, 64);
   EXPECT_EQ(fg::fused_tile(FusedOp::kGemmAllReduce, big).tile_n, 256);

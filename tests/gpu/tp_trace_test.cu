@@ -155,6 +155,58 @@ TEST(GemmReduceScatter, TraceEventsPerTile) {
   }
 }
 
+// M <= 256 (the decode path): the GEMM's tiles (the hook kernel's decode tile when traced), then
+// the reduce kernel: chunk_send per peer on arriving at its ready barrier, after every tile's
+// epilogue was issued, chunk_recv once passed; no partial events.
+TEST(GemmReduceScatter, DecodeTraceEvents) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  if (P < 2) GTEST_SKIP() << "the decode path runs on 2 ranks or more (one rank: the GEMM alone)";
+  const int M = 200, N = 520, Kl = 128;
+  const tw::DType dt = tw::DType::kBFloat16;
+  const int T = (M + 127) / 128 * ((N + tw::gemm_impl::kDecodeBlkN - 1) / tw::gemm_impl::kDecodeBlkN);
+  const std::vector<Recorded> rec =
+      record(P, 8 * T + 4096, [&](tw::Comm& comm, const tw::TpConfig& cfg, cudaStream_t s) {
+        const int me = comm.rank(), rows = tw::shard_rows_of(M, P, me);
+        DeviceBuffer A((size_t)M * Kl * 2), B((size_t)N * Kl * 2), C(std::max<size_t>((size_t)rows * N * 2, 16));
+        tw::Window ws = comm.alloc_window(tw::gemm_reducescatter_workspace_size(M, N, dt, P));
+        fill(A.data(), dt, (size_t)M * Kl, Fill::kRandom, kSeedA, me, s);
+        fill(B.data(), dt, (size_t)N * Kl, Fill::kRandom, kSeedB, me, s);
+        poison(C.data(), C.bytes, s);
+        comm.sync(s);
+        comm.barrier();
+        tw::gemm_reducescatter(
+            comm, tw::GemmReduceScatterArgs{A.data(), B.data(), C.data(), M, N, Kl, dt, tw::BLayout::kNK, ws.data()},
+            cfg, s);
+        comm.sync(s);
+        comm.barrier();
+      });
+  for (int r = 0; r < P; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of " + std::to_string(P));
+    const auto& ev = rec[r].events;
+    EXPECT_EQ(rec[r].dropped, 0u);
+    EXPECT_GT(count(ev, K::kKernelStart), 0);
+    EXPECT_EQ(count(ev, K::kKernelStart), count(ev, K::kKernelEnd));
+    uint64_t arrived = ~0ull;
+    for (int q = 0; q < P; ++q) {
+      EXPECT_EQ(count(ev, K::kChunkSend, q), q == r ? 0 : 1) << "peer " << q;
+      EXPECT_EQ(count(ev, K::kChunkRecv, q), q == r ? 0 : 1) << "peer " << q;
+    }
+    for (const auto& e : ev)
+      if (e.kind == (uint8_t)K::kChunkSend) arrived = std::min(arrived, e.t_ns);
+    const PerTile tiles = per_tile(ev);
+    EXPECT_EQ((int)tiles.size(), T);
+    for (const auto& [id, k] : tiles) {
+      ASSERT_LT(id, (uint32_t)T);
+      ASSERT_EQ(k[(int)K::kMmaStart].size(), 1u) << "tile " << id;
+      ASSERT_EQ(k[(int)K::kMmaEnd].size(), 1u) << "tile " << id;
+      for (K x : {K::kPartialLeave, K::kPartialsSeen, K::kReduceDone}) EXPECT_TRUE(k[(int)x].empty());
+      EXPECT_LE(k[(int)K::kMmaEnd][0], arrived) << "tile " << id << ": the reduce arrived before its epilogue";
+    }
+  }
+  expect_no_missing(rec);
+}
+
 // M = 1024: the GEMM pulls the shards (two barriers, then the batched GEMM); M = 128: the decode
 // path (the gather kernel, then the GEMM on the hook kernel's decode tile, 128 x 64, when traced).
 TEST(AllGatherGemm, TraceEventsPerTile) {

@@ -79,6 +79,8 @@ double estimate_gemm_us(int64_t M, int64_t N, int64_t K, int dtype_bytes, const 
   return std::max(compute, memory) + link.gemm_fixed_us;
 }
 
+bool decode_path(FusedOp op, const Shape& s) { return op != FusedOp::kGemmAllReduce && s.M <= 256; }
+
 FusedKernel fused_tile(FusedOp op, const Shape& s) {
   (void)op;  // all three fused kernels take the decode tile at M <= 256 (plan.hpp kDecodeMaxM)
   return s.M <= 256 ? FusedKernel{128, 64, 0} : FusedKernel{128, 256, 0};
@@ -90,9 +92,9 @@ double default_overhead(FusedOp op, const Shape& s, int P) {
     case FusedOp::kGemmAllReduce:
       return decode ? 0.44 : P == 2 ? 0.02 : 0.14;
     case FusedOp::kGemmReduceScatter:
-      return decode ? 0.44 : 0.12;
+      return decode ? 0.0 : 0.12;
     case FusedOp::kAllGatherGemm:
-      return decode ? 0.79 : 0.68;
+      return decode ? 0.0 : 0.04;
   }
   return 0.0;
 }
@@ -134,7 +136,15 @@ Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double o
   const double scale = 1.0 + overhead;
   r.gemm_us = g_base * scale;
 
-  if (op == FusedOp::kAllGatherGemm) {
+  if (decode_path(op, s)) {
+    // The gather before the plain GEMM, or the reduce after it: one kernel each, two barriers
+    // and the collective's bytes at busbw, not hidden (gemm_scatter_gather/allgather_fused.cu,
+    // reducescatter_decode.cu). What it saves against the sequential path is the collective's
+    // launch latency.
+    const double c = 2.0 * link.flag_latency_us + link_us;
+    r.fused_us = r.gemm_us + c;
+    r.break_even_overhead = (r.sequential_us - c) / g_base - 1.0;
+  } else if (op == FusedOp::kAllGatherGemm) {
     // The GEMM pulls the peers' rows with its A loads (gemm_scatter_gather/allgather_fused.cu),
     // after two barriers. Each column tile's CTA loads its A tile over the link: a peer's memory
     // is cached in the peer's L2, not the reader's, so (P - 1) / P of A crosses the link

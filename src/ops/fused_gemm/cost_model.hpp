@@ -13,6 +13,8 @@
 //                                                                    gemm_reducescatter)
 //              = 2 flag latencies + max(G, ceil(N / tile_n) f * bytes / busbw(P))   (allgather_gemm:
 //                                                    every column tile's CTA pulls its A tile over the link)
+//              = G + 2 flag latencies + f * bytes / busbw(P)   (gemm_reducescatter and allgather_gemm
+//                                   at M <= 256: a reduce after, a gather before the plain GEMM)
 //   G          = max(T_gemm, waves * t_tile) * (1 + overhead)   the fused kernel's GEMM
 //   tail       = hops * max(one CTA pushing its tile, flag latency + the last wave's bytes / busbw)
 //
@@ -88,11 +90,17 @@ FusedKernel fused_tile(FusedOp op, const Shape& s);
 // The fused kernel's slowdown of the GEMM measured so far (docs/fused_gemm.md), for the kernel
 // kAuto runs: the relay all-reduce 0.02 at P = 2 (2 x H200) and 0.14 at P > 2 (4 virtual ranks on
 // one H200, against cuBLASLt on the same SM budget); the relay reduce-scatter 0.12 (2 and 4
-// virtual ranks, against tilewire's GEMM on the same budget); the all-gather 0.68 (one rank: its
-// push sets its time across ranks); at M <= 256 (the decode tile) 0.44 / 0.44 / 0.79 (one rank).
-// The virtual-team figures carry the "link" traffic through the one GPU's HBM; pass a measured
-// figure where there is one.
+// virtual ranks, against tilewire's GEMM on the same budget); the all-gather's pulled GEMM 0.04
+// (its median over the Llama sweep at M >= 2048 on 2 and 4 virtual ranks, without A_gathered,
+// against the GEMM alone in lockstep); at M <= 256 the all-reduce's decode tile 0.44 (one rank),
+// and 0 for the reduce-scatter and the all-gather, whose GEMM there is the plain one
+// (decode_path). The virtual-team figures carry the "link" traffic through the one GPU's HBM;
+// pass a measured figure where there is one.
 double default_overhead(FusedOp op, const Shape& s, int P);
+
+// Whether the op's fused path at this shape is the plain GEMM with the gather before it or the
+// reduce after it (gemm_reducescatter, allgather_gemm at M <= 256) rather than a fused kernel.
+bool decode_path(FusedOp op, const Shape& s);
 
 struct Prediction {
   double fused_us = 0;             // the fused op

@@ -45,5 +45,9 @@ bool ag_pull_aligned(const WindowRef& w);
 
 void fused_allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cudaStream_t stream);
 
+// gemm_reducescatter's fused path at M <= 256 on P > 1 ranks (reducescatter_decode.cu): the plain
+// GEMM into the workspace, then one kernel that sums this rank's shard of every partial.
+void fused_reducescatter_decode(Comm& comm, const GemmReduceScatterArgs& a, const TpConfig& cfg, cudaStream_t stream);
+
 }  // namespace tp_impl
 }  // namespace tw

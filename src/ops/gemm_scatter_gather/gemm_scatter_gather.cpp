@@ -227,6 +227,10 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
   });
   // One rank has nothing to communicate: the fused path is the GEMM alone (below), unless traced
   // (the trace shows the fused kernel's tiles).
+  if (path == TpPath::kFused && P > 1 && gemm_allreduce_impl::scatter_tile_is_decode(a.M)) {
+    tp_impl::fused_reducescatter_decode(comm, a, cfg, stream);
+    return;
+  }
   if (path == TpPath::kFused && (P > 1 || cfg.trace.on())) {
     // A rank that holds no rows owns no tile: the hook never stores through its C.
     void* c = rows > 0 ? a.C_shard : a.workspace;
