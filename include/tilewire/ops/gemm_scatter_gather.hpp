@@ -22,13 +22,12 @@
 //                shard's owner, which stores it into its C_shard; otherwise (fp16, ragged shards)
 //                the owner kernel: the other ranks push their partial of a tile to the rank whose
 //                rows it holds, which sums the P partials in rank order in its epilogue.
-//                allgather_gemm (bf16, fp16): the GEMM (tilewire's
-//                hook kernel) waits per chunk of A's rows (whole 128-row tiles, 1 MiB or more)
-//                for that chunk to land, its own shard first (copied before it starts) and the
-//                peers' in ring order, while a push kernel on SMs it leaves free stores this
-//                rank's shard into its peers' workspaces, chunk by chunk. Both run
-//                128 x 64 tiles without clusters at M <= 256 (one wave where 128 x 256 tiles
-//                leave most SMs idle), 128 x 256 tiles in 2x1 clusters above;
+//                allgather_gemm (bf16, fp16): after two LSA barriers (the own shard copied into
+//                this rank's workspace between them), the GEMM (tilewire's hook kernel, 128 x 256
+//                tiles in 2x1 clusters) reads every peer's shard in that peer's workspace, one
+//                batch per rank; A_gathered is copied beside it. At M <= 256 (on 2 ranks or
+//                more) both ops run the plain tw::gemm instead, with one kernel after it (the
+//                reduce of this rank's shard of every partial) or before it (the gather);
 //   kAuto        the fused path where the cost model (src/ops/fused_gemm/cost_model.hpp,
 //                docs/fused_gemm.md) predicts it faster than the sequential one on H200 NVLink,
 //                on 2 to 8 ranks, and the fused kernel can run here; else the sequential path.

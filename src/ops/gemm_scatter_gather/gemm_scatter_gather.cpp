@@ -1,8 +1,9 @@
 // tw::gemm_reducescatter and tw::allgather_gemm (tilewire/ops/gemm_scatter_gather.hpp): the
 // checks, the workspace layout and the sequential path; gemm_reducescatter's fused path is the
 // fused all-reduce's relay or owner kernel on the shards (reducescatter_fused.cpp, on the
-// fused-GEMM engine); allgather_gemm's is the GEMM gated per chunk of rows beside a push of the
-// shards (allgather_fused.cu).
+// fused-GEMM engine), at M <= 256 the plain GEMM and a reduce kernel (reducescatter_decode.cu);
+// allgather_gemm's is the GEMM pulling the shards from the peers' workspaces, at M <= 256 a
+// gather kernel and the plain GEMM (allgather_fused.cu).
 //
 // Workspace (one rank; same layout and offset on every rank):
 //   gemm_reducescatter   [0, P S N e)       the partial A_r B_r, padded to P S rows (the rows past M
