@@ -212,10 +212,12 @@ TEST(GemmAllReduce, HalfPrecision) {
 
 // The owner kernel's decode tile (128 x 64, no cluster; plan.hpp owner_tile_is_decode) at
 // M <= 256: bf16 and fp16, both partial precisions, both B layouts, a partial last tile column
-// (N = 5144 = 80 x 64 + 24; N = 1032 = 16 x 64 + 8) and row, two calls per workspace; and kAuto's
-// algorithm at M <= 256, which is the owner kernel on the decode tile at every rank count (the
-// relay's and exchange's tiles are 128 x 256). (Alternating with the 128 x 256 layouts on one
-// workspace: gemm_allreduce_reuse_test.cu.)
+// (N = 5144 = 80 x 64 + 24; N = 1032 = 16 x 64 + 8) and row, two calls per workspace. Then kAuto
+// at M <= 256 with 2-byte partials, which on 2 ranks or more runs the plain GEMM into C and then
+// the in-place all-reduce of decode.cu (the same roundings as the owner kernel: each partial
+// once, the sum once), at one rank the GEMM alone: every rank's C bitwise the same, and the
+// same on both calls. (Alternating with the 128 x 256 layouts on one workspace:
+// gemm_allreduce_reuse_test.cu.)
 TEST(GemmAllReduce, OwnerDecodeTile) {
   TW_SKIP_UNLESS_SM90();
   GemmReference ref;
@@ -225,7 +227,8 @@ TEST(GemmAllReduce, OwnerDecodeTile) {
                              Shape{256, 5144, 520, BLayout::kNK, t}, Shape{1, 5144, 520, BLayout::kKN, t},
                              Shape{200, 1032, 264, BLayout::kKN, t}})
         run_shape(ref, s, fused({Algo::kOwner, pp}), 2);
-    for (const Shape& s : {Shape{128, 8192, 256, BLayout::kNK, t}, Shape{64, 1032, 520, BLayout::kKN, t}})
+    for (const Shape& s : {Shape{128, 8192, 256, BLayout::kNK, t}, Shape{64, 1032, 520, BLayout::kKN, t},
+                           Shape{1, 5144, 520, BLayout::kNK, t}, Shape{200, 1032, 264, BLayout::kKN, t}})
       run_shape(ref, s, fused({Algo::kAuto, PP::kBFloat16}), 2);
   }
 }

@@ -10,6 +10,7 @@
 #include "../fused_gemm/engine.hpp"
 #include "../gemm/plan.hpp"
 #include "../gemm/team_gemm.hpp"
+#include "decode.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
 #include "tilewire/ops/allreduce.hpp"
@@ -136,6 +137,10 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     ar.count = (size_t)a.M * a.N;
     ar.dtype = a.dtype;
     allreduce(comm, ar, stream);
+    return;
+  }
+  if (gemm_allreduce_impl::runs_decode_path(a, cfg, comm.lsa_size())) {  // the plain GEMM, then C all-reduced in place
+    gemm_allreduce_impl::decode_allreduce(comm, a, cfg, stream);
     return;
   }
   const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
