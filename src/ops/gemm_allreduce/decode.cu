@@ -38,6 +38,7 @@ namespace tw::gemm_allreduce_impl {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kUnroll = 4;
 constexpr uint32_t kCtaId0 = 1u << 16;  // trace id of the all-reduce kernel (the GEMM's CTAs: 0, 1, ..)
 
 struct InPlaceArgs {
@@ -48,13 +49,17 @@ struct InPlaceArgs {
 
 template <class T>
 __device__ float to_f(T x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __bfloat162float(x);
-  else return __half2float(x);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __bfloat162float(x);
+  else
+    return __half2float(x);
 }
 template <class T>
 __device__ T from_f(float x) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) return __float2bfloat16_rn(x);
-  else return __float2half_rn(x);
+  if constexpr (std::is_same_v<T, __nv_bfloat16>)
+    return __float2bfloat16_rn(x);
+  else
+    return __float2half_rn(x);
 }
 
 template <class T>
@@ -73,22 +78,37 @@ __global__ void __launch_bounds__(kThreads)
   if (rec) emit_peers(trace::EventKind::kChunkRecv);
   const size_t s0 = a.vecs * me / P, n = a.vecs * (me + 1) / P - s0;  // this rank's shard
   const size_t lo = s0 + n * blockIdx.x / gridDim.x, hi = s0 + n * (blockIdx.x + 1) / gridDim.x;
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    float acc[8] = {};
+  // kUnroll vectors per thread at a time: kUnroll loads of every rank's C in flight.
+  for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
+    float acc[kUnroll][8] = {};
     for (int q = 0; q < P; ++q) {  // rank order: the same sum on every run
       // L2 loads: the peers' GEMMs wrote these lines after this kernel was launched.
-      const uint4 v = ptx::ld_cg_v4(a.c0 + (size_t)q * a.lsa_stride + i * 16);
-      const T* x = reinterpret_cast<const T*>(&v);
+      const char* cq = a.c0 + (size_t)q * a.lsa_stride;
+      uint4 v[kUnroll];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += to_f(x[j]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const size_t i = i0 + (size_t)u * blockDim.x;
+        if (i < hi) v[u] = ptx::ld_cg_v4(cq + i * 16);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const T* x = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[u][j] += to_f(x[j]);
+      }
     }
-    uint4 r;
-    T* y = reinterpret_cast<T*>(&r);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = from_f<T>(acc[j]);
-    for (int k = 0; k < P; ++k) {
-      const int q = (me + k) % P;  // rotated: the owners do not all store into one peer at once
-      ptx::st_v4(a.c0 + (size_t)q * a.lsa_stride + i * 16, r);
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t i = i0 + (size_t)u * blockDim.x;
+      if (i >= hi) break;
+      uint4 r;
+      T* y = reinterpret_cast<T*>(&r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[j] = from_f<T>(acc[u][j]);
+      for (int k = 0; k < P; ++k) {
+        const int q = (me + k) % P;  // rotated: the owners do not all store into one peer at once
+        ptx::st_v4(a.c0 + (size_t)q * a.lsa_stride + i * 16, r);
+      }
     }
   }
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "gemm_allreduce.decode_done");
@@ -122,13 +142,13 @@ void decode_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduc
   ia.c0 = wc.win.lsa_base + wc.offset;
   ia.lsa_stride = wc.win.lsa_stride;
   ia.vecs = c_bytes / 16;  // N e is a multiple of 16 (the GEMM's C rows are TMA-aligned)
-  // CTAs: one per 64 KiB of a shard, at most 32, the rank's SM budget (the P grids are then
-  // resident together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA).
-  // From M, N and the team's settings: the same on every rank.
-  const size_t per_cta = size_t{64} << 10, shard_bytes = c_bytes / (size_t)comm.lsa_size() + 16;
-  const int G = (int)std::max<size_t>(1, std::min<size_t>({(shard_bytes + per_cta - 1) / per_cta, size_t{32},
-                                                             (size_t)std::max(1, comm.sm_count()),
-                                                             (size_t)comm.dev_ctx().max_blocks}));
+  // CTAs: one per 16 KiB of a shard, at most the rank's SM budget (the P grids are then resident
+  // together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA). From M, N
+  // and the team's settings: the same on every rank.
+  const size_t per_cta = size_t{16} << 10, shard_bytes = c_bytes / (size_t)comm.lsa_size() + 16;
+  const int G = (int)std::max<size_t>(
+      1, std::min<size_t>({(shard_bytes + per_cta - 1) / per_cta, (size_t)std::max(1, comm.sm_count()),
+                           (size_t)comm.dev_ctx().max_blocks}));
   if (a.dtype == DType::kBFloat16)
     allreduce_in_place<__nv_bfloat16><<<G, kThreads, 0, stream>>>(comm.dev_ctx(), ia, ring);
   else

@@ -302,11 +302,11 @@ void fused_gather(Comm& comm, const AllGatherGemmArgs& a, cudaStream_t stream, c
   ga.rb = (size_t)a.K * dtype_size(a.dtype);
   ga.M = a.M;
   ga.S = shard_rows(a.M, P);
-  // CTAs: one per 64 KiB of a shard, at most 32, the rank's SM budget (the P grids are then
-  // resident together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA).
-  // From M, K and the team's settings: the same on every rank.
-  const size_t per_cta = size_t{64} << 10;
-  const int G = (int)std::max<size_t>(1, std::min<size_t>({(ga.S * ga.rb + per_cta - 1) / per_cta, size_t{32},
+  // CTAs: one per 16 KiB of a shard, at most the rank's SM budget (the P grids are then resident
+  // together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA). From M, K
+  // and the team's settings: the same on every rank.
+  const size_t per_cta = size_t{16} << 10;
+  const int G = (int)std::max<size_t>(1, std::min<size_t>({(ga.S * ga.rb + per_cta - 1) / per_cta,
                                                              (size_t)std::max(1, comm.sm_count()),
                                                              (size_t)comm.dev_ctx().max_blocks}));
   gather_shards<<<G, kPushThreads, 0, stream>>>(comm.dev_ctx(), ga, ring);

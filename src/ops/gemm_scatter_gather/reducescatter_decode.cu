@@ -34,6 +34,7 @@ namespace tw::tp_impl {
 namespace {
 
 constexpr int kReduceThreads = 512;
+constexpr int kUnroll = 4;
 constexpr uint32_t kReduceCtaId0 = 1u << 16;  // trace id of the reduce kernel (the GEMM's CTAs: 0, 1, ..)
 
 struct ReduceArgs {
@@ -77,21 +78,36 @@ __global__ void __launch_bounds__(kReduceThreads)
   const size_t vecs = a.out_bytes / 16;
   const size_t lo = vecs * blockIdx.x / gridDim.x, hi = vecs * (blockIdx.x + 1) / gridDim.x;
   const size_t base = (size_t)me * a.block_bytes;  // this rank's rows in every partial
-  for (size_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-    float acc[8] = {};
+  // kUnroll vectors per thread at a time: kUnroll loads of every rank's partial in flight.
+  for (size_t i0 = lo + threadIdx.x; i0 < hi; i0 += (size_t)kUnroll * blockDim.x) {
+    float acc[kUnroll][8] = {};
     for (int q = 0; q < P; ++q) {  // rank order: the same sum on every run
       // L2 loads: the peers wrote these lines during this kernel's lifetime (the non-coherent
       // path assumes data read-only for it).
-      const uint4 v = ptx::ld_cg_v4(a.copy0 + (size_t)q * a.lsa_stride + base + i * 16);
-      const T* x = reinterpret_cast<const T*>(&v);
+      const char* pq = a.copy0 + (size_t)q * a.lsa_stride + base;
+      uint4 v[kUnroll];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) acc[j] += to_f(x[j]);
+      for (int u = 0; u < kUnroll; ++u) {
+        const size_t i = i0 + (size_t)u * blockDim.x;
+        if (i < hi) v[u] = ptx::ld_cg_v4(pq + i * 16);
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const T* x = reinterpret_cast<const T*>(&v[u]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[u][j] += to_f(x[j]);
+      }
     }
-    uint4 r;
-    T* y = reinterpret_cast<T*>(&r);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) y[j] = from_f<T>(acc[j]);
-    ptx::st_v4(a.out + i * 16, r);
+    for (int u = 0; u < kUnroll; ++u) {
+      const size_t i = i0 + (size_t)u * blockDim.x;
+      if (i >= hi) break;
+      uint4 r;
+      T* y = reinterpret_cast<T*>(&r);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[j] = from_f<T>(acc[u][j]);
+      ptx::st_v4(a.out + i * 16, r);
+    }
   }
   dev::lsa_barrier(dev::Cta{}, ctx, blockIdx.x, cuda::memory_order_acq_rel, "gemm_reducescatter.done");
   if (rec) trace::emit(ring, trace::EventKind::kKernelEnd, kReduceCtaId0, ptx::globaltimer());
@@ -125,12 +141,12 @@ void fused_reducescatter_decode(Comm& comm, const GemmReduceScatterArgs& a, cons
   ra.out = static_cast<char*>(a.C_shard);
   ra.block_bytes = (size_t)S * a.N * e;
   ra.out_bytes = (size_t)rows * a.N * e;
-  // CTAs: one per 64 KiB of a shard, at most 32, the rank's SM budget (the P grids are then
-  // resident together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA).
-  // From M, N and the team's settings: the same on every rank.
-  const size_t per_cta = size_t{64} << 10;
+  // CTAs: one per 16 KiB of a shard, at most the rank's SM budget (the P grids are then resident
+  // together: CTA b waits for CTA b of every peer) and max_blocks (a barrier per CTA). From M, N
+  // and the team's settings: the same on every rank.
+  const size_t per_cta = size_t{16} << 10;
   const int G = (int)std::max<size_t>(
-      1, std::min<size_t>({(ra.block_bytes + per_cta - 1) / per_cta, size_t{32}, (size_t)std::max(1, comm.sm_count()),
+      1, std::min<size_t>({(ra.block_bytes + per_cta - 1) / per_cta, (size_t)std::max(1, comm.sm_count()),
                            (size_t)comm.dev_ctx().max_blocks}));
   if (a.dtype == DType::kBFloat16)
     reduce_shard<__nv_bfloat16><<<G, kReduceThreads, 0, stream>>>(comm.dev_ctx(), ra, ring);
