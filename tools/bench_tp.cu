@@ -379,7 +379,7 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
   std::vector<Row> rows_out = {{"(a) tw-gemm"}, {"(b) cublas"}, {"(c) seq cublas+nccl"}, {"(d) chunked"},
                                {"(e) op (auto)"}, {"(f) nccl collective"}, {"(g) op fused"},
                                {"(h) tw-gemm lockstep"}, {"(i) fused, no A_gathered"}, {"(j) pull gather"},
-                               {"(k) pull gather, then tw-gemm"}};
+                               {"(k) pull gather, then tw-gemm"}, {"(l) op sequential"}};
   std::vector<double> t(rows_out.size(), -1);
   comm.sync(s1);
   comm.barrier();
@@ -422,8 +422,9 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
                       gemm(tg, gc, s1);
                     }});
   }
-  TpConfig fused;
+  TpConfig fused, seq;
   fused.path = TpPath::kFused;
+  seq.path = TpPath::kSequential;
   GemmReduceScatterArgs rsa{A.p, B.p, C.p, M, N, K, o_.dtype, o_.b, ws.data()};
   AllGatherGemmArgs aga{A_local, B.p, C.p, gathered.p, M, N, K, o_.dtype, o_.b, ws.data()};
   AllGatherGemmArgs c_only = aga;
@@ -431,9 +432,11 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
   const bool fused_ok = rs ? can_implement(comm, rsa, fused).ok : can_implement(comm, aga, fused).ok;
   if (rs) {
     jobs.push_back({4, [&] { gemm_reducescatter(comm, rsa, {}, s1); }});
+    jobs.push_back({11, [&] { gemm_reducescatter(comm, rsa, seq, s1); }});
     if (fused_ok) jobs.push_back({6, [&] { gemm_reducescatter(comm, rsa, fused, s1); }});
   } else {
     jobs.push_back({4, [&] { allgather_gemm(comm, aga, {}, s1); }});
+    jobs.push_back({11, [&] { allgather_gemm(comm, aga, seq, s1); }});
     if (fused_ok) {
       jobs.push_back({6, [&] { allgather_gemm(comm, aga, fused, s1); }});
       jobs.push_back({8, [&] { allgather_gemm(comm, c_only, fused, s1); }});
@@ -532,6 +535,9 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
     TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));  // NaN: an output never written is wrong
     gemm_reducescatter(comm, rsa, {}, s1);
     check();
+    TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));
+    gemm_reducescatter(comm, rsa, seq, s1);
+    check();
     if (fused_ok) {
       TW_CUDA_CHECK(cudaMemsetAsync(C.p, 0xFF, c_bytes, s1));
       gemm_reducescatter(comm, rsa, fused, s1);
@@ -555,6 +561,9 @@ void TpBench::shape(Comm& comm, const Shape& sh, bool trace) {
     };
     poison();
     allgather_gemm(comm, aga, {}, s1);
+    check();
+    poison();
+    allgather_gemm(comm, aga, seq, s1);
     check();
     if (fused_ok) {
       poison();
@@ -642,6 +651,13 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
     std::printf("    op/gemm %.3f", e / a);
     if (best > 0) std::printf("   speedup %.3f", best / e);
     if (f > 0) std::printf("   overlap %.2f", (a + f - e) / std::min(a, f));
+    // The fused op against the GEMM alone, the same GEMM after a barrier (h) and the op's own
+    // sequential path (l), all from this run.
+    if (rows[6].ran) {
+      std::printf("   fused/gemm %.3f", rows[6].us / a);
+      if (rows[7].ran) std::printf("   fused/lockstep %.3f", rows[6].us / rows[7].us);
+      if (rows[11].ran) std::printf("   fused/seq %.3f", rows[6].us / rows[11].us);
+    }
     std::printf("\n");
     // The cost model's fused and sequential times at P = 2, 4, 8 on H200 NVLink, for the
     // multi-GPU runs to check; its GEMM time: (a) on a real rank, its own estimate on a virtual

@@ -79,7 +79,10 @@ double estimate_gemm_us(int64_t M, int64_t N, int64_t K, int dtype_bytes, const 
   return std::max(compute, memory) + link.gemm_fixed_us;
 }
 
-bool decode_path(FusedOp op, const Shape& s) { return op != FusedOp::kGemmAllReduce && s.M <= 256; }
+bool decode_path(FusedOp op, const Shape& s) {
+  (void)op;  // all three: gemm_allreduce/decode.cu, gemm_scatter_gather/{allgather_fused,reducescatter_decode}.cu
+  return s.M <= 256;
+}
 
 FusedKernel fused_tile(FusedOp op, const Shape& s) {
   (void)op;  // all three fused kernels take the decode tile at M <= 256 (plan.hpp kDecodeMaxM)
@@ -90,7 +93,7 @@ double default_overhead(FusedOp op, const Shape& s, int P) {
   const bool decode = s.M <= 256;
   switch (op) {
     case FusedOp::kGemmAllReduce:
-      return decode ? 0.44 : P == 2 ? 0.02 : 0.14;
+      return decode ? 0.0 : P == 2 ? 0.02 : 0.14;
     case FusedOp::kGemmReduceScatter:
       return decode ? 0.0 : 0.12;
     case FusedOp::kAllGatherGemm:
@@ -111,6 +114,8 @@ Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double o
   TW_REQUIRE(overhead > -1.0, kInvalidArgument,
              "fused cost model: overhead " + std::to_string(overhead) +
                  " <= -1 would make the fused GEMM take no time; pass fused/GEMM - 1");
+  // The library's choice (no kernel given) at M <= 256 is the plain GEMM and one kernel beside it.
+  const bool plain = (kernel.tile_m <= 0 || kernel.tile_n <= 0) && decode_path(op, s);
   if (kernel.tile_m <= 0 || kernel.tile_n <= 0) {
     const int hops = kernel.hops;
     kernel = fused_tile(op, s);
@@ -136,11 +141,11 @@ Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double o
   const double scale = 1.0 + overhead;
   r.gemm_us = g_base * scale;
 
-  if (decode_path(op, s)) {
-    // The gather before the plain GEMM, or the reduce after it: one kernel each, two barriers
-    // and the collective's bytes at busbw, not hidden (gemm_scatter_gather/allgather_fused.cu,
-    // reducescatter_decode.cu). What it saves against the sequential path is the collective's
-    // launch latency.
+  if (plain) {
+    // The gather before the plain GEMM, or the reduce (the all-reduce in place) after it: one
+    // kernel each, two barriers and the collective's bytes at busbw, not hidden
+    // (gemm_scatter_gather/allgather_fused.cu, reducescatter_decode.cu, gemm_allreduce/decode.cu).
+    // What it saves against the sequential path is the collective's launch latency.
     const double c = 2.0 * link.flag_latency_us + link_us;
     r.fused_us = r.gemm_us + c;
     r.break_even_overhead = (r.sequential_us - c) / g_base - 1.0;

@@ -13,8 +13,8 @@
 //                                                                    gemm_reducescatter)
 //              = 2 flag latencies + max(G, ceil(N / tile_n) f * bytes / busbw(P))   (allgather_gemm:
 //                                                    every column tile's CTA pulls its A tile over the link)
-//              = G + 2 flag latencies + f * bytes / busbw(P)   (gemm_reducescatter and allgather_gemm
-//                                   at M <= 256: a reduce after, a gather before the plain GEMM)
+//              = G + 2 flag latencies + f * bytes / busbw(P)   (every op at M <= 256: an all-reduce
+//                                   or a reduce after, a gather before the plain GEMM)
 //   G          = max(T_gemm, waves * t_tile) * (1 + overhead)   the fused kernel's GEMM
 //   tail       = hops * max(one CTA pushing its tile, flag latency + the last wave's bytes / busbw)
 //
@@ -92,14 +92,13 @@ FusedKernel fused_tile(FusedOp op, const Shape& s);
 // one H200, against cuBLASLt on the same SM budget); the relay reduce-scatter 0.12 (2 and 4
 // virtual ranks, against tilewire's GEMM on the same budget); the all-gather's pulled GEMM 0.04
 // (its median over the Llama sweep at M >= 2048 on 2 and 4 virtual ranks, without A_gathered,
-// against the GEMM alone in lockstep); at M <= 256 the all-reduce's decode tile 0.44 (one rank),
-// and 0 for the reduce-scatter and the all-gather, whose GEMM there is the plain one
-// (decode_path). The virtual-team figures carry the "link" traffic through the one GPU's HBM;
+// against the GEMM alone in lockstep); at M <= 256 0 for every op, whose GEMM there is the
+// plain one (decode_path). The virtual-team figures carry the "link" traffic through the one GPU's HBM;
 // pass a measured figure where there is one.
 double default_overhead(FusedOp op, const Shape& s, int P);
 
 // Whether the op's fused path at this shape is the plain GEMM with the gather before it or the
-// reduce after it (gemm_reducescatter, allgather_gemm at M <= 256) rather than a fused kernel.
+// reduce or all-reduce after it (every op at M <= 256) rather than a fused kernel.
 bool decode_path(FusedOp op, const Shape& s);
 
 struct Prediction {
@@ -113,7 +112,9 @@ struct Prediction {
 };
 
 // t_gemm_us: this rank's GEMM alone (measured, or estimate_gemm_us). overhead: the fused
-// kernel's slowdown of it (> -1; negative where its mainloop beats the GEMM measured).
+// kernel's slowdown of it (> -1; negative where its mainloop beats the GEMM measured). kernel:
+// a fused kernel's tile and hops; none (0) is the library's choice, which at M <= 256 is the
+// plain GEMM with a kernel beside it (decode_path), a given kernel is that kernel at every M.
 // Throws tw::Error(kInvalidArgument) on a shape, P (2..8) or time the model does not cover.
 Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double overhead,
                    const LinkModel& link = h200_nvlink(), FusedKernel kernel = {});
