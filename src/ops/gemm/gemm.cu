@@ -1,6 +1,7 @@
 // tw::gemm(): checks (plan.cpp), the device checks, the kernel choice (plan.hpp kernel_for: the
-// stream-K kernel or the hook kernel), then the one dispatch from (dtype, B layout) to the
-// instantiated kernels (launch.hpp).
+// stream-K kernel or the hook kernel), then the launch of the instantiated kernel (launch.hpp)
+// found in one of two tables: the hook kernels keyed by (dtype, B layout, tile), which tw::gemm
+// and allgather_gemm's gated GEMM share, and the stream-K family's keyed by (dtype, tile family).
 #include <cuda_runtime.h>
 
 #include <optional>
@@ -9,7 +10,6 @@
 #include "launch.hpp"
 #include "plan.hpp"
 #include "tilewire/ops/gemm.hpp"
-#include "tilewire/runtime/dtype_dispatch.cuh"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -89,6 +89,69 @@ Choice choose(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
   return c;
 }
 }  // namespace
+
+// The hook kernels: (dtype, B layout, tile) -> launch. kWide is the hook tile (kBlkM x kBlkN in
+// kClusterM x 1 clusters: tw::gemm's hook plan, allgather_gemm's gated GEMM above decode M),
+// kDecode the decode tile (kBlkM x kDecodeBlkN, no clusters: the gated GEMM at M <= kHookDecodeMaxM).
+enum class HookTile { kWide, kDecode };
+using HookLaunch = void (*)(const GemmArgs&, const GemmConfig&, int, Raster, cudaStream_t, const Gate&);
+struct HookKernel {
+  DType dtype;
+  BLayout b;
+  HookTile tile;
+  HookLaunch launch;
+};
+constexpr HookKernel kHookKernels[] = {
+    {DType::kBFloat16, BLayout::kNK, HookTile::kWide, launch_bf16_nk},
+    {DType::kBFloat16, BLayout::kKN, HookTile::kWide, launch_bf16_kn},
+    {DType::kFloat16, BLayout::kNK, HookTile::kWide, launch_f16_nk},
+    {DType::kFloat16, BLayout::kKN, HookTile::kWide, launch_f16_kn},
+    {DType::kBFloat16, BLayout::kNK, HookTile::kDecode, launch_bf16_nk_decode},
+    {DType::kBFloat16, BLayout::kKN, HookTile::kDecode, launch_bf16_kn_decode},
+    {DType::kFloat16, BLayout::kNK, HookTile::kDecode, launch_f16_nk_decode},
+    {DType::kFloat16, BLayout::kKN, HookTile::kDecode, launch_f16_kn_decode},
+};
+HookLaunch hook_kernel(DType dtype, BLayout b, HookTile tile) {
+  for (const HookKernel& k : kHookKernels)
+    if (k.dtype == dtype && k.b == b && k.tile == tile) return k.launch;
+  TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no hook kernel built for ") + dtype_name(dtype));
+  return nullptr;
+}
+
+// The stream-K family (B [N, K] only): (dtype, tile family) -> launch. The family is the plan's
+// tile: the swapped ping-pong tile, the other ping-pong tiles, the 256-row tiles (each its own
+// translation units) and the stream-K kernel's cooperative tiles.
+enum class StreamKFamily { kSwapWide, kPingpong, kWide, kStreamK };
+using StreamKLaunch = void (*)(const GemmArgs&, const GemmConfig&, int, const StreamKPlan&, cudaStream_t);
+struct StreamKKernel {
+  DType dtype;
+  StreamKFamily family;
+  StreamKLaunch launch;
+};
+constexpr StreamKKernel kStreamKKernels[] = {
+    {DType::kBFloat16, StreamKFamily::kSwapWide, launch_bf16_nk_swapwide},
+    {DType::kFloat16, StreamKFamily::kSwapWide, launch_f16_nk_swapwide},
+    {DType::kBFloat16, StreamKFamily::kPingpong, launch_bf16_nk_pingpong},
+    {DType::kFloat16, StreamKFamily::kPingpong, launch_f16_nk_pingpong},
+    {DType::kBFloat16, StreamKFamily::kWide, launch_bf16_nk_wide},
+    {DType::kFloat16, StreamKFamily::kWide, launch_f16_nk_wide},
+    {DType::kBFloat16, StreamKFamily::kStreamK, launch_bf16_nk_streamk},
+    {DType::kFloat16, StreamKFamily::kStreamK, launch_f16_nk_streamk},
+};
+StreamKFamily family_of(StreamKTile t) {
+  if (swapwide_pingpong(t)) return StreamKFamily::kSwapWide;
+  if (tile_shape(t).pingpong) return StreamKFamily::kPingpong;
+  if (tile_shape(t).blk_m == 256) return StreamKFamily::kWide;
+  return StreamKFamily::kStreamK;
+}
+StreamKLaunch streamk_kernel(DType dtype, StreamKTile t) {
+  const StreamKFamily f = family_of(t);
+  for (const StreamKKernel& k : kStreamKKernels)
+    if (k.dtype == dtype && k.family == f) return k.launch;
+  TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no stream-K kernel built for ") + dtype_name(dtype));
+  return nullptr;
+}
+
 }  // namespace gemm_impl
 
 std::string gemm_plan(const GemmArgs& a, const GemmConfig& cfg) {
@@ -116,35 +179,11 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
 
   const gemm_impl::Choice choice = gemm_impl::choose(a, cfg, num_sms);
   if (choice.kernel == gemm_impl::GemmKernel::kStreamK) {
-    const bool f16 = a.dtype == DType::kFloat16;
-    if (gemm_impl::swapwide_pingpong(choice.streamk.tile)) {
-      if (f16) gemm_impl::launch_f16_nk_swapwide(a, cfg, num_sms, choice.streamk, stream);
-      else gemm_impl::launch_bf16_nk_swapwide(a, cfg, num_sms, choice.streamk, stream);
-    } else if (gemm_impl::tile_shape(choice.streamk.tile).pingpong) {
-      if (f16) gemm_impl::launch_f16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
-      else gemm_impl::launch_bf16_nk_pingpong(a, cfg, num_sms, choice.streamk, stream);
-    } else if (gemm_impl::tile_shape(choice.streamk.tile).blk_m == 256) {  // their own TUs (extended atoms)
-      if (f16) gemm_impl::launch_f16_nk_wide(a, cfg, num_sms, choice.streamk, stream);
-      else gemm_impl::launch_bf16_nk_wide(a, cfg, num_sms, choice.streamk, stream);
-    } else {
-      if (f16) gemm_impl::launch_f16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
-      else gemm_impl::launch_bf16_nk_streamk(a, cfg, num_sms, choice.streamk, stream);
-    }
+    gemm_impl::streamk_kernel(a.dtype, choice.streamk.tile)(a, cfg, num_sms, choice.streamk, stream);
     return;
   }
-  const gemm_impl::Raster raster = choice.raster;
-  dispatch_dtype(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      if (a.b_layout == BLayout::kNK) gemm_impl::launch_bf16_nk(a, cfg, num_sms, raster, stream);
-      else gemm_impl::launch_bf16_kn(a, cfg, num_sms, raster, stream);
-    } else if constexpr (std::is_same_v<T, __half>) {
-      if (a.b_layout == BLayout::kNK) gemm_impl::launch_f16_nk(a, cfg, num_sms, raster, stream);
-      else gemm_impl::launch_f16_kn(a, cfg, num_sms, raster, stream);
-    } else {
-      TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no kernel built for ") + dtype_name(a.dtype));
-    }
-  });
+  gemm_impl::hook_kernel(a.dtype, a.b_layout, gemm_impl::HookTile::kWide)(a, cfg, num_sms, choice.raster, stream,
+                                                                          gemm_impl::Gate{});
 }
 
 namespace gemm_impl {
@@ -160,21 +199,7 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   // A gate walks the rows in the order they arrive; a pulled A has them all: the plain GEMM's raster.
   const Raster raster = gate.flags != nullptr ? Raster::kAlongN
                                               : resolve_raster(a, c, kBlkM, decode ? kDecodeBlkN : kBlkN);
-  if (decode && a.dtype == DType::kBFloat16) {
-    if (a.b_layout == BLayout::kNK) launch_bf16_nk_decode(a, c, num_sms, raster, stream, gate);
-    else launch_bf16_kn_decode(a, c, num_sms, raster, stream, gate);
-  } else if (decode && a.dtype == DType::kFloat16) {
-    if (a.b_layout == BLayout::kNK) launch_f16_nk_decode(a, c, num_sms, raster, stream, gate);
-    else launch_f16_kn_decode(a, c, num_sms, raster, stream, gate);
-  } else if (a.dtype == DType::kBFloat16) {
-    if (a.b_layout == BLayout::kNK) launch_bf16_nk(a, c, num_sms, raster, stream, gate);
-    else launch_bf16_kn(a, c, num_sms, raster, stream, gate);
-  } else if (a.dtype == DType::kFloat16) {
-    if (a.b_layout == BLayout::kNK) launch_f16_nk(a, c, num_sms, raster, stream, gate);
-    else launch_f16_kn(a, c, num_sms, raster, stream, gate);
-  } else {
-    TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no kernel built for ") + dtype_name(a.dtype));
-  }
+  hook_kernel(a.dtype, a.b_layout, decode ? HookTile::kDecode : HookTile::kWide)(a, c, num_sms, raster, stream, gate);
 }
 
 }  // namespace gemm_impl
