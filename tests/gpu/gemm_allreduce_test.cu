@@ -169,14 +169,17 @@ TEST(GemmAllReduce, BLayoutKN) {
   run_shape(ref, {256, 512, 128, BLayout::kKN}, seq, 1);
 }
 
-// The sequential path (tw::gemm then tw::allreduce in place), forced and chosen by kAuto: same
-// reference, same bit-identity.
+// The sequential path (tw::gemm then tw::allreduce in place), forced and chosen by kAuto (at
+// M = 512: above the decode path's M <= 256, below where the relay pays), and kAuto's decode
+// path at M <= 256 (the plain GEMM, then the all-reduce in place): same reference, same
+// bit-identity.
 TEST(GemmAllReduce, SequentialPath) {
   TW_SKIP_UNLESS_SM90();
-  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(256, 512, 128, 2));
+  EXPECT_FALSE(tw::gemm_allreduce_prefers_fused(512, 1032, 128, 2));
+  EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(256, 512, 128, 2));  // the decode path saves a launch
   EXPECT_TRUE(tw::gemm_allreduce_prefers_fused(8192, 8192, 4096, 2));
   GemmReference ref;
-  for (const Shape& s : {Shape{256, 512, 128}, Shape{7, 5144, 3584}})
+  for (const Shape& s : {Shape{512, 1032, 128}, Shape{256, 512, 128}, Shape{7, 5144, 3584}})
     for (tw::GemmAllReducePath path : {tw::GemmAllReducePath::kSequential, tw::GemmAllReducePath::kAuto}) {
       tw::GemmAllReduceConfig cfg;
       cfg.path = path;
