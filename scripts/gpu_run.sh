@@ -68,6 +68,10 @@
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
 #                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
+#   gin           (nvidia-h200) virtual nodes and the emulated GIN: the device-API and GIN tests at
+#                 nodes x ranks per node GIN_SHAPES (default 2x2 2x4 4x2 8x1), TILEWIRE_TEST_GIN_SEEDS
+#                 chaos seeds each (default 20), and in one node at 4; memcheck on them at 2 x 2
+#                 (GIN_MEMCHECK_SEEDS, default 2). One gtest JSON per shape
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -77,7 +81,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp | engine) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -122,6 +126,25 @@ if [ "$MODE" = virtual ]; then
     TILEWIRE_TEST_VIRTUAL=$p run "${VIRTUAL_LIMIT:-300}" "$TESTS" --gtest_filter="${VIRTUAL_FILTER:-*}" \
       --gtest_output=json:"$OUT/gpu_tests_virtual_p$p.json"
   done
+fi
+
+if [ "$MODE" = gin ]; then
+  header
+  GIN_FILTER=${GIN_FILTER:-'DeviceApi.*:Gin.*'}
+  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+    IFS=x read -r nodes per <<<"$shape"
+    step "GIN tests, $nodes x $per (nodes x ranks per node), ${TILEWIRE_TEST_GIN_SEEDS:-20} chaos seeds"
+    TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per \
+      TILEWIRE_TEST_GIN_SEEDS=${TILEWIRE_TEST_GIN_SEEDS:-20} run "${GIN_LIMIT:-300}" "$TESTS" \
+      --gtest_filter="$GIN_FILTER" --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
+  done
+  step "GIN tests, one node of 4"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter="$GIN_FILTER" \
+    --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
+  step "memcheck on the GIN tests, 2 x 2"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
+    TILEWIRE_TIMEOUT_MS=60000 run 600 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
+    --gtest_filter="$GIN_FILTER"
 fi
 
 if [ "$MODE" = hardening ]; then

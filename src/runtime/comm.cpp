@@ -224,8 +224,11 @@ void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device,
                  " SMs leave fewer than 2 SMs per rank (the fused kernels run clusters of 2)");
   ctx_.rank = rank;
   ctx_.nranks = P;
-  ctx_.lsa_rank = rank;  // one GPU: every rank reaches every other with loads and stores
-  ctx_.lsa_size = P;
+  // One GPU: every rank could reach every other with loads and stores; in virtual nodes the LSA
+  // team is the node, and other nodes are reached through the emulated GIN.
+  const int L = team_->ranks_per_node();
+  ctx_.lsa_rank = rank % L;
+  ctx_.lsa_size = L;
   init_common(cfg, sms / P);  // the SM budget: P co-resident grids of sm_count() CTAs fit the GPU
 }
 
@@ -285,8 +288,11 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
 
   // GIN device communicator only when some peer is outside the LSA team (and the user allows
   // it). LSA needs none: barriers and signals live in tilewire's control window.
-  const bool need_gin = !is_virtual() && cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
-  if (need_gin) {
+  const bool need_gin = cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
+  if (need_gin && is_virtual()) {  // virtual nodes: the emulated backend (gin_emu.hpp)
+    ctx_.gin_emu = team_->gin_emu()->view(rank);
+    ctx_.gin_contexts = 1;
+  } else if (need_gin) {
     const ncclDevCommRequirements reqs = nccl_compat::gin_requirements(1, ctx_.signal_count);
     TW_NCCL_CALL(ncclDevCommCreate(comm_, &reqs, &ctx_.comm));
     devcomm_made_ = true;
@@ -409,6 +415,8 @@ Comm::~Comm() {
   if (!aborted_ && (comm_ != nullptr || team_ != nullptr)) {
     try {
       barrier();
+      // Nothing the emulated GIN still carries may land in windows freed below.
+      if (team_ && team_->gin_emu()) team_->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
     } catch (...) {
       abort();
     }
@@ -510,7 +518,7 @@ Window Comm::alloc_window(size_t bytes) {
     reg.slab = r.obj;
     char* base = static_cast<char*>(r.obj.get());
     w.ptr_ = base + (size_t)ctx_.rank * virtual_slice(size);
-    reg.dev.lsa_base = base;
+    reg.dev.lsa_base = base + (size_t)(ctx_.rank - ctx_.lsa_rank) * virtual_slice(size);  // this node's rank 0
     reg.dev.lsa_stride = virtual_slice(size);
   } else {
     TW_NCCL_CHECK(ncclMemAlloc(&w.ptr_, size));
@@ -563,11 +571,13 @@ void Comm::release_window(Window& w) noexcept {
   cudaSetDevice(device_);
   abort_if_context_lost();
   if (team_) {
-    // Collective: no rank lets go before every rank got here (its work on the window is done).
+    // Collective: no rank lets go before every rank got here (its work on the window is done),
+    // nor before the emulated GIN delivered every op posted so far (some may put into it).
     if (!aborted()) {
       try {
         const uint64_t b = reg.bytes;
         team_->exchange(ctx_.rank, "release_window", &b, sizeof(b));
+        if (team_->gin_emu()) team_->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
       } catch (...) {
         abort();
       }

@@ -91,6 +91,17 @@ static const Var kVars[] = {
      "drains and wait for it on the device)."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
+    {"TILEWIRE_GIN_EMU_SEED", Type::kInt, "1",
+     "Virtual nodes (CommConfig::ranks_per_node): the seed of the emulated GIN's choices (which ready put goes "
+     "next, each delay)."},
+    {"TILEWIRE_GIN_EMU_REORDER", Type::kInt, "8",
+     "Emulated GIN: the next put is drawn from the oldest this many ready ones (1: in the order posted)."},
+    {"TILEWIRE_GIN_EMU_DELAY_US", Type::kInt, "0",
+     "Emulated GIN: each op waits a uniform 0..this many us after it is posted."},
+    {"TILEWIRE_GIN_EMU_LATE_SIGNAL_US", Type::kInt, "0",
+     "Emulated GIN: a signal becomes visible a uniform 0..this many us after the data it covers landed."},
+    {"TILEWIRE_GIN_EMU_SLOW_FLUSH_US", Type::kInt, "0",
+     "Emulated GIN: a put's source counts as read (gin_flush) a uniform 0..this many us after it was."},
     {"TILEWIRE_COMMIT", Type::kString, "", "Commit id recorded in bench JSON (set by scripts/gpu_run.sh)."},
     {"TILEWIRE_CHECK_CALLS", Type::kBool, "0",
      "Compare every call's record (op, sizes, dtypes, algorithm, buffers' windows and offsets) across ranks in a "

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -13,8 +14,16 @@
 
 namespace tw {
 
-VirtualTeam::VirtualTeam(int nranks, int device, uint64_t timeout_ms)
-    : nranks_(nranks), device_(device), timeout_(timeout_ms), ops_(nranks), slots_(nranks) {}
+VirtualTeam::VirtualTeam(int nranks, int device, uint64_t timeout_ms, int ranks_per_node, int signal_count)
+    : nranks_(nranks),
+      device_(device),
+      ranks_per_node_(ranks_per_node > 0 ? ranks_per_node : nranks),
+      timeout_(timeout_ms),
+      ops_(nranks),
+      slots_(nranks) {
+  if (ranks_per_node_ < nranks_)
+    gin_emu_ = std::make_unique<GinEmu>(device, nranks, signal_count, GinEmuChaos::from_env());
+}
 
 VirtualTeam::Round VirtualTeam::exchange(int rank, const std::string& op, const void* p, size_t bytes,
                                          const std::function<void(Round&)>& complete,
@@ -115,6 +124,19 @@ void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const s
   require_device(device);
   TW_REQUIRE(nranks >= 1 && nranks <= 32, kInvalidArgument,
              "run_virtual: nranks must be in [1, 32], got " + std::to_string(nranks));
+  // Virtual nodes: one L for the team, dividing P (checked here, before any rank exists).
+  const int L = per_rank[0].ranks_per_node > 0 ? per_rank[0].ranks_per_node : nranks;
+  int signals = 0;
+  for (int r = 0; r < nranks; ++r) {
+    const int Lr = per_rank[r].ranks_per_node > 0 ? per_rank[r].ranks_per_node : nranks;
+    TW_REQUIRE(Lr == L, kInvalidArgument,
+               "run_virtual: CommConfig::ranks_per_node is " + std::to_string(L) + " on rank 0 and " +
+                   std::to_string(Lr) + " on rank " + std::to_string(r) + "; every rank passes the same");
+    signals = std::max(signals, per_rank[r].signal_count);
+  }
+  TW_REQUIRE(per_rank[0].ranks_per_node >= 0 && nranks % L == 0, kInvalidArgument,
+             "run_virtual: CommConfig::ranks_per_node = " + std::to_string(per_rank[0].ranks_per_node) +
+                 " does not divide the " + std::to_string(nranks) + " ranks into nodes");
   // The ranks' streams must not share a hardware work queue: a queue runs its commands in order, so
   // a rank's kernel queued behind another rank's kernel that waits for it would never start
   // (measured: the one-shot all-reduce at 3 and 8 ranks with CUDA's default of 8 queues). The
@@ -142,7 +164,8 @@ void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const s
                    ") set in the environment before the process first uses CUDA: a kernel's lazy first load waits "
                    "for the device, where a peer rank's kernel may be waiting for this rank");
   }
-  auto team = std::make_shared<VirtualTeam>(nranks, device, (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_HOST_TIMEOUT_MS")));
+  auto team = std::make_shared<VirtualTeam>(
+      nranks, device, (uint64_t)std::max<int64_t>(1, env::get_int("TILEWIRE_HOST_TIMEOUT_MS")), L, signals);
   run_threads(
       nranks,
       [&](int r) {

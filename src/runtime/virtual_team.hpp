@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "gin_emu.hpp"
+
 namespace tw {
 
 class VirtualTeam {
@@ -27,9 +29,13 @@ class VirtualTeam {
     std::string error;  // set by `complete`: every rank throws kInvalidArgument with it
   };
 
-  VirtualTeam(int nranks, int device, uint64_t timeout_ms);
+  // ranks_per_node < nranks: virtual nodes, with the emulated GIN between them (gin_emu.hpp,
+  // signal_count signals per rank).
+  VirtualTeam(int nranks, int device, uint64_t timeout_ms, int ranks_per_node = 0, int signal_count = 0);
   int nranks() const { return nranks_; }
   int device() const { return device_; }
+  int ranks_per_node() const { return ranks_per_node_; }
+  GinEmu* gin_emu() const { return gin_emu_.get(); }  // null in one node
 
   // Collective: rank `rank` contributes `bytes` at `p` to round `op`. When the last rank
   // arrives, `complete` (optional) runs under the lock on the full round. Ranks that call
@@ -43,7 +49,8 @@ class VirtualTeam {
   bool aborted() const;
 
  private:
-  const int nranks_, device_;
+  const int nranks_, device_, ranks_per_node_;
+  std::unique_ptr<GinEmu> gin_emu_;
   const std::chrono::milliseconds timeout_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

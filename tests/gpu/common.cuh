@@ -84,6 +84,13 @@ inline int virtual_ranks() {
   return e && *e ? std::atoi(e) : 0;
 }
 
+// Ranks per virtual node (TILEWIRE_TEST_RANKS_PER_NODE; 0: unset, one node): a virtual team in
+// nodes, the peers of other nodes reached through the emulated GIN (CommConfig::ranks_per_node).
+inline int ranks_per_node() {
+  const char* e = std::getenv("TILEWIRE_TEST_RANKS_PER_NODE");
+  return e && *e ? std::atoi(e) : 0;
+}
+
 // Ranks of the team run_team() makes: P virtual ranks, or one per visible GPU (0 without a GPU).
 inline int team_size() {
   const int v = virtual_ranks();
@@ -143,8 +150,13 @@ inline void run_team(const std::function<void(tw::Comm&)>& fn, const tw::CommCon
     ~Scope() { DeferredFrees::get().leave(); }
   } scope;
   const int v = virtual_ranks();
-  if (v > 0) tw::Comm::run_virtual(0, v, fn, cfg);
-  else tw::Comm::run_local({}, fn, cfg);
+  if (v > 0) {
+    tw::CommConfig c = cfg;
+    if (c.ranks_per_node == 0) c.ranks_per_node = ranks_per_node();
+    tw::Comm::run_virtual(0, v, fn, c);
+  } else {
+    tw::Comm::run_local({}, fn, cfg);
+  }
 }
 
 #define TW_SKIP_UNLESS_SM90()                                      \

@@ -10,7 +10,9 @@
 //                                    lsa_barrier are seen by plain loads after it, many rounds.
 //   DeviceApi.LsaPointers            lsa_ptr(self) aliases the window's local memory; every peer on
 //                                    the node is an LSA peer with a distinct mapping at base +
-//                                    peer x stride of the handle.
+//                                    LSA rank x stride of the handle, and no other rank is.
+// PutSignalRing and the adds of SignalAddSetSemantics cross nodes through GIN when the test team
+// is in virtual nodes (TILEWIRE_TEST_RANKS_PER_NODE); sets stay inside the node.
 // Every test runs on the test team (common.cuh): one rank per GPU, or P virtual ranks on one.
 #include <type_traits>
 
@@ -121,9 +123,11 @@ __global__ void add_from_every_block(const __grid_constant__ tw::DevCtx ctx, int
     if (threadIdx.x == 0) *seen = v;
   }
 }
-// One thread sets or adds `value` on the next rank's signal `sig`.
+// One thread sets or adds `value` on the next LSA rank's signal `sig` (a ring inside the node:
+// a set reaches LSA peers only).
 __global__ void signal_next(const __grid_constant__ tw::DevCtx ctx, int sig, uint64_t value, dev::SignalOp op) {
-  dev::signal(dev::Thread{}, ctx, (ctx.rank + 1) % ctx.nranks, sig, value, op);
+  const int node0 = ctx.rank - ctx.lsa_rank;
+  dev::signal(dev::Thread{}, ctx, node0 + (ctx.lsa_rank + 1) % ctx.lsa_size, sig, value, op);
 }
 __global__ void read_own(const __grid_constant__ tw::DevCtx ctx, int sig, uint64_t* out) {
   *out = dev::read_signal(ctx, sig);
@@ -162,9 +166,10 @@ TEST(DeviceApi, SignalAddSetSemantics) {
     EXPECT_EQ(seen, (uint64_t)kSum) << "wait_signal returns the value that satisfied it";
 
     using Op = dev::SignalOp;
-    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 3, 1000, Op::kSet); }, 3), 1000u) << "set overrides";
-    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 3, 5, Op::kSet); }, 3), 5u) << "set overrides downwards";
-    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 3, 2, Op::kAdd); }, 3), 7u) << "add after set";
+    // Counter 5: only its LSA part moves (counter 3 may hold a GIN part: a read adds both).
+    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 5, 1000, Op::kSet); }, 5), 1000u) << "set overrides";
+    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 5, 5, Op::kSet); }, 5), 5u) << "set overrides downwards";
+    EXPECT_EQ(step([&] { signal_next<<<1, 1, 0, s>>>(ctx, 5, 2, Op::kAdd); }, 5), 7u) << "add after set";
 
     // Wrap: UINT64_MAX - 1 plus 3 is 1, which is "after" UINT64_MAX in rolling order, so a wait for
     // >= UINT64_MAX must be satisfied at once (a plain >= would time out).
@@ -267,9 +272,9 @@ TEST(DeviceApi, LsaPointers) {
     const uintptr_t local = reinterpret_cast<uintptr_t>(win.as<char>() + off);
     EXPECT_EQ(p[0], p[1]) << "lsa_ptr(self) and local_ptr agree on rank " << r;
     const tw::DevWindow h = win.dev();
-    for (int q = 0; q < P; ++q)
-      EXPECT_EQ(p[2 + q], reinterpret_cast<uintptr_t>(h.lsa_base) + q * h.lsa_stride + off)
-          << "peer " << q << " is at base + peer x stride of the handle";
+    for (int q = node0; q < node0 + L; ++q)
+      EXPECT_EQ(p[2 + q], reinterpret_cast<uintptr_t>(h.lsa_base) + (q - node0) * h.lsa_stride + off)
+          << "peer " << q << " is at base + LSA rank x stride of the handle";
     if (comm.is_virtual()) {
       EXPECT_EQ(p[0], local) << "a virtual rank's own copy is its slice";
       EXPECT_EQ(h.nccl, nullptr);
@@ -284,12 +289,17 @@ TEST(DeviceApi, LsaPointers) {
     TW_CUDA_CHECK(cudaMemcpyAsync(&back, reinterpret_cast<void*>(local), sizeof(back), cudaMemcpyDeviceToHost, s));
     comm.sync(s);
     EXPECT_EQ(back, v) << "lsa_ptr(self) must alias the window's local memory on rank " << r;
-    EXPECT_TRUE(comm.all_lsa()) << "one node: every rank is in the LSA team";
-    EXPECT_EQ(comm.lsa_size(), P);
+    const int L = ranks_per_node() > 0 && comm.is_virtual() ? ranks_per_node() : P, node0 = r - r % L;
+    EXPECT_EQ(comm.all_lsa(), L == P) << "the LSA team is the node";
+    EXPECT_EQ(comm.lsa_size(), L);
     if (comm.is_virtual()) EXPECT_EQ(comm.device(), 0) << "the virtual team runs on GPU 0";
     else EXPECT_EQ(comm.device(), r) << "run_local({}) puts rank r on GPU r";
     EXPECT_GT(comm.sm_count(), 0);
     for (int q = 0; q < P; ++q) {
+      if (q < node0 || q >= node0 + L) {
+        EXPECT_EQ(p[2 + q], 0u) << "rank " << q << " of another node is an LSA peer of rank " << r;
+        continue;
+      }
       EXPECT_NE(p[2 + q], 0u) << "rank " << q << " is not an LSA peer of rank " << r;
       if (q == r) {
         EXPECT_EQ(p[2 + q], p[0]);

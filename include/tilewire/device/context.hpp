@@ -37,12 +37,36 @@ struct DevWindow {
   ncclWindow_t nccl = nullptr;
 };
 
+// One GIN operation as the emulated backend carries it (a virtual team in nodes: device/impl/
+// gin_emu.cuh writes it, src/runtime/gin_emu.cpp delivers it). `seq` is written last: the slot's
+// sequence number + 1 once the rest is in place, 0 while the slot is free.
+struct GinEmuOp {
+  uint64_t seq;
+  uint64_t src, dst;  // device addresses: this rank's source, the peer's destination
+  uint64_t bytes;     // 0: a signal alone
+  uint64_t value;     // signal add
+  int32_t peer;       // world rank
+  int32_t signal;     // -1: none
+};
+
+// A rank's side of the emulated GIN backend (null ring: the backend is not emulated). The ring
+// and the signals live in pinned host memory mapped into the device; the proxy thread of the
+// team reads the ring, moves the data with copy engines and writes the signals.
+struct GinEmuView {
+  GinEmuOp* ring = nullptr;            // host-mapped, ring_slots slots
+  unsigned long long* tail = nullptr;  // device memory: ops this rank claimed (atomicAdd)
+  const uint64_t* signals = nullptr;   // host-mapped: this rank's GIN signal values
+  const uint64_t* consumed = nullptr;  // host-mapped: every op below this sequence read its source
+  uint32_t ring_slots = 0;
+};
+
 struct DevCtx {
   ncclDevComm comm;         // NCCL device communicator, for GIN only (zero on a virtual team)
   int rank, nranks;         // world
   int lsa_rank, lsa_size;   // load/store-reachable team (NVLink/PCIe P2P); world ranks
                             // [rank - lsa_rank, rank - lsa_rank + lsa_size) are its members
   int gin_contexts;         // 0 when GPU-initiated networking is unavailable
+  GinEmuView gin_emu;       // the emulated GIN backend (virtual nodes); ring null: NCCL's GIN
   int max_blocks;           // LSA barriers and per-block channels sized for this many CTAs
   uint64_t timeout_ns;      // bound on every device wait (TILEWIRE_TIMEOUT_MS)
   DeviceFault* fault;       // host-mapped; first timed-out waiter records itself here

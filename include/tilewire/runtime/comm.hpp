@@ -10,6 +10,8 @@
 //             Each rank gets an SM budget (sm_count() = the GPU's SMs / P) that every
 //             persistent or co-resident grid honours, so the P grids are resident together.
 //             For correctness at any rank count on one GPU; its timings say nothing of NVLink.
+//             In virtual nodes (CommConfig::ranks_per_node) the LSA team is the node and peers
+//             in other nodes are reached through an emulated GIN (multi-node on one GPU).
 // Ways to make one:
 //   (a) tw::Comm::create(id, rank, nranks, device): one process per GPU, the NCCL convention.
 //       The caller makes the id once (tw::Comm::unique_id()) and distributes it (MPI,
@@ -56,6 +58,11 @@ struct CommConfig {
   // late by tens of seconds in a real job (a checkpoint, a compilation, data loading), so the
   // default is minutes; tests that expect a timeout set a short one.
   int64_t timeout_ms = 0;
+  // Virtual teams only (run_virtual): ranks per virtual node, L (0: P, one node). The P ranks
+  // form P / L nodes of L consecutive ranks; a node is the LSA team, and peers in other nodes
+  // are reached only through GIN, which the virtual backend emulates (src/runtime/gin_emu.hpp:
+  // NCCL GIN's weakest ordering, on copy engines). L divides P; every rank passes the same L.
+  int ranks_per_node = 0;
 };
 
 class Comm;

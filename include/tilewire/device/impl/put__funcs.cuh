@@ -42,9 +42,14 @@ __device__ void put(Coop coop, const DevCtx& ctx, int peer, const DevWindow& dst
   }
   coop.sync();
   if (coop.thread_rank() == 0) {
-    ncclGin gin(ctx.comm, 0);
-    gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes, ncclGin_None{}, ncclGin_None{},
-            ncclCoopThread{});
+    if (gin_emulated(ctx)) {
+      gin_emu_post(ctx, peer, local_ptr<const char>(ctx, src, src_off), gin_emu_peer_ptr(ctx, dst, dst_off, peer), bytes,
+                   -1, 0);
+    } else {
+      ncclGin gin(ctx.comm, 0);
+      gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes, ncclGin_None{},
+              ncclGin_None{}, ncclCoopThread{});
+    }
   }
   coop.sync();
 }
@@ -64,9 +69,24 @@ __device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, const DevWind
   }
   coop.sync();
   if (coop.thread_rank() == 0) {
-    ncclGin gin(ctx.comm, 0);
-    gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes,
-            ncclGin_SignalAdd{(ncclGinSignal_t)index, add}, ncclGin_None{}, ncclCoopThread{});
+    if (gin_emulated(ctx)) {
+      gin_emu_post(ctx, peer, local_ptr<const char>(ctx, src, src_off), gin_emu_peer_ptr(ctx, dst, dst_off, peer), bytes,
+                   index, add);
+    } else {
+      ncclGin gin(ctx.comm, 0);
+      gin.put(ncclTeamWorld(ctx.comm), peer, dst.nccl, dst_off, src.nccl, src_off, bytes,
+              ncclGin_SignalAdd{(ncclGinSignal_t)index, add}, ncclGin_None{}, ncclCoopThread{});
+    }
+  }
+  coop.sync();
+}
+
+template <class Coop>
+__device__ void gin_flush(Coop coop, const DevCtx& ctx) {
+  coop.sync();
+  if (ctx.gin_contexts > 0 && coop.thread_rank() == 0) {
+    if (gin_emulated(ctx)) gin_emu_flush(ctx);
+    else ncclGin(ctx.comm, 0).flush(ncclCoopThread{});
   }
   coop.sync();
 }

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <type_traits>
 
+#include "tilewire/device/impl/gin_emu__funcs.cuh"
+
 namespace tw::dev {
 
 __device__ __forceinline__ bool is_release(cuda::memory_order o) {
@@ -33,6 +35,11 @@ __device__ void signal(Coop coop, const DevCtx& ctx, int peer, int index, uint64
            "GIN %s\n", ctx.rank, peer, ctx.gin_contexts ? "present" : "unavailable");
     __trap();
   }
+  if (gin_emulated(ctx)) {
+    if (is_release(order)) __threadfence_system();
+    gin_emu_post(ctx, peer, nullptr, nullptr, 0, index, value);
+    return;
+  }
   ncclGin gin(ctx.comm, 0);
   if (is_release(order)) __threadfence_system();
   gin.signal(ncclTeamWorld(ctx.comm), peer, ncclGin_SignalAdd{(ncclGinSignal_t)index, value});
@@ -41,7 +48,9 @@ __device__ void signal(Coop coop, const DevCtx& ctx, int peer, int index, uint64
 __device__ __forceinline__ uint64_t read_signal(const DevCtx& ctx, int index, cuda::memory_order order) {
   const uint64_t* p = signal_ptr(ctx, index, ctx.lsa_rank);
   uint64_t v = is_acquire(order) ? ptx::ld_acquire_sys(p) : ptx::ld_relaxed_sys(p);
-  if (ctx.gin_contexts > 0) {
+  if (ctx.gin_contexts > 0 && gin_emulated(ctx)) {
+    v += gin_emu_signal(ctx, index, is_acquire(order));
+  } else if (ctx.gin_contexts > 0) {
     ncclGin gin(ctx.comm, 0);
     v += gin.readSignal((ncclGinSignal_t)index, 64,
                         is_acquire(order) ? cuda::memory_order_acquire : cuda::memory_order_relaxed);
