@@ -118,9 +118,10 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //              all-gather, one hop, nothing on the consumers' path waits for NVLink);
 //   kOwner     tile t's owner (spread over ranks and CTAs) receives the P - 1 partials, sums, stores C to every rank
 //              (2 (P - 1) / P tile bytes per rank: fewer bytes for P > 2, but the consumers wait);
-//   kAuto      M <= 256: kOwner, on its decode tile (128 x 64 without clusters: one wave where
-//              128 x 256 tiles leave most SMs idle; the relay and exchange kernels keep 128 x 256
-//              tiles at any M). Above: bf16: kRelay for P >= 2 with bf16 partials, kExchange for
+//   kAuto      M <= 256: the decode path (GemmAllReducePath) where it applies, else kOwner on its
+//              decode tile (128 x 64 without clusters: one wave where 128 x 256 tiles leave most
+//              SMs idle; the relay and exchange kernels keep 128 x 256 tiles at any M). Above:
+//              bf16: kRelay for P >= 2 with bf16 partials, kExchange for
 //              P = 1 (B [N, K]), else kOwner; fp16: kOwner (kRelay and kExchange are bf16
 //              kernels, refused for fp16).
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
@@ -131,6 +132,10 @@ enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 // to C's dtype, summed in fp32 in rank order, bit-identical.
 // kAuto: gemm_allreduce_prefers_fused() — the cost model's call (docs/fused_gemm.md): fusion pays
 // where the all-reduce it hides outweighs what the fused kernel costs the GEMM.
+// Fused at M <= 256 with algo kAuto, 2-byte partials and P > 1 (the decode path,
+// src/ops/gemm_allreduce/decode.cu): the plain GEMM into C, then one kernel that all-reduces C
+// in place through the LSA team (an owner per shard sums the P partials in rank order, fp32,
+// and stores the result into every rank's C; per-CTA barriers); the workspace is not touched.
 enum class GemmAllReducePath { kAuto, kFused, kSequential };
 
 struct GemmAllReduceConfig {
@@ -157,8 +162,9 @@ bool gemm_allreduce_has_untraced_kernels();
 // The kAuto path rule: one rank: fused (the GEMM straight into C); 2 to 8 ranks: fused where the
 // cost model (src/ops/fused_gemm/cost_model.hpp) predicts the fused kernel faster than the GEMM
 // and tw::allreduce on H200 NVLink by its margin (3%), with the fused kernel's measured overhead;
-// more ranks: sequential. Calibrated on 2 x H200 (fused at M >= 2048 and not below on the
-// measured grid). Pure host logic.
+// more ranks: sequential. Calibrated on 2 x H200 (fused at M >= 2048 and not below, above
+// M = 256, on the measured grid); at M <= 256 the decode path pays only on GEMMs of a few us.
+// Pure host logic.
 bool gemm_allreduce_prefers_fused(int M, int N, int K_local, int nranks);
 
 // Why a call cannot run, or ok. Needs the communicator (windows, LSA team) and the current

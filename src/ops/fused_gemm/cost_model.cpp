@@ -93,7 +93,7 @@ double default_overhead(FusedOp op, const Shape& s, int P) {
   const bool decode = s.M <= 256;
   switch (op) {
     case FusedOp::kGemmAllReduce:
-      return decode ? 0.0 : P == 2 ? 0.02 : 0.14;
+      return decode ? 0.07 : P == 2 ? 0.02 : 0.14;
     case FusedOp::kGemmReduceScatter:
       return decode ? 0.0 : 0.12;
     case FusedOp::kAllGatherGemm:

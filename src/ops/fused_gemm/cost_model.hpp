@@ -92,8 +92,10 @@ FusedKernel fused_tile(FusedOp op, const Shape& s);
 // one H200, against cuBLASLt on the same SM budget); the relay reduce-scatter 0.12 (2 and 4
 // virtual ranks, against tilewire's GEMM on the same budget); the all-gather's pulled GEMM 0.04
 // (its median over the Llama sweep at M >= 2048 on 2 and 4 virtual ranks, without A_gathered,
-// against the GEMM alone in lockstep); at M <= 256 0 for every op, whose GEMM there is the
-// plain one (decode_path). The virtual-team figures carry the "link" traffic through the one GPU's HBM;
+// against the GEMM alone in lockstep); at M <= 256, where every op runs the plain GEMM
+// (decode_path), 0 for the reduce-scatter and the all-gather, and 0.07 for the all-reduce: its
+// in-place kernel against tw::allreduce, (fused - sequential) / GEMM at the 75th percentile of
+// the decode sweep at 2 and 4 virtual ranks (the larger C, the more it loses; up to 0.27). The virtual-team figures carry the "link" traffic through the one GPU's HBM;
 // pass a measured figure where there is one.
 double default_overhead(FusedOp op, const Shape& s, int P);
 
