@@ -370,6 +370,17 @@ TEST(Ep, BadInputWritesNothing) {
     if (std::any_of(rows.begin(), rows.end(), [](uint8_t b) { return b != kPoison; }))
       bad.push_back("the rejected dispatch wrote received rows");
     if (buf.num_recv(s) != 0) bad.push_back("the rejected dispatch reported rows received");
+    // A combine after the rejected dispatch: no rows to return, every rank completes it and
+    // writes nothing (GIN peers are sent empty shares, not shares of an earlier call's layout).
+    DeviceBuffer out((size_t)N * cfg.hidden * 2);
+    poison(out.data(), out.bytes, s);
+    comm.sync(s);
+    comm.barrier();
+    buf.combine(r.x, nullptr, out.data(), s);
+    expect("combine after the rejected dispatch", [&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"wrote nothing"});
+    const std::vector<uint8_t> o = download<uint8_t>(out.data(), out.bytes, s);
+    if (std::any_of(o.begin(), o.end(), [](uint8_t b) { return b != kPoison; }))
+      bad.push_back("the combine after the rejected dispatch wrote its output");
     comm.barrier();
   });
   for (int q = 0; q < P; ++q)
