@@ -71,7 +71,8 @@
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN: the device-API and GIN tests at
 #                 nodes x ranks per node GIN_SHAPES (default 2x2 2x4 4x2 8x1), TILEWIRE_TEST_GIN_SEEDS
 #                 chaos seeds each (default 20), and in one node at 4; memcheck on them at 2 x 2
-#                 (GIN_MEMCHECK_SEEDS, default 2). One gtest JSON per shape
+#                 (GIN_MEMCHECK_SEEDS, default 2); the EP tests (GIN_EP_FILTER, default Ep.*) at the
+#                 same shapes (GIN_EP_SHAPES) unless GIN_EP=0. One gtest JSON per shape
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -138,6 +139,14 @@ if [ "$MODE" = gin ]; then
       TILEWIRE_TEST_GIN_SEEDS=${TILEWIRE_TEST_GIN_SEEDS:-20} run "${GIN_LIMIT:-300}" "$TESTS" \
       --gtest_filter="$GIN_FILTER" --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
   done
+  if [ "${GIN_EP:-1}" = 1 ]; then  # the EP tests (both modes, both payloads) in the same nodes
+    for shape in ${GIN_EP_SHAPES:-${GIN_SHAPES:-2x2 2x4 4x2 8x1}}; do
+      IFS=x read -r nodes per <<<"$shape"
+      step "EP tests, $nodes x $per (nodes x ranks per node)"
+      TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per run "${GIN_EP_LIMIT:-200}" "$TESTS" \
+        --gtest_filter="${GIN_EP_FILTER:-Ep.*}" --gtest_output=json:"$OUT/gpu_tests_ep_${nodes}x$per.json"
+    done
+  fi
   step "GIN tests, one node of 4"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter="$GIN_FILTER" \
     --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
