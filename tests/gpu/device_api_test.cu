@@ -271,6 +271,7 @@ TEST(DeviceApi, LsaPointers) {
     comm.sync(s);
     const uintptr_t local = reinterpret_cast<uintptr_t>(win.as<char>() + off);
     EXPECT_EQ(p[0], p[1]) << "lsa_ptr(self) and local_ptr agree on rank " << r;
+    const int L = ranks_per_node() > 0 && comm.is_virtual() ? ranks_per_node() : P, node0 = r - r % L;
     const tw::DevWindow h = win.dev();
     for (int q = node0; q < node0 + L; ++q)
       EXPECT_EQ(p[2 + q], reinterpret_cast<uintptr_t>(h.lsa_base) + (q - node0) * h.lsa_stride + off)
@@ -289,7 +290,6 @@ TEST(DeviceApi, LsaPointers) {
     TW_CUDA_CHECK(cudaMemcpyAsync(&back, reinterpret_cast<void*>(local), sizeof(back), cudaMemcpyDeviceToHost, s));
     comm.sync(s);
     EXPECT_EQ(back, v) << "lsa_ptr(self) must alias the window's local memory on rank " << r;
-    const int L = ranks_per_node() > 0 && comm.is_virtual() ? ranks_per_node() : P, node0 = r - r % L;
     EXPECT_EQ(comm.all_lsa(), L == P) << "the LSA team is the node";
     EXPECT_EQ(comm.lsa_size(), L);
     if (comm.is_virtual()) EXPECT_EQ(comm.device(), 0) << "the virtual team runs on GPU 0";
