@@ -513,7 +513,7 @@ Window Comm::alloc_window(size_t bytes) {
           return;
         }
       }
-      rd.obj = virtual_slab(device_, virtual_slice(s0) * P);
+      rd.obj = virtual_slab(device_, virtual_slice(s0) * P, team_->gin_emu() && team_->gin_emu()->host_memory());
     });
     reg.slab = r.obj;
     char* base = static_cast<char*>(r.obj.get());

@@ -19,6 +19,10 @@
 // Why not a copy within the GPU or a proxy kernel: the ranks' kernels may hold every SM of
 // their budgets while they wait for the data, and a copy within one GPU runs on SMs (a copy
 // kernel), so either could wait behind the very kernels waiting for it. Copy engines need no SM.
+// Under compute-sanitizer a copy waits behind the kernels running on the device, which here
+// wait for that copy. TILEWIRE_GIN_EMU_HOST_MEMORY=1 therefore puts the team's windows in pinned
+// host memory mapped into the device (same address), and the proxy moves data with a host
+// memcpy: no CUDA call at all (slow kernels, correct ordering; what memcheck runs use).
 // Its chaos comes from one generator seeded with TILEWIRE_GIN_EMU_SEED; the choices it makes
 // are reproducible for the same arrival order of ops, which the GPU's timing sets.
 #pragma once
@@ -38,6 +42,7 @@ struct GinEmuChaos {
   int64_t reorder = 8;         // the next op is drawn from the oldest `reorder` ready ones (<= 1: in order)
   int64_t late_signal_us = 0;  // a signal waits a uniform [0, late_signal_us] after its data landed
   int64_t slow_flush_us = 0;   // a source counts as read a uniform [0, slow_flush_us] after it was
+  bool host_memory = false;    // windows in mapped host memory, moved by memcpy (TILEWIRE_GIN_EMU_HOST_MEMORY)
   static GinEmuChaos from_env();
 };
 
@@ -57,6 +62,7 @@ class GinEmu {
   // after `timeout_ms`, or kState with the proxy's error.
   void drain(int64_t timeout_ms);
   uint64_t ops_delivered() const { return delivered_.load(); }
+  bool host_memory() const { return chaos_.host_memory; }
 
  private:
   void run();

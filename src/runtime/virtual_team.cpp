@@ -98,9 +98,16 @@ bool VirtualTeam::aborted() const {
   return aborted_;
 }
 
-std::shared_ptr<void> virtual_slab(int device, size_t bytes) {
+std::shared_ptr<void> virtual_slab(int device, size_t bytes, bool host) {
   TW_CUDA_CHECK(cudaSetDevice(device));
   void* p = nullptr;
+  if (host) {
+    TW_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocMapped | cudaHostAllocPortable));
+    void* d = nullptr;
+    TW_CUDA_CHECK(cudaHostGetDevicePointer(&d, p, 0));
+    TW_REQUIRE(d == p, kUnsupported, "virtual_slab: host memory is mapped at another device address (no unified addressing)");
+    return std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); });
+  }
   TW_CUDA_CHECK(cudaMalloc(&p, bytes));
   // Freed by whichever rank lets go last (after the collective release, or after an abort).
   return std::shared_ptr<void>(p, [device](void* q) {

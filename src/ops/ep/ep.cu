@@ -223,6 +223,7 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   if (st.r.num_tokens > 0) {
     ops::ep::ReduceParams rp{};
     rp.win = st.win.dev();
+    rp.lsa_rank = comm_.dev_ctx().lsa_rank;
     rp.g = st.g;
     rp.r = st.r;
     rp.weighted = weights != nullptr;

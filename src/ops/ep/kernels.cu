@@ -191,6 +191,9 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
         __threadfence_system();
       }
       *p.num_recv = 0;
+      // No rows from anyone: a combine after this call sends every GIN source an empty share,
+      // not one cut from an earlier call's bases against this call's 0 rows.
+      for (int q = 0; q < P; ++q) p.recv_base[q] = 0;
     }
     // Still the done exchange: it keeps every rank's next call from rewriting a count slot that
     // a slower peer is still reading.
@@ -383,7 +386,7 @@ __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
   if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;
   const int vecs = g.hidden / 8;
   const size_t n = (size_t)p.r.num_tokens * vecs;
-  const char* local = p.win.lsa_base + (size_t)g.me * p.win.lsa_stride;  // this rank's copy (its own LSA index)
+  const char* local = p.win.lsa_base + (size_t)p.lsa_rank * p.win.lsa_stride;  // this rank's copy
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const int t = (int)(i / vecs), v = (int)(i % vecs);
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};

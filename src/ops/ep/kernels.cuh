@@ -130,6 +130,7 @@ struct CombineParams : Common {
 
 struct ReduceParams {
   DevWindow win;
+  int lsa_rank;  // this rank's index in the LSA team: its copy of win (not its world rank)
   Geometry g;
   Routing r;
   bool weighted;
