@@ -152,7 +152,7 @@ if [ "$MODE" = gin ]; then
     --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
   step "memcheck on the GIN tests, 2 x 2"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} TILEWIRE_GIN_EMU_HOST_MEMORY=1 \
-    TILEWIRE_TIMEOUT_MS=60000 run 600 compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
+    TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
     --gtest_filter="$GIN_FILTER"
 fi
 
