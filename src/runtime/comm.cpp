@@ -513,7 +513,11 @@ Window Comm::alloc_window(size_t bytes) {
           return;
         }
       }
-      rd.obj = virtual_slab(device_, virtual_slice(s0) * P, team_->gin_emu() && team_->gin_emu()->host_memory());
+      // The host-memory mode puts the windows the emulated GIN writes into in host memory; the
+      // control window (the first one made) stays in device memory: its signals and barriers take
+      // system-scope atomics, which mapped host memory does not.
+      const bool host = team_->gin_emu() && team_->gin_emu()->host_memory() && control_.data() != nullptr;
+      rd.obj = virtual_slab(device_, virtual_slice(s0) * P, host);
     });
     reg.slab = r.obj;
     char* base = static_cast<char*>(r.obj.get());
