@@ -71,7 +71,7 @@
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN: the device-API and GIN tests at
 #                 nodes x ranks per node GIN_SHAPES (default 2x2 2x4 4x2 8x1), TILEWIRE_TEST_GIN_SEEDS
 #                 chaos seeds each (default 20), and in one node at 4; memcheck on them at 2 x 2
-#                 (GIN_MEMCHECK_SEEDS, default 2); the EP tests (GIN_EP_FILTER, default Ep.*) at the
+#                 (GIN_MEMCHECK_SEEDS, default 2; TILEWIRE_GIN_EMU_HOST_MEMORY=1); the EP tests (GIN_EP_FILTER, default Ep.*) at the
 #                 same shapes (GIN_EP_SHAPES) unless GIN_EP=0. One gtest JSON per shape
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by

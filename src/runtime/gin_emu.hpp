@@ -20,9 +20,10 @@
 // their budgets while they wait for the data, and a copy within one GPU runs on SMs (a copy
 // kernel), so either could wait behind the very kernels waiting for it. Copy engines need no SM.
 // Under compute-sanitizer a copy waits behind the kernels running on the device, which here
-// wait for that copy. TILEWIRE_GIN_EMU_HOST_MEMORY=1 therefore puts the team's windows in pinned
-// host memory mapped into the device (same address), and the proxy moves data with a host
-// memcpy: no CUDA call at all (slow kernels, correct ordering; what memcheck runs use).
+// wait for that copy. TILEWIRE_GIN_EMU_HOST_MEMORY=1 therefore puts the team's windows (all but
+// the control window, whose signals and barriers take system-scope atomics) in pinned host
+// memory mapped into the device (same address), and the proxy moves data with a host memcpy: no
+// CUDA call at all (slow kernels, correct ordering; what memcheck runs use).
 // Its chaos comes from one generator seeded with TILEWIRE_GIN_EMU_SEED; the choices it makes
 // are reproducible for the same arrival order of ops, which the GPU's timing sets.
 #pragma once
