@@ -39,6 +39,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,6 +50,7 @@
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/trace/trace.hpp"
 
@@ -61,6 +63,7 @@ struct EpOptions {
   bool skewed = false;
   EpPayload payload = EpPayload::kBFloat16;
   int virtual_ranks = 0;
+  int ranks_per_node = 0;  // --ranks-per-node: virtual nodes (peers of other nodes through the emulated GIN)
   std::string json_path;
   std::string trace_path;
   bool help = false;
@@ -78,6 +81,8 @@ const char* kUsage =
     "  --sms N               CTAs per kernel (default: min(24, the SM budget))\n"
     "  -n/--iters N, -R/--repeats R\n"
     "  --virtual P           P virtual ranks on GPU 0 (correctness only; no NCCL rows)\n"
+    "  --ranks-per-node L    with --virtual: P / L virtual nodes of L ranks, other nodes reached\n"
+    "                        through the emulated GIN (CommConfig::ranks_per_node)\n"
     "  --json FILE           every row and the metadata as JSON\n"
     "  --trace FILE          one dispatch + combine traced (per CTA: start, first row out, each\n"
     "                        source's rows landed, end), clocks aligned: Perfetto JSON\n";
@@ -117,6 +122,13 @@ EpOptions parse(const std::vector<std::string>& a) {
       TW_REQUIRE(v == "bf16" || v == "fp8", kInvalidArgument, "bench ep: --payload is bf16 or fp8");
       o.payload = v == "fp8" ? EpPayload::kFp8E4M3 : EpPayload::kBFloat16;
     } else if (k == "--virtual") o.virtual_ranks = parse_virtual_ranks(k, need(i));
+    else if (k == "--ranks-per-node") {
+      const std::string v = need(i);
+      const std::optional<int64_t> l = env::parse_int(v);
+      TW_REQUIRE(l.has_value() && *l >= 1 && *l <= 32, kInvalidArgument,
+                 "bench ep: --ranks-per-node takes 1..32 ranks per virtual node, got '" + v + "'");
+      o.ranks_per_node = (int)*l;
+    }
     else if (k == "--json") o.json_path = need(i);
     else if (k == "--trace") o.trace_path = need(i);
     else TW_REQUIRE(false, kInvalidArgument, "bench ep: unknown option '" + k + "' (tilewire bench ep --help)");

@@ -347,11 +347,18 @@ int bench_ep(const std::vector<std::string>& argv) {
   }
   EpBench bench(o, P);
   auto body = [&](Comm& comm) { bench.run(comm); };
-  if (o.virtual_ranks > 0) Comm::run_virtual(0, P, body);
+  TW_REQUIRE(o.ranks_per_node == 0 || o.virtual_ranks > 0, kInvalidArgument,
+             "bench ep: --ranks-per-node needs --virtual P (virtual nodes on one GPU)");
+  CommConfig cc;
+  cc.ranks_per_node = o.ranks_per_node;
+  if (o.virtual_ranks > 0) Comm::run_virtual(0, P, body, cc);
   else Comm::run_local({}, body);
   Shared& sh = bench.shared();
   const char* mode = o.mode == EpMode::kLowLatency ? "ll" : "ht";
   const char* pay = o.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16";
+  if (o.ranks_per_node > 0)
+    std::printf("# virtual nodes: %d x %d (nodes x ranks per node), other nodes through the emulated GIN\n",
+                P / o.ranks_per_node, o.ranks_per_node);
   std::printf("# tilewire bench ep: %d %s ranks, mode %s, %d tokens/rank, hidden %d, top-%d of %d experts, %s routing, %s, %d SMs\n",
               P, o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU", mode, o.tokens, o.hidden, o.topk,
               o.experts, o.skewed ? "skewed" : "uniform", pay, sh.sms);
@@ -370,7 +377,8 @@ int bench_ep(const std::vector<std::string>& argv) {
   }
   std::printf("# #wrong %llu%s\n", sh.wrong, sh.wrong ? "  <-- WRONG RESULTS" : "");
   if (json.is_open()) {
-    json << "{\"bench\": \"ep\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false") << ", \"mode\": \""
+    json << "{\"bench\": \"ep\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false")
+         << ", \"ranks_per_node\": " << (o.ranks_per_node > 0 ? o.ranks_per_node : P) << ", \"mode\": \""
          << mode << "\", \"payload\": \"" << pay << "\", \"tokens\": " << o.tokens << ", \"hidden\": " << o.hidden
          << ", \"topk\": " << o.topk << ", \"experts\": " << o.experts << ", \"routing\": \"" << (o.skewed ? "skewed" : "uniform")
          << "\", \"sms\": " << sh.sms << ", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
