@@ -20,6 +20,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kConsumedStride = 8;  // uint64 words: one cache line per rank
+constexpr size_t kMaxBatch = 1024;     // puts moved per synchronization of the proxy's stream
+
+// A put's part of the bounce buffer: its bytes, rounded up so that every part starts aligned.
+size_t bounce_span(uint64_t bytes) { return (size_t)((bytes + 255) & ~uint64_t{255}); }
 
 // One op taken off a ring, until it is delivered.
 struct Pending {
@@ -145,25 +149,40 @@ void GinEmu::run() {
     error_ = std::string(what) + ": " + cudaGetErrorString(e);
     std::fprintf(stderr, "tilewire: emulated GIN proxy stopped: %s\n", error_.c_str());
   };
-  // One put's data, through the bounce buffer: device to host, then host to the peer.
-  const auto move = [&](const GinEmuOp& op) -> bool {
+  // Moves a batch of puts' data, in the batch's order: each one device to host into its own
+  // part of the bounce buffer, then host to the peer, all on the proxy's stream, and one
+  // synchronization for the batch (a put larger than the bounce buffer travels alone, in
+  // pieces). A synchronization per put made the proxy the bottleneck of every GIN path.
+  const auto move = [&](const std::vector<Pending*>& batch) -> bool {
     if (chaos_.host_memory) {  // both ends are host memory mapped at the same address
-      std::memcpy(reinterpret_cast<char*>(op.dst), reinterpret_cast<const char*>(op.src), op.bytes);
+      for (const Pending* p : batch)
+        std::memcpy(reinterpret_cast<char*>(p->op.dst), reinterpret_cast<const char*>(p->op.src), p->op.bytes);
       std::atomic_thread_fence(std::memory_order_release);
       return true;
     }
-    for (uint64_t off = 0; off < op.bytes; off += kBounceBytes) {
-      const size_t n = (size_t)std::min<uint64_t>(kBounceBytes, op.bytes - off);
-      cudaError_t e = cudaMemcpyAsync(bounce_, reinterpret_cast<const char*>(op.src) + off, n, cudaMemcpyDeviceToHost, s);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-      if (e == cudaSuccess) e = cudaMemcpyAsync(reinterpret_cast<char*>(op.dst) + off, bounce_, n, cudaMemcpyHostToDevice, s);
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-      if (e != cudaSuccess) {
-        fail("a put's copy", e);
-        return false;
+    cudaError_t e = cudaSuccess;
+    if (batch.size() == 1 && batch[0]->op.bytes > kBounceBytes) {
+      const GinEmuOp& op = batch[0]->op;
+      for (uint64_t off = 0; off < op.bytes && e == cudaSuccess; off += kBounceBytes) {
+        const size_t n = (size_t)std::min<uint64_t>(kBounceBytes, op.bytes - off);
+        e = cudaMemcpyAsync(bounce_, reinterpret_cast<const char*>(op.src) + off, n, cudaMemcpyDeviceToHost, s);
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(reinterpret_cast<char*>(op.dst) + off, bounce_, n, cudaMemcpyHostToDevice, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
       }
+    } else {
+      size_t at = 0;
+      for (const Pending* p : batch) {
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(bounce_ + at, reinterpret_cast<const char*>(p->op.src), p->op.bytes, cudaMemcpyDeviceToHost, s);
+        if (e == cudaSuccess)
+          e = cudaMemcpyAsync(reinterpret_cast<char*>(p->op.dst), bounce_ + at, p->op.bytes, cudaMemcpyHostToDevice, s);
+        at += bounce_span(p->op.bytes);
+      }
+      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
     }
-    return true;
+    if (e != cudaSuccess) fail("a put's copy", e);
+    return e == cudaSuccess;
   };
   while (!stop_.load()) {
     bool progress = false;
@@ -186,23 +205,34 @@ void GinEmu::run() {
         }
         pending.push_back(p);
         ++head[r];
-        collected_.fetch_add(1);
-        idle_ = false;
         progress = true;
       }
     }
-    // 2. Deliver one put's data: drawn from the oldest `reorder` ready ones.
+    // 2. Deliver a batch of puts' data: each drawn from the oldest `reorder` ready ones left.
     std::vector<size_t> ready;
-    for (size_t i = 0; i < pending.size() && (int64_t)ready.size() < chaos_.reorder; ++i)
+    for (size_t i = 0; i < pending.size(); ++i)
       if (!pending[i].landed && pending[i].op.bytes > 0 && pending[i].ready <= now) ready.push_back(i);
-    if (!ready.empty()) {
-      Pending& p = pending[ready[rng() % ready.size()]];
-      if (!move(p.op)) return;
+    std::vector<Pending*> batch;
+    size_t span = 0;
+    while (!ready.empty() && batch.size() < kMaxBatch) {
+      const size_t j = rng() % std::min<size_t>(ready.size(), (size_t)chaos_.reorder);
+      Pending* p = &pending[ready[j]];
+      const bool alone = p->op.bytes > kBounceBytes;
+      if (!batch.empty() && (alone || span + bounce_span(p->op.bytes) > kBounceBytes)) break;
+      batch.push_back(p);
+      span += bounce_span(p->op.bytes);
+      ready.erase(ready.begin() + (ptrdiff_t)j);
+      if (alone) break;
+    }
+    if (!batch.empty()) {
+      if (!move(batch)) return;
       const Clock::time_point t = Clock::now();
-      unread[p.rank][p.seq] = t + uniform_us(chaos_.slow_flush_us);
-      in_flight[{p.rank, p.op.peer}].erase(p.seq);
-      p.landed = true;
-      p.signal_at = t + uniform_us(chaos_.late_signal_us);
+      for (Pending* p : batch) {
+        unread[p->rank][p->seq] = t + uniform_us(chaos_.slow_flush_us);
+        in_flight[{p->rank, p->op.peer}].erase(p->seq);
+        p->landed = true;
+        p->signal_at = t + uniform_us(chaos_.late_signal_us);
+      }
       progress = true;
     }
     // 3. Signals whose data, and every earlier put to the same peer, landed; then the ops done.
@@ -240,7 +270,6 @@ void GinEmu::run() {
     }
     bool quiet = pending.empty();
     for (int r = 0; r < nranks_ && quiet; ++r) quiet = unread[r].empty();
-    idle_ = quiet;
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(quiet ? 50 : 5));
   }
   cudaStreamDestroy(s);

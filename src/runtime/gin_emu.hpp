@@ -14,8 +14,9 @@
 // A rank reads its GIN signals beside its LSA ones (dev::read_signal adds both).
 //
 // The delivery engine is one host proxy thread per team, like NCCL's own GIN proxy: it polls
-// every rank's ring (host-mapped, written by the device), and moves each put with two copy-engine
-// copies through pinned host memory (device to host, then host to device), on its own stream.
+// every rank's ring (host-mapped, written by the device), and moves the puts it has taken in
+// batches: two copy-engine copies each through pinned host memory (device to host, then host to
+// device), all on its own stream, one synchronization per batch.
 // Why not a copy within the GPU or a proxy kernel: the ranks' kernels may hold every SM of
 // their budgets while they wait for the data, and a copy within one GPU runs on SMs (a copy
 // kernel), so either could wait behind the very kernels waiting for it. Copy engines need no SM.
@@ -62,7 +63,6 @@ class GinEmu {
   // team's kernels have ended and memory they put into is about to be freed. Throws kTimeout
   // after `timeout_ms`, or kState with the proxy's error.
   void drain(int64_t timeout_ms);
-  uint64_t ops_delivered() const { return delivered_.load(); }
   bool host_memory() const { return chaos_.host_memory; }
 
  private:
@@ -75,9 +75,7 @@ class GinEmu {
   unsigned long long* tails_ = nullptr;  // device: nranks
   char* bounce_ = nullptr;             // host, pinned
   std::atomic<bool> stop_{false};
-  std::atomic<bool> idle_{true};
   std::atomic<uint64_t> delivered_{0};
-  std::atomic<uint64_t> collected_{0};
   mutable std::mutex err_mu_;
   std::string error_;
   std::thread proxy_;

@@ -21,7 +21,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -143,6 +145,29 @@ struct DeferredFrees {
   }
 };
 
+// TILEWIRE_TEST_GIN_CHAOS=S (a team in nodes): the k-th team a process makes runs its emulated
+// GIN under chaos seed S + k, reordering among 16 ready puts, delays up to 50 us, late signals up
+// to 200 us and slow flushes up to 300 us (a knob the test set itself is kept). With
+// --gtest_repeat=R every test then runs under R seeds; each team prints its seed.
+struct GinChaos {
+  std::optional<ScopedEnv> seed, reorder, delay, late, flush;
+  GinChaos() {
+    const char* base = std::getenv("TILEWIRE_TEST_GIN_CHAOS");
+    if (!base || !*base || virtual_ranks() == 0 || ranks_per_node() == 0) return;
+    static int teams = 0;
+    const std::string s = std::to_string(std::atoll(base) + teams++);
+    const auto keep = [](std::optional<ScopedEnv>& e, const char* name, const char* value) {
+      if (!std::getenv(name)) e.emplace(name, value);
+    };
+    seed.emplace("TILEWIRE_GIN_EMU_SEED", s.c_str());
+    keep(reorder, "TILEWIRE_GIN_EMU_REORDER", "16");
+    keep(delay, "TILEWIRE_GIN_EMU_DELAY_US", "50");
+    keep(late, "TILEWIRE_GIN_EMU_LATE_SIGNAL_US", "200");
+    keep(flush, "TILEWIRE_GIN_EMU_SLOW_FLUSH_US", "300");
+    std::printf("[ gin chaos ] seed %s\n", s.c_str());
+  }
+};
+
 // fn(comm) on every rank of the test team (see the top of this file).
 inline void run_team(const std::function<void(tw::Comm&)>& fn, const tw::CommConfig& cfg = {}) {
   struct Scope {
@@ -151,6 +176,7 @@ inline void run_team(const std::function<void(tw::Comm&)>& fn, const tw::CommCon
   } scope;
   const int v = virtual_ranks();
   if (v > 0) {
+    const GinChaos chaos;
     tw::CommConfig c = cfg;
     if (c.ranks_per_node == 0) c.ranks_per_node = ranks_per_node();
     tw::Comm::run_virtual(0, v, fn, c);

@@ -303,6 +303,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   //    source's: all its channels').
   release_all(p, g.off_done, ch, e);
   wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", p.ring, 0);
+  if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
   stamp(p.ring, trace::EventKind::kKernelEnd, ch);
 }
 
@@ -376,6 +377,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   release_all(p, g.off_cdone, ch, e);
   wait_all(p, g.off_cdone, ch, e, Geometry::kSigCombineRows, (uint64_t)kCombinePuts * gridDim.x, "ep.combine.rows", p.ring,
            kCombineId);
+  if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
   stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + ch);
 }
 

@@ -278,6 +278,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     }
   }
   release_to_all(p, g.off_done, buf, e);
+  if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
 }
 
 __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params p) {
@@ -364,6 +365,7 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
     }
   }
   release_to_all(p, g.off_cdone, buf, e);
+  if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
 }
 
 // out[t] = sum_j w[t][j] y(t, j) over the slots with an expert, j ascending, fp32, rounded once.
