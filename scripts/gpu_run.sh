@@ -68,11 +68,14 @@
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
 #                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
-#   gin           (nvidia-h200) virtual nodes and the emulated GIN: the device-API and GIN tests at
-#                 nodes x ranks per node GIN_SHAPES (default 2x2 2x4 4x2 8x1), TILEWIRE_TEST_GIN_SEEDS
-#                 chaos seeds each (default 20), and in one node at 4; memcheck on them at 2 x 2
-#                 (GIN_MEMCHECK_SEEDS, default 2; TILEWIRE_GIN_EMU_HOST_MEMORY=1); the EP tests (GIN_EP_FILTER, default Ep.*) at the
-#                 same shapes (GIN_EP_SHAPES) unless GIN_EP=0. One gtest JSON per shape
+#   gin           (nvidia-h200) virtual nodes and the emulated GIN, at nodes x ranks per node
+#                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
+#                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*
+#                 (GIN_EP_FILTER) repeated GIN_SEEDS times, each repeat's teams under their own chaos
+#                 seed (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
+#                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 in host-memory mode (GIN_MEMCHECK_FILTER,
+#                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
+#                 dist before the EP kernels' GIN flush, whose EpGin.* must fail
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -131,29 +134,40 @@ fi
 
 if [ "$MODE" = gin ]; then
   header
-  GIN_FILTER=${GIN_FILTER:-'DeviceApi.*:Gin.*'}
+  SEEDS=${GIN_SEEDS:-20}
+  # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
+  if [ -f "${GIN_BEFORE_TAR:-/nonexistent}" ]; then
+    mkdir -p /tmp/gin-before && tar xJf "$GIN_BEFORE_TAR" -C /tmp/gin-before
+    d=$(ls -d /tmp/gin-before/*/ | head -1)
+    step "EpGin.* on the code before the fix ($(tr '\n' ' ' <"$d/COMMIT")), 2 x 2: expected to FAIL"
+    LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 timeout 120 \
+      "$d/bin/tilewire_gpu_tests" --gtest_filter='EpGin.*' >>"$LOG" 2>&1
+    echo "=== before the fix: rc=$? (non-zero expected)" | tee -a "$LOG"
+  fi
   for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
     IFS=x read -r nodes per <<<"$shape"
-    step "GIN tests, $nodes x $per (nodes x ranks per node), ${TILEWIRE_TEST_GIN_SEEDS:-20} chaos seeds"
-    TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per \
-      TILEWIRE_TEST_GIN_SEEDS=${TILEWIRE_TEST_GIN_SEEDS:-20} run "${GIN_LIMIT:-300}" "$TESTS" \
-      --gtest_filter="$GIN_FILTER" --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
+    export TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per
+    step "Gin.* tests, $nodes x $per (nodes x ranks per node), $SEEDS chaos seeds in the test"
+    TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
+      --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
+    if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
+      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $SEEDS chaos seeds (one per repeat)"
+      TILEWIRE_TEST_GIN_CHAOS=1 run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
+        --gtest_repeat="$SEEDS" --gtest_brief=1
+    fi
+    unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
   done
-  if [ "${GIN_EP:-1}" = 1 ]; then  # the EP tests (both modes, both payloads) in the same nodes
-    for shape in ${GIN_EP_SHAPES:-${GIN_SHAPES:-2x2 2x4 4x2 8x1}}; do
-      IFS=x read -r nodes per <<<"$shape"
-      step "EP tests, $nodes x $per (nodes x ranks per node)"
-      TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per run "${GIN_EP_LIMIT:-200}" "$TESTS" \
-        --gtest_filter="${GIN_EP_FILTER:-Ep.*}" --gtest_output=json:"$OUT/gpu_tests_ep_${nodes}x$per.json"
-    done
+  if [ "${GIN_ONE_NODE:-1}" = 1 ]; then
+    step "GIN tests, one node of 4"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter='DeviceApi.*:Gin.*' \
+      --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
   fi
-  step "GIN tests, one node of 4"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter="$GIN_FILTER" \
-    --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
-  step "memcheck on the GIN tests, 2 x 2"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} TILEWIRE_GIN_EMU_HOST_MEMORY=1 \
-    TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
-    --gtest_filter="$GIN_FILTER"
+  if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
+    step "memcheck on the GIN tests, 2 x 2"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} TILEWIRE_GIN_EMU_HOST_MEMORY=1 \
+      TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
+      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*}"
+  fi
 fi
 
 if [ "$MODE" = hardening ]; then
