@@ -71,9 +71,9 @@
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN, at nodes x ranks per node
 #                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
 #                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*
-#                 (GIN_EP_FILTER) repeated GIN_SEEDS times, each repeat's teams under their own chaos
-#                 seed (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
-#                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 in host-memory mode (GIN_MEMCHECK_FILTER,
+#                 (GIN_EP_FILTER) repeated GIN_EP_SEEDS times (default GIN_SEEDS), each repeat's teams
+#                 under their own chaos seed from GIN_EP_SEED0 on (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
+#                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 (GIN_MEMCHECK_FILTER,
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
 #                 dist before the EP kernels' GIN flush, whose EpGin.* must fail
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
@@ -151,9 +151,9 @@ if [ "$MODE" = gin ]; then
     TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
       --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
     if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
-      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $SEEDS chaos seeds (one per repeat)"
-      TILEWIRE_TEST_GIN_CHAOS=1 run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
-        --gtest_repeat="$SEEDS" --gtest_brief=1
+      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, ${GIN_EP_SEEDS:-$SEEDS} chaos seeds (one per repeat)"
+      TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
+        --gtest_repeat="${GIN_EP_SEEDS:-$SEEDS}"
     fi
     unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
   done
@@ -164,9 +164,9 @@ if [ "$MODE" = gin ]; then
   fi
   if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
     step "memcheck on the GIN tests, 2 x 2"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} TILEWIRE_GIN_EMU_HOST_MEMORY=1 \
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
       TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
-      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*}"
+      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*:EpGin.*}"
   fi
 fi
 

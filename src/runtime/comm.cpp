@@ -513,10 +513,10 @@ Window Comm::alloc_window(size_t bytes) {
           return;
         }
       }
-      // The host-memory mode puts the windows the emulated GIN writes into in host memory; the
-      // control window (the first one made) stays in device memory: its signals and barriers take
-      // system-scope atomics, which mapped host memory does not.
-      const bool host = team_->gin_emu() && team_->gin_emu()->host_memory() && control_.data() != nullptr;
+      // A team in nodes puts the windows the emulated GIN moves data between in mapped host
+      // memory (src/runtime/gin_emu.hpp says why); the control window (the first one made) stays
+      // in device memory: its signals and barriers take system-scope atomics.
+      const bool host = team_->gin_emu() != nullptr && control_.data() != nullptr;
       rd.obj = virtual_slab(device_, virtual_slice(s0) * P, host);
     });
     reg.slab = r.obj;

@@ -102,9 +102,6 @@ static const Var kVars[] = {
      "Emulated GIN: a signal becomes visible a uniform 0..this many us after the data it covers landed."},
     {"TILEWIRE_GIN_EMU_SLOW_FLUSH_US", Type::kInt, "0",
      "Emulated GIN: a put's source counts as read (gin_flush) a uniform 0..this many us after it was."},
-    {"TILEWIRE_GIN_EMU_HOST_MEMORY", Type::kBool, "0",
-     "Emulated GIN: a virtual team in nodes allocates its windows in mapped host memory and the proxy copies with "
-     "memcpy, no CUDA call (for compute-sanitizer, which orders copies behind the running kernels)."},
     {"TILEWIRE_COMMIT", Type::kString, "", "Commit id recorded in bench JSON (set by scripts/gpu_run.sh)."},
     {"TILEWIRE_CHECK_CALLS", Type::kBool, "0",
      "Compare every call's record (op, sizes, dtypes, algorithm, buffers' windows and offsets) across ranks in a "

@@ -20,10 +20,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kConsumedStride = 8;  // uint64 words: one cache line per rank
-constexpr size_t kMaxBatch = 1024;     // puts moved per synchronization of the proxy's stream
-
-// A put's part of the bounce buffer: its bytes, rounded up so that every part starts aligned.
-size_t bounce_span(uint64_t bytes) { return (size_t)((bytes + 255) & ~uint64_t{255}); }
+constexpr size_t kMaxBatch = 1024;                // puts moved per turn of the proxy
+constexpr size_t kMaxBatchBytes = size_t{64} << 20;  // and bytes (a turn also delivers signals)
 
 // One op taken off a ring, until it is delivered.
 struct Pending {
@@ -44,7 +42,6 @@ GinEmuChaos GinEmuChaos::from_env() {
   c.reorder = std::max<int64_t>(1, env::get_int("TILEWIRE_GIN_EMU_REORDER"));
   c.late_signal_us = std::max<int64_t>(0, env::get_int("TILEWIRE_GIN_EMU_LATE_SIGNAL_US"));
   c.slow_flush_us = std::max<int64_t>(0, env::get_int("TILEWIRE_GIN_EMU_SLOW_FLUSH_US"));
-  c.host_memory = env::get_bool("TILEWIRE_GIN_EMU_HOST_MEMORY");
   return c;
 }
 
@@ -60,7 +57,6 @@ GinEmu::GinEmu(int device, int nranks, int signal_count, const GinEmuChaos& chao
   rings_ = static_cast<GinEmuOp*>(host(sizeof(GinEmuOp) * kRingSlots * nranks));
   signals_ = static_cast<uint64_t*>(host(sizeof(uint64_t) * (size_t)signal_count_ * nranks));
   consumed_ = static_cast<uint64_t*>(host(sizeof(uint64_t) * kConsumedStride * nranks));
-  TW_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&bounce_), kBounceBytes, cudaHostAllocPortable));
   TW_CUDA_CHECK(cudaMalloc(&tails_, sizeof(unsigned long long) * nranks));
   cudaStream_t s = nullptr;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -79,7 +75,6 @@ GinEmu::~GinEmu() {
   cudaFreeHost(rings_);
   cudaFreeHost(signals_);
   cudaFreeHost(consumed_);
-  cudaFreeHost(bounce_);
   cudaFree(tails_);
 }
 
@@ -99,41 +94,24 @@ GinEmuView GinEmu::view(int rank) const {
 }
 
 void GinEmu::drain(int64_t timeout_ms) {
-  // The team's kernels have ended: the tails are final.
-  std::vector<unsigned long long> tails(nranks_);
-  {
-    cudaStream_t s = nullptr;
-    TW_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const cudaError_t e = cudaMemcpyAsync(tails.data(), tails_, sizeof(unsigned long long) * nranks_,
-                                          cudaMemcpyDeviceToHost, s);
-    const cudaError_t e2 = cudaStreamSynchronize(s);
-    cudaStreamDestroy(s);
-    TW_CUDA_CHECK(e);
-    TW_CUDA_CHECK(e2);
-  }
-  uint64_t posted = 0;
-  for (unsigned long long t : tails) posted += t;
+  // The team's kernels have ended, so every op they posted is published in a ring: a turn of the
+  // proxy that starts after this request and ends quiet (nothing taken, nothing pending, every
+  // source read) has delivered them all. No CUDA call: a copy or a synchronization here could
+  // wait behind a peer's kernel that waits for this rank.
+  const uint64_t k = drain_requests_.fetch_add(1) + 1;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(1, timeout_ms));
-  while (delivered_.load() < posted) {
+  while (quiet_after_.load() < k) {
     {
       std::lock_guard<std::mutex> lk(err_mu_);
       TW_REQUIRE(error_.empty(), kState, "emulated GIN: " + error_);
     }
     TW_REQUIRE(Clock::now() < deadline, kTimeout,
-               "emulated GIN: " + std::to_string(posted - std::min(posted, delivered_.load())) + " of " +
-                   std::to_string(posted) + " ops still undelivered after " + std::to_string(timeout_ms) + " ms");
+               "emulated GIN: ops still undelivered " + std::to_string(timeout_ms) + " ms after the team's kernels ended");
     std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
 
 void GinEmu::run() {
-  cudaSetDevice(device_);
-  cudaStream_t s = nullptr;
-  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
-    std::lock_guard<std::mutex> lk(err_mu_);
-    error_ = "cannot create the proxy's stream";
-    return;
-  }
   std::mt19937_64 rng(chaos_.seed);
   const auto uniform_us = [&](int64_t hi) {
     return std::chrono::microseconds(hi > 0 ? (int64_t)(rng() % (uint64_t)(hi + 1)) : 0);
@@ -144,48 +122,17 @@ void GinEmu::run() {
   // per (rank, peer): puts whose data has not landed (a signal waits for the earlier ones).
   std::vector<std::map<uint64_t, Clock::time_point>> unread(nranks_);
   std::map<std::pair<int, int>, std::set<uint64_t>> in_flight;
-  const auto fail = [&](const char* what, cudaError_t e) {
-    std::lock_guard<std::mutex> lk(err_mu_);
-    error_ = std::string(what) + ": " + cudaGetErrorString(e);
-    std::fprintf(stderr, "tilewire: emulated GIN proxy stopped: %s\n", error_.c_str());
-  };
-  // Moves a batch of puts' data, in the batch's order: each one device to host into its own
-  // part of the bounce buffer, then host to the peer, all on the proxy's stream, and one
-  // synchronization for the batch (a put larger than the bounce buffer travels alone, in
-  // pieces). A synchronization per put made the proxy the bottleneck of every GIN path.
-  const auto move = [&](const std::vector<Pending*>& batch) -> bool {
-    if (chaos_.host_memory) {  // both ends are host memory mapped at the same address
-      for (const Pending* p : batch)
-        std::memcpy(reinterpret_cast<char*>(p->op.dst), reinterpret_cast<const char*>(p->op.src), p->op.bytes);
-      std::atomic_thread_fence(std::memory_order_release);
-      return true;
-    }
-    cudaError_t e = cudaSuccess;
-    if (batch.size() == 1 && batch[0]->op.bytes > kBounceBytes) {
-      const GinEmuOp& op = batch[0]->op;
-      for (uint64_t off = 0; off < op.bytes && e == cudaSuccess; off += kBounceBytes) {
-        const size_t n = (size_t)std::min<uint64_t>(kBounceBytes, op.bytes - off);
-        e = cudaMemcpyAsync(bounce_, reinterpret_cast<const char*>(op.src) + off, n, cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess)
-          e = cudaMemcpyAsync(reinterpret_cast<char*>(op.dst) + off, bounce_, n, cudaMemcpyHostToDevice, s);
-        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-      }
-    } else {
-      size_t at = 0;
-      for (const Pending* p : batch) {
-        if (e == cudaSuccess)
-          e = cudaMemcpyAsync(bounce_ + at, reinterpret_cast<const char*>(p->op.src), p->op.bytes, cudaMemcpyDeviceToHost, s);
-        if (e == cudaSuccess)
-          e = cudaMemcpyAsync(reinterpret_cast<char*>(p->op.dst), bounce_ + at, p->op.bytes, cudaMemcpyHostToDevice, s);
-        at += bounce_span(p->op.bytes);
-      }
-      if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-    }
-    if (e != cudaSuccess) fail("a put's copy", e);
-    return e == cudaSuccess;
+  // Moves a batch of puts' data, in the batch's order. Both ends are pinned host memory mapped
+  // into the device at the same address (every window of a team in nodes but the control
+  // window): a memcpy, no CUDA call, so no delivery can wait behind a rank's kernel or copy.
+  const auto move = [&](const std::vector<Pending*>& batch) {
+    for (const Pending* p : batch)
+      std::memcpy(reinterpret_cast<char*>(p->op.dst), reinterpret_cast<const char*>(p->op.src), p->op.bytes);
+    std::atomic_thread_fence(std::memory_order_release);
   };
   while (!stop_.load()) {
-    bool progress = false;
+    const uint64_t drain_request = drain_requests_.load();
+    bool progress = false, took = false;
     const Clock::time_point now = Clock::now();
     // 1. Take every published op, in each rank's order.
     for (int r = 0; r < nranks_; ++r) {
@@ -205,27 +152,23 @@ void GinEmu::run() {
         }
         pending.push_back(p);
         ++head[r];
-        progress = true;
+        progress = took = true;
       }
     }
     // 2. Deliver a batch of puts' data: each drawn from the oldest `reorder` ready ones left.
     std::vector<size_t> ready;
-    for (size_t i = 0; i < pending.size(); ++i)
+    for (size_t i = 0; i < pending.size() && ready.size() < kMaxBatch + (size_t)chaos_.reorder; ++i)
       if (!pending[i].landed && pending[i].op.bytes > 0 && pending[i].ready <= now) ready.push_back(i);
     std::vector<Pending*> batch;
-    size_t span = 0;
-    while (!ready.empty() && batch.size() < kMaxBatch) {
+    size_t bytes = 0;
+    while (!ready.empty() && batch.size() < kMaxBatch && bytes < kMaxBatchBytes) {
       const size_t j = rng() % std::min<size_t>(ready.size(), (size_t)chaos_.reorder);
-      Pending* p = &pending[ready[j]];
-      const bool alone = p->op.bytes > kBounceBytes;
-      if (!batch.empty() && (alone || span + bounce_span(p->op.bytes) > kBounceBytes)) break;
-      batch.push_back(p);
-      span += bounce_span(p->op.bytes);
+      batch.push_back(&pending[ready[j]]);
+      bytes += batch.back()->op.bytes;
       ready.erase(ready.begin() + (ptrdiff_t)j);
-      if (alone) break;
     }
     if (!batch.empty()) {
-      if (!move(batch)) return;
+      move(batch);
       const Clock::time_point t = Clock::now();
       for (Pending* p : batch) {
         unread[p->rank][p->seq] = t + uniform_us(chaos_.slow_flush_us);
@@ -257,10 +200,8 @@ void GinEmu::run() {
       p.op.signal = -1;  // applied
       progress = true;
     }
-    const size_t before = pending.size();
     pending.erase(std::remove_if(pending.begin(), pending.end(), [](const Pending& p) { return p.landed && p.op.signal < 0; }),
                   pending.end());
-    delivered_.fetch_add(before - pending.size());
     // 4. Flush: every op below the first whose source is unread (or read too recently).
     for (int r = 0; r < nranks_; ++r) {
       auto& u = unread[r];
@@ -268,11 +209,11 @@ void GinEmu::run() {
       const uint64_t mark = u.empty() ? head[r] : u.begin()->first;
       reinterpret_cast<std::atomic<uint64_t>*>(consumed_ + (size_t)r * kConsumedStride)->store(mark, std::memory_order_release);
     }
-    bool quiet = pending.empty();
+    bool quiet = pending.empty() && !took;
     for (int r = 0; r < nranks_ && quiet; ++r) quiet = unread[r].empty();
+    if (quiet) quiet_after_.store(drain_request);
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(quiet ? 50 : 5));
   }
-  cudaStreamDestroy(s);
 }
 
 }  // namespace tw

@@ -14,17 +14,20 @@
 // A rank reads its GIN signals beside its LSA ones (dev::read_signal adds both).
 //
 // The delivery engine is one host proxy thread per team, like NCCL's own GIN proxy: it polls
-// every rank's ring (host-mapped, written by the device), and moves the puts it has taken in
-// batches: two copy-engine copies each through pinned host memory (device to host, then host to
-// device), all on its own stream, one synchronization per batch.
-// Why not a copy within the GPU or a proxy kernel: the ranks' kernels may hold every SM of
-// their budgets while they wait for the data, and a copy within one GPU runs on SMs (a copy
-// kernel), so either could wait behind the very kernels waiting for it. Copy engines need no SM.
-// Under compute-sanitizer a copy waits behind the kernels running on the device, which here
-// wait for that copy. TILEWIRE_GIN_EMU_HOST_MEMORY=1 therefore puts the team's windows (all but
-// the control window, whose signals and barriers take system-scope atomics) in pinned host
-// memory mapped into the device (same address), and the proxy moves data with a host memcpy: no
-// CUDA call at all (slow kernels, correct ordering; what memcheck runs use).
+// every rank's ring (host-mapped, written by the device) and moves the puts it has taken in
+// batches with memcpy. Every window of the team but the control window lives in pinned host
+// memory mapped into the device at the same address (Comm::alloc_window), so the proxy makes
+// no CUDA call once running, and neither does drain(). Why: the ranks' kernels hold their SMs
+// while they wait for the data, so a copy kernel or a proxy kernel could wait behind the very
+// kernels waiting for it. Copy engines need no SM, but while the proxy copied with
+// cudaMemcpyAsync on its own stream, GIN traffic stalled for the whole device bound at the start
+// of some EP tests and bench ep's low-latency mode at 4 x 2 never finished; the likely cause is
+// that streams share the device's CUDA_DEVICE_MAX_CONNECTIONS hardware queues round robin, so a
+// proxy copy can queue behind a rank's work that waits for a spinning kernel. Under
+// compute-sanitizer such copies always waited. The control window's
+// signals and barriers take system-scope atomics, which mapped host memory does not: it stays
+// in device memory. Kernels reach host-memory windows over PCIe: the emulation is for
+// correctness, its times say nothing of a NIC.
 // Its chaos comes from one generator seeded with TILEWIRE_GIN_EMU_SEED; the choices it makes
 // are reproducible for the same arrival order of ops, which the GPU's timing sets.
 #pragma once
@@ -44,14 +47,12 @@ struct GinEmuChaos {
   int64_t reorder = 8;         // the next op is drawn from the oldest `reorder` ready ones (<= 1: in order)
   int64_t late_signal_us = 0;  // a signal waits a uniform [0, late_signal_us] after its data landed
   int64_t slow_flush_us = 0;   // a source counts as read a uniform [0, slow_flush_us] after it was
-  bool host_memory = false;    // windows in mapped host memory, moved by memcpy (TILEWIRE_GIN_EMU_HOST_MEMORY)
   static GinEmuChaos from_env();
 };
 
 class GinEmu {
  public:
   static constexpr uint32_t kRingSlots = 4096;
-  static constexpr size_t kBounceBytes = size_t{16} << 20;
 
   GinEmu(int device, int nranks, int signal_count, const GinEmuChaos& chaos);
   ~GinEmu();  // stops the proxy (the team's kernels have ended)
@@ -63,7 +64,6 @@ class GinEmu {
   // team's kernels have ended and memory they put into is about to be freed. Throws kTimeout
   // after `timeout_ms`, or kState with the proxy's error.
   void drain(int64_t timeout_ms);
-  bool host_memory() const { return chaos_.host_memory; }
 
  private:
   void run();
@@ -73,9 +73,9 @@ class GinEmu {
   uint64_t* signals_ = nullptr;        // host, mapped: nranks x signal_count
   uint64_t* consumed_ = nullptr;       // host, mapped: nranks (a cache line apart)
   unsigned long long* tails_ = nullptr;  // device: nranks
-  char* bounce_ = nullptr;             // host, pinned
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> delivered_{0};
+  std::atomic<uint64_t> drain_requests_{0};  // drain() calls so far
+  std::atomic<uint64_t> quiet_after_{0};     // the last request a quiet turn of the proxy followed
   mutable std::mutex err_mu_;
   std::string error_;
   std::thread proxy_;

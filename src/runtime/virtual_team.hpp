@@ -64,7 +64,7 @@ class VirtualTeam {
 
 // A device allocation shared by the ranks of a virtual team (one slice per rank); freed when
 // the last rank lets go of it. host: pinned host memory mapped into the device instead (the
-// emulated GIN's host-memory mode, GinEmu::host_memory()), at the same address on both sides.
+// windows of a team in nodes, moved by the emulated GIN's proxy), at the same address on both sides.
 std::shared_ptr<void> virtual_slab(int device, size_t bytes, bool host = false);
 // The bytes from one rank's slice of a window to the next (the window's LSA stride): its size
 // rounded up to 256 bytes, so that every rank's copy of an aligned offset is aligned alike (TMA
