@@ -43,6 +43,9 @@ TEST(EpGin, SourcesReadWhenKernelsEnd) {
       if (v[1] < v[0])
         wrong[me].push_back(step + ": " + std::to_string(v[0] - v[1]) + " of " + std::to_string(v[0]) +
                             " GIN ops still reading their source when the kernels ended");
+      // Every rank's copy is done before any rank's next step waits for its peers: under
+      // compute-sanitizer a copy waits behind the kernels running on the device.
+      comm.barrier();
     };
     // Token t of rank r picks kTopk distinct experts spread over every rank.
     std::vector<int64_t> idx((size_t)kTokens * kTopk);
