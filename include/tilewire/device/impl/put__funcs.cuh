@@ -81,12 +81,15 @@ __device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, const DevWind
   coop.sync();
 }
 
+// The puts of a group are issued by its thread 0 (put, put_signal), so a flush must cover every
+// thread of the group: NCCL's flush(coop) covers the puts of any thread of `coop` (a flush by
+// thread 0 alone would cover only its own), the emulated one every op of the rank.
 template <class Coop>
 __device__ void gin_flush(Coop coop, const DevCtx& ctx) {
   coop.sync();
-  if (ctx.gin_contexts > 0 && coop.thread_rank() == 0) {
-    if (gin_emulated(ctx)) gin_emu_flush(ctx);
-    else ncclGin(ctx.comm, 0).flush(ncclCoopThread{});
+  if (ctx.gin_contexts > 0) {
+    if (!gin_emulated(ctx)) ncclGin(ctx.comm, 0).flush(coop);
+    else if (coop.thread_rank() == 0) gin_emu_flush(ctx);
   }
   coop.sync();
 }
