@@ -37,7 +37,9 @@
 #                 on 128 x 256 tiles; `bench gemm-rs` / `ag-gemm` at M = 1..256); default all
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
-#                 ranks (bench_ep.jsonl: one JSON line per run), a traced low-latency run
+#                 ranks (EP_BENCH_RANKS, empty: none; bench_ep.jsonl: one JSON line per run), a traced
+#                 low-latency run; EP_BEFORE_TAR: a tar.xz of a dist before the EP hardening fixes,
+#                 whose EpHardening.* must fail there (at P = 0, 2, 4)
 #   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
 #                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
 #                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real, and
@@ -207,6 +209,17 @@ fi
 
 if [ "$MODE" = ep ]; then
   header
+  # EpHardening.* on the code before its fixes (EP_BEFORE_TAR: a tar.xz of that dist): expected to fail.
+  if [ -f "${EP_BEFORE_TAR:-/nonexistent}" ]; then
+    mkdir -p /tmp/ep-before && tar xJf "$EP_BEFORE_TAR" -C /tmp/ep-before
+    d=$(ls -d /tmp/ep-before/*/ | head -1)
+    for p in 0 2 4; do
+      step "EpHardening.* on the code before the fixes ($(tr '\n' ' ' <"$d/COMMIT")), $p virtual ranks: expected to FAIL"
+      LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 120 "$d/bin/tilewire_gpu_tests" \
+        --gtest_filter='EpHardening.*' >>"$LOG" 2>&1
+      echo "=== before the fixes, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
+    done
+  fi
   for p in ${VIRTUAL_P:-0 2 3 4 8}; do
     step "EP tests, ${p} virtual ranks (0: the real GPU)"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
@@ -215,7 +228,7 @@ if [ "$MODE" = ep ]; then
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*'
   : >"$OUT/bench_ep.jsonl"
-  for ranks in real 8; do
+  for ranks in ${EP_BENCH_RANKS-real 8}; do
     for mode in ht ll; do
       for pay in bf16 fp8; do
         tok=$([ $mode = ht ] && echo 4096 || echo 128)

@@ -128,7 +128,9 @@ struct EpLowLatencyRecv {
 
 class EpBuffer {
  public:
-  // Collective: allocates the window and device state. Throws kInvalidArgument on a bad config
+  // Collective: allocates the window and device state. Every rank passes the same config: the
+  // fields that shape the protocol are compared first, and one that differs throws
+  // kInvalidArgument on every rank, naming it. Throws kInvalidArgument on a bad config
   // (check_ep_config's reason); kUnsupported when a peer is outside the LSA team and the
   // communicator has no GIN. With GIN peers the buffer takes signals (Comm::reserve_signals:
   // 4 x nranks high throughput, 6 x nranks low latency) and staging regions in its window
@@ -172,8 +174,9 @@ class EpBuffer {
   // in docs/ep.md; the tracer's format, tilewire/trace/trace.hpp).
   void set_trace(const trace::Ring& ring);
 
-  // Eager: synchronize `stream`, then the rows the last dispatch received / throw kInvalidArgument
-  // (on every rank) if its routing had an expert id out of range on any rank.
+  // Eager: `stream` waits for the last call on this communicator (whatever stream it was made
+  // on) and is synchronized; then the rows the last dispatch received (high throughput only) /
+  // throw kInvalidArgument (on every rank) if its routing had an expert id out of range on any rank.
   int num_recv(cudaStream_t stream);
   void check(cudaStream_t stream);
 

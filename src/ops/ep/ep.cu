@@ -2,7 +2,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../../runtime/op_entry.hpp"
 #include "state.cuh"
@@ -12,8 +14,48 @@
 namespace tw {
 
 
+namespace {
+
+// Collective, before anything is made: every rank's EpConfig fields that shape the protocol (the
+// window's geometry, the grids, the payload) are equal, or every rank throws kInvalidArgument
+// naming the first field that differs. The local checks that follow then give every rank the
+// same verdict (they read only agreed values).
+void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
+  const char* pay[] = {"bf16", "fp8"};
+  const char* mode[] = {"high throughput", "low latency"};
+  struct Field {
+    const char* name;
+    int64_t value;
+    const char* const* names;  // enum names, or null
+  };
+  const Field f[] = {{"max_tokens_per_rank", c.max_tokens_per_rank, nullptr},
+                     {"hidden", c.hidden, nullptr},
+                     {"topk", c.topk, nullptr},
+                     {"num_experts", c.num_experts, nullptr},
+                     {"payload", c.payload == EpPayload::kBFloat16 ? 0 : 1, pay},
+                     {"mode", c.mode == EpMode::kHighThroughput ? 0 : 1, mode},
+                     {"num_sms", sms, nullptr}};
+  constexpr int n = sizeof(f) / sizeof(f[0]);
+  const int P = comm.nranks();
+  int64_t mine[n];
+  for (int i = 0; i < n; ++i) mine[i] = f[i].value;
+  std::vector<int64_t> all((size_t)n * P);
+  comm.allgather_host(mine, all.data(), sizeof(mine));
+  const auto show = [&](int i, int64_t v) { return f[i].names ? std::string(f[i].names[v]) : std::to_string(v); };
+  for (int q = 1; q < P; ++q)
+    for (int i = 0; i < n; ++i)
+      TW_REQUIRE(all[(size_t)q * n + i] == all[i], kInvalidArgument,
+                 std::string("EpBuffer: EpConfig::") + f[i].name + " differs across ranks: rank 0 has " + show(i, all[i]) +
+                     ", rank " + std::to_string(q) + " has " + show(i, all[(size_t)q * n + i]) +
+                     (i == n - 1 ? " (num_sms 0 is min(24, the SM budget))" : "") +
+                     "; every rank makes the buffer with the same config");
+}
+
+}  // namespace
+
 EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   comm.require_usable("EpBuffer");
+  agree_on_config(comm, cfg, cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count()));
   const Status s = check_ep_config(cfg, comm.nranks(), comm.sm_count());
   TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
   // Peers outside the LSA team (other nodes) are reached with NCCL GIN puts and signals in both
@@ -241,17 +283,30 @@ void EpBuffer::set_trace(const trace::Ring& ring) {
   st_->ring.rank = (uint16_t)comm_.rank();
 }
 
+// num_recv and check read what the last call wrote: they take their place in the call order
+// (Comm::CallOrder), so that a read on another stream waits for that call.
 int EpBuffer::num_recv(cudaStream_t stream) {
+  TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
+             "EpBuffer::num_recv: a low-latency buffer has no row count; its rows per expert are "
+             "EpLowLatencyRecv::count (dispatch_recv)");
+  comm_.require_usable("EpBuffer::num_recv");
   int n = 0;
-  TW_CUDA_CHECK(cudaMemcpyAsync(&n, st_->num_recv, sizeof(int), cudaMemcpyDeviceToHost, stream));
-  comm_.sync(stream);
+  {
+    const Comm::CallOrder order(comm_, stream);
+    TW_CUDA_CHECK(cudaMemcpyAsync(&n, st_->num_recv, sizeof(int), cudaMemcpyDeviceToHost, stream));
+    comm_.sync(stream);
+  }
   return n;
 }
 
 void EpBuffer::check(cudaStream_t stream) {
+  comm_.require_usable("EpBuffer::check");
   ops::ep::Status host{};
-  TW_CUDA_CHECK(cudaMemcpyAsync(&host, st_->status_dev, sizeof(host), cudaMemcpyDeviceToHost, stream));
-  comm_.sync(stream);
+  {
+    const Comm::CallOrder order(comm_, stream);
+    TW_CUDA_CHECK(cudaMemcpyAsync(&host, st_->status_dev, sizeof(host), cudaMemcpyDeviceToHost, stream));
+    comm_.sync(stream);
+  }
   const ops::ep::Status* s = &host;
   if (s->code == 1)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
