@@ -38,7 +38,7 @@
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (EP_BENCH_RANKS, empty: none; bench_ep.jsonl: one JSON line per run), a traced
-#                 low-latency run; EP_BEFORE_TAR: a tar.xz of a dist before the EP hardening fixes,
+#                 low-latency run; EP_BEFORE_TARS: tar.xz files of dists before the EP hardening fixes,
 #                 whose EpHardening.* must fail there (at P = 0, 2, 4)
 #   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
 #                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
@@ -209,17 +209,19 @@ fi
 
 if [ "$MODE" = ep ]; then
   header
-  # EpHardening.* on the code before its fixes (EP_BEFORE_TAR: a tar.xz of that dist): expected to fail.
-  if [ -f "${EP_BEFORE_TAR:-/nonexistent}" ]; then
-    mkdir -p /tmp/ep-before && tar xJf "$EP_BEFORE_TAR" -C /tmp/ep-before
-    d=$(ls -d /tmp/ep-before/*/ | head -1)
+  # EpHardening.* on the code before its fixes (EP_BEFORE_TARS: tar.xz files of such dists, each
+  # holding one folder with bin/, lib/ and COMMIT): expected to fail there.
+  for tarball in ${EP_BEFORE_TARS:-}; do
+    [ -f "$tarball" ] || { step "no $tarball: skipped"; continue; }
+    x=$(mktemp -d) && tar xJf "$tarball" -C "$x"
+    d=$(ls -d "$x"/*/ | head -1)
     for p in 0 2 4; do
       step "EpHardening.* on the code before the fixes ($(tr '\n' ' ' <"$d/COMMIT")), $p virtual ranks: expected to FAIL"
       LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 120 "$d/bin/tilewire_gpu_tests" \
         --gtest_filter='EpHardening.*' >>"$LOG" 2>&1
       echo "=== before the fixes, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
     done
-  fi
+  done
   for p in ${VIRTUAL_P:-0 2 3 4 8}; do
     step "EP tests, ${p} virtual ranks (0: the real GPU)"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"

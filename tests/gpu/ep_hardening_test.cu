@@ -9,6 +9,13 @@
 //       count; its bad expert id), not the previous call's.
 //   EpHardening.LowLatencyNumRecvRefused num_recv() on a low-latency buffer is refused with a
 //       message that points to EpLowLatencyRecv::count.
+//   EpHardening.EmptyRankAndMixedWeights  the last rank receives no rows and combines with y and
+//       weights null (an empty tensor's data pointer); of the others, even ranks pass weights and
+//       odd ones none. Every rank's output matches the host reference bitwise (weight x row,
+//       rounded once; 1 x row where the expert rank passed none; zeros for tokens routed
+//       nowhere). Then rank 0, which did receive rows, passes y null: its check() names the
+//       mistake, the rows it owed come back as zeros, and no rank waits.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -152,6 +159,85 @@ TEST(EpHardening, LowLatencyNumRecvRefused) {
     EXPECT_TRUE(throws_tw([&] { (void)buf.num_recv(s); }, tw::Errc::kInvalidArgument, {"low-latency", "count"}));
     comm.barrier();
   });
+}
+
+TEST(EpHardening, EmptyRankAndMixedWeights) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  constexpr uint64_t kSeedY = 0xE3, kSeedW = 0xE5;
+  constexpr int N = 48, H = 1024;
+  // Source q's tokens t < N / 2 go to rank d = (q + 1) % P (its first expert) unless d is the last
+  // rank; the other tokens go nowhere. So rank d receives N / 2 rows (token r of rank d - 1 at
+  // row r), except the last rank, which receives none.
+  const auto dest = [&](int q) { return (q + 1) % P == P - 1 ? -1 : (q + 1) % P; };
+  const auto y_val = [&](int d, int r, int col) { return random_exact(kSeedY, d, (uint64_t)r * H + col, tw::DType::kBFloat16); };
+  const auto w_val = [&](int d, int r) { return random_exact(kSeedW, d, (uint64_t)r, tw::DType::kFloat32); };
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    const tw::EpConfig cfg = base_config(P);
+    tw::EpBuffer buf(comm, cfg);
+    Stream s;
+    std::vector<int64_t> ids((size_t)N * cfg.topk, -1);
+    for (int t = 0; t < N / 2; ++t)
+      if (dest(me) >= 0) ids[(size_t)t * cfg.topk] = (int64_t)(8 * dest(me));
+    const bool receives = P > 1 && me != P - 1;  // rank me - 1 sends to me
+    std::vector<uint16_t> y((size_t)(N / 2) * H);
+    std::vector<float> w(N / 2);
+    for (int r = 0; r < N / 2; ++r) {
+      for (int col = 0; col < H; ++col) y[(size_t)r * H + col] = f32_to_bf16(y_val(me, r, col));
+      w[r] = w_val(me, r);
+    }
+    DeviceBuffer x((size_t)N * H * 2), idx(ids.size() * 8), tw_((size_t)N * cfg.topk * 4), yd(y.size() * 2), wd(w.size() * 4),
+        out((size_t)N * H * 2);
+    fill(x.data(), tw::DType::kBFloat16, (size_t)N * H, Fill::kRandom, 9, me, s);
+    fill(tw_.data(), tw::DType::kFloat32, (size_t)N * cfg.topk, Fill::kRandom, 10, me, s);
+    upload(idx.data(), ids, s), upload(yd.data(), y, s), upload(wd.data(), w, s);
+    comm.sync(s);
+    comm.barrier();
+    tw::EpDispatchArgs a;
+    a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(tw_.data());
+    for (int phase = 0; phase < 2; ++phase) {
+      const std::string label = phase == 0 ? "empty rank, mixed weights: " : "rank 0 without y: ";
+      buf.dispatch(a, s);
+      buf.check(s);
+      const int n = buf.num_recv(s);
+      if (n != (receives ? N / 2 : 0)) wrong[me].push_back(label + std::to_string(n) + " rows received");
+      poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      const bool no_y = !receives || (phase == 1 && me == 0);
+      const bool weighted = me % 2 == 0 && !no_y;
+      buf.combine(no_y ? nullptr : yd.data(), weighted ? static_cast<const float*>(wd.data()) : nullptr, out.data(), s);
+      if (phase == 1 && me == 0 && receives) {
+        const ::testing::AssertionResult r = throws_tw([&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"y is null", "24 rows"});
+        if (!r) wrong[me].push_back(label + "check(): " + r.message());
+      } else {
+        try {
+          buf.check(s);
+        } catch (const tw::Error& e) {
+          wrong[me].push_back(label + "check() threw: " + e.what());
+        }
+      }
+      // Reference: token t's row went to d = dest(me), where it is row t.
+      const int d = dest(me);
+      const bool zeros = d < 0 || (phase == 1 && d == 0);
+      std::vector<uint16_t> ref((size_t)N * H, 0);
+      for (int t = 0; t < N / 2 && !zeros; ++t)
+        for (int col = 0; col < H; ++col) {
+          const float wt = d % 2 == 0 ? w_val(d, t) : 1.0f;
+          ref[(size_t)t * H + col] = f32_to_bf16(std::fma(wt, y_val(d, t, col), 0.0f));
+        }
+      const std::vector<uint16_t> got = download<uint16_t>(out.data(), (size_t)N * H, s);
+      size_t bad = 0, first = 0;
+      for (size_t i = 0; i < got.size(); ++i)
+        if (got[i] != ref[i] && bad++ == 0) first = i;
+      if (bad) wrong[me].push_back(label + std::to_string(bad) + " output elements differ, first at " + std::to_string(first));
+      comm.barrier();
+    }
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
 }
 
 }  // namespace

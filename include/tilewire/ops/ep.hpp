@@ -153,8 +153,11 @@ class EpBuffer {
   // Collective. Runs layout() first unless a.reuse_layout.
   EpRecv dispatch(const EpDispatchArgs& a, cudaStream_t stream);
   // Collective. y: [*num_recv, H] bf16 rows in the last dispatch's receive order (any device
-  // memory); weights: optional [*num_recv] fp32, multiplied in before the sum; out: [N, H] bf16
-  // for the last layout's N tokens (tokens that went nowhere get zeros).
+  // memory; null on a rank that received no rows, else check() throws and zero rows go back);
+  // weights: optional [*num_recv] fp32, each row's weight (null: 1), so ranks may differ in
+  // passing them; out: [N, H] bf16 for the last layout's N tokens = the fp32 sum over the ranks
+  // its rows went to, in rank order, of weight x row, rounded once (tokens that went nowhere
+  // get zeros).
   void combine(const void* y, const float* weights, void* out, cudaStream_t stream);
 
   // Low latency (EpMode::kLowLatency), in this order per step: dispatch_send, dispatch_recv, then

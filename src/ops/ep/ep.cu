@@ -244,17 +244,18 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
     TW_REQUIRE(st.dispatched, kInvalidArgument, std::string(op) + ": no dispatch yet (combine returns a dispatch's rows)");
     TW_REQUIRE(!st.layout_changed, kInvalidArgument,
                std::string(op) + ": layout() ran after the last dispatch; combine needs that dispatch's routing");
-    TW_REQUIRE(y != nullptr && reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument,
-               std::string(op) + ": y is null or not 16-byte aligned");
+    TW_REQUIRE(reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument, std::string(op) + ": y is not 16-byte aligned");
     TW_REQUIRE(st.r.num_tokens == 0 || (out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0), kInvalidArgument,
                std::string(op) + ": out is null or not 16-byte aligned");
     return Status{};
   };
-  const OpEntry entry(comm_, op, stream, check, [&] { comm_.agree_on_call(op, {{"weights", weights ? "yes" : "no"}}); });
+  // Not compared across ranks: whether a rank passes y and weights depends on its own rows.
+  const OpEntry entry(comm_, op, stream, check, [&] { comm_.agree_on_call(op, {}); });
   ops::ep::CombineParams p{};
   static_cast<ops::ep::Common&>(p) = st.common(comm_);
   p.y = static_cast<const char*>(y);
   p.weights = weights;
+  p.status = st.status_dev;
   p.epochs = st.cepochs;
   p.num_recv = st.num_recv;
   p.recv_base = st.recv_base;
@@ -268,7 +269,6 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
     rp.lsa_rank = comm_.dev_ctx().lsa_rank;
     rp.g = st.g;
     rp.r = st.r;
-    rp.weighted = weights != nullptr;
     rp.out = static_cast<__nv_bfloat16*>(out);
     rp.status = st.status_dev;
     const size_t threads = (size_t)st.r.num_tokens * (cfg_.hidden / 8);
@@ -313,6 +313,10 @@ void EpBuffer::check(cudaStream_t stream) {
                 "EpBuffer: topk_idx[" + std::to_string(s->token) + "][" + std::to_string(s->slot) + "] = " +
                     std::to_string(s->value) + " on rank " + std::to_string(s->rank) + " is outside [-1, " +
                     std::to_string(cfg_.num_experts) + "); the dispatch wrote nothing on any rank");
+  if (s->code == ops::ep::kStatusNoY)
+    throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+                "EpBuffer::combine: y is null, but this rank received " + std::to_string(s->value) +
+                    " rows; zero rows went back to their sources (y may be null only on a rank that received none)");
   if (s->code == 2)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
                 "EpBuffer: rank " + std::to_string(s->rank) +

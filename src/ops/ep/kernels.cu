@@ -331,17 +331,28 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + ch);
   const int n = *p.num_recv, chunks = (int)(g.hidden * 2 / 16);
   char* const mine = at<char>(ctx, p.win, 0, g.me);
+  // No y with rows to return (a caller's error): zero rows go back, and check() says why. Every
+  // row carries its weight, 1 when the rank passed none: the source's sum multiplies each row
+  // by its own (fma with 1 is the plain add, bit for bit), so no flag has to agree across ranks.
+  if (p.y == nullptr && n > 0 && blockIdx.x == 0 && threadIdx.x == 0 &&
+      atomicCAS(&p.status->code, 0, kStatusNoY) == 0) {
+    p.status->rank = g.me;
+    p.status->value = n;
+    __threadfence();
+  }
+  const auto row_vec = [&](int r, int c) {
+    return p.y ? ptx::ld_nc_v4(p.y + (size_t)r * g.hidden * 2 + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+  };
+  const auto row_weight = [&](int r) { return p.y == nullptr ? 0.0f : p.weights ? p.weights[r] : 1.0f; };
   const int32_t* src_rank = reinterpret_cast<const int32_t*>(mine + g.off_rsrc);
   for (int r = ch * kWarps + warp; r < n; r += gridDim.x * kWarps) {
     const int s = src_rank[r];
     if (!dev::is_lsa_peer(ctx, s)) continue;
     const size_t row = (size_t)g.me * g.max_tokens + (r - p.recv_base[s]);
     char* dst = at<char>(ctx, p.win, g.off_cy + row * g.hidden * 2, s);
-    const char* src = p.y + (size_t)r * g.hidden * 2;
     warp_copy_row(
-        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
-    if (lane == 0 && p.weights) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = p.weights[r];
+        chunks, lane, [&](int c) { return row_vec(r, c); }, [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
+    if (lane == 0) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = row_weight(r);
   }
   if (g.gin) {
     const size_t rb = (size_t)g.hidden * 2;
@@ -354,12 +365,10 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
       int lo, hi;
       share(s, lo, hi);
       for (int r = lo + warp; r < hi; r += kWarps) {
-        const char* src = p.y + (size_t)r * rb;
         char* to = mine + g.off_scy + (size_t)r * rb;
         warp_copy_row(
-            chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-            [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
-        if (lane == 0 && p.weights) *reinterpret_cast<float*>(mine + g.off_scw + (size_t)r * 4) = p.weights[r];
+            chunks, lane, [&](int c) { return row_vec(r, c); }, [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
+        if (lane == 0) *reinterpret_cast<float*>(mine + g.off_scw + (size_t)r * 4) = row_weight(r);
       }
     }
     __threadfence_system();
@@ -370,7 +379,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
       share(s, lo, hi);
       const size_t at_s = (size_t)g.me * g.max_tokens + (lo - p.recv_base[s]), cnt = (size_t)(hi - lo);
       const GinPut puts[kCombinePuts] = {{g.off_cy + at_s * rb, g.off_scy + (size_t)lo * rb, cnt * rb},
-                                         {g.off_cw + at_s * 4, g.off_scw + (size_t)lo * 4, p.weights ? cnt * 4 : 0}};
+                                         {g.off_cw + at_s * 4, g.off_scw + (size_t)lo * 4, cnt * 4}};
       gin_puts(p, s, puts, g.signal(Geometry::kSigCombineRows, g.me), kCombinePuts);
     }
   }
@@ -381,11 +390,13 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + ch);
 }
 
-// out[t] = sum over ranks d = 0..P-1 that token t went to of (w x) y_d, in fp32, rounded once.
+// out[t] = sum over ranks d = 0..P-1 that token t went to of w_d y_d (w_d = 1 where rank d passed
+// no weights), fmas in fp32 in rank order, rounded once.
 // A thread per 8 columns of a token.
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
   const Geometry& g = p.g;
-  if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;
+  const int code = *reinterpret_cast<const volatile int*>(&p.status->code);
+  if (code == 1 || code == 2) return;  // the dispatch's routing was invalid: it wrote nothing
   const int vecs = g.hidden / 8;
   const size_t n = (size_t)p.r.num_tokens * vecs;
   const char* local = p.win.lsa_base + (size_t)p.lsa_rank * p.win.lsa_stride;  // this rank's copy
@@ -397,8 +408,8 @@ __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
       const size_t row = (size_t)d * g.max_tokens + p.r.send_slot[(size_t)t * g.P + d];
       const uint4 raw = *reinterpret_cast<const uint4*>(local + g.off_cy + row * g.hidden * 2 + (size_t)v * 16);
       const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw);
-      const float w = p.weighted ? *reinterpret_cast<const float*>(local + g.off_cw + row * 4) : 1.0f;
-      for (int k = 0; k < 8; ++k) acc[k] = p.weighted ? __fmaf_rn(w, __bfloat162float(y[k]), acc[k]) : acc[k] + __bfloat162float(y[k]);
+      const float w = *reinterpret_cast<const float*>(local + g.off_cw + row * 4);  // 1: the rank passed no weights
+      for (int k = 0; k < 8; ++k) acc[k] = __fmaf_rn(w, __bfloat162float(y[k]), acc[k]);
     }
     uint4 o;
     __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);

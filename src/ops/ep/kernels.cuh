@@ -39,8 +39,10 @@ constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA
 constexpr uint32_t kCombineId = 1u << 16;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
+// kStatusNoY: combine without y on a rank that received `value` rows (it sent zero rows back).
+constexpr int kStatusNoY = 3;
 struct Status {
-  int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer)
+  int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer); kStatusNoY
   int rank, token, slot;
   long long value;
 };
@@ -120,8 +122,9 @@ struct DispatchParams : Common {
 };
 
 struct CombineParams : Common {
-  const char* y;
-  const float* weights;
+  const char* y;           // null: no rows to return (with rows: kStatusNoY, zeros go back)
+  const float* weights;    // null: every row's weight is 1
+  Status* status;
   uint32_t* epochs;        // [G]
   const int* num_recv;
   const int* recv_base;
@@ -133,7 +136,6 @@ struct ReduceParams {
   int lsa_rank;  // this rank's index in the LSA team: its copy of win (not its world rank)
   Geometry g;
   Routing r;
-  bool weighted;
   __nv_bfloat16* out;
   const Status* status;  // a dispatch whose routing was invalid: combine writes nothing either
 };
