@@ -9,6 +9,10 @@
 //       count; its bad expert id), not the previous call's.
 //   EpHardening.LowLatencyNumRecvRefused num_recv() on a low-latency buffer is refused with a
 //       message that points to EpLowLatencyRecv::count.
+//   EpHardening.LowLatencyCheckAfterReceive  a low-latency dispatch whose routing has a bad expert
+//       id on the last rank: check() between dispatch_send and dispatch_recv refuses on every rank
+//       alike (a peer's verdict arrives with its counts); after dispatch_recv it throws on every
+//       rank that the dispatch wrote nothing.
 //   EpHardening.EmptyRankAndMixedWeights  the last rank receives no rows and combines with y and
 //       weights null (an empty tensor's data pointer); of the others, even ranks pass weights and
 //       odd ones none. Every rank's output matches the host reference bitwise (weight x row,
@@ -159,6 +163,40 @@ TEST(EpHardening, LowLatencyNumRecvRefused) {
     EXPECT_TRUE(throws_tw([&] { (void)buf.num_recv(s); }, tw::Errc::kInvalidArgument, {"low-latency", "count"}));
     comm.barrier();
   });
+}
+
+TEST(EpHardening, LowLatencyCheckAfterReceive) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    tw::EpConfig cfg = base_config(P);
+    cfg.mode = tw::EpMode::kLowLatency;
+    tw::EpBuffer buf(comm, cfg);
+    Stream s;
+    const int N = 16;
+    std::vector<int64_t> ids((size_t)N * cfg.topk, -1);
+    for (int t = 0; t < N; ++t) ids[(size_t)t * cfg.topk] = (int64_t)((t * 5 + me) % cfg.num_experts);
+    if (me == P - 1) ids[2 * cfg.topk] = cfg.num_experts + 1;
+    DeviceBuffer x((size_t)N * cfg.hidden * 2), idx(ids.size() * 8);
+    fill(x.data(), tw::DType::kBFloat16, (size_t)N * cfg.hidden, Fill::kRandom, 12, me, s);
+    upload(idx.data(), ids, s);
+    comm.sync(s);
+    comm.barrier();
+    tw::EpLowLatencyArgs a;
+    a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data();
+    buf.dispatch_send(a, s);
+    if (const auto r = throws_tw([&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"dispatch_recv"}); !r)
+      wrong[me].push_back(std::string("check() before dispatch_recv: ") + r.message());
+    buf.dispatch_recv(s);
+    if (const auto r = throws_tw([&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"wrote nothing"}); !r)
+      wrong[me].push_back(std::string("check() after dispatch_recv: ") + r.message());
+    comm.sync(s);
+    comm.barrier();
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
 }
 
 TEST(EpHardening, EmptyRankAndMixedWeights) {

@@ -301,6 +301,11 @@ int EpBuffer::num_recv(cudaStream_t stream) {
 
 void EpBuffer::check(cudaStream_t stream) {
   comm_.require_usable("EpBuffer::check");
+  // A peer's verdict on its routing travels with its counts, which dispatch_recv receives: before
+  // it, check() could only speak for this rank, so it refuses on every rank alike.
+  TW_REQUIRE(!ll_ || ll_->step != LowLatency::Step::kSent, kInvalidArgument,
+             "EpBuffer::check: a low-latency dispatch is checked after its dispatch_recv (every rank's verdict "
+             "arrives with its counts)");
   ops::ep::Status host{};
   {
     const Comm::CallOrder order(comm_, stream);
