@@ -13,6 +13,9 @@
 //       id on the last rank: check() between dispatch_send and dispatch_recv refuses on every rank
 //       alike (a peer's verdict arrives with its counts); after dispatch_recv it throws on every
 //       rank that the dispatch wrote nothing.
+//   EpHardening.LowLatencyDuplicateExpertRefused  the last rank's token 3 names one expert twice:
+//       after dispatch_recv every rank's check() throws (the last rank naming the repeat), no
+//       rank's receive counts anything, and the next good dispatch works.
 //   EpHardening.EmptyRankAndMixedWeights  the last rank receives no rows and combines with y and
 //       weights null (an empty tensor's data pointer); of the others, even ranks pass weights and
 //       odd ones none. Every rank's output matches the host reference bitwise (weight x row,
@@ -192,6 +195,66 @@ TEST(EpHardening, LowLatencyCheckAfterReceive) {
     buf.dispatch_recv(s);
     if (const auto r = throws_tw([&] { buf.check(s); }, tw::Errc::kInvalidArgument, {"wrote nothing"}); !r)
       wrong[me].push_back(std::string("check() after dispatch_recv: ") + r.message());
+    comm.sync(s);
+    comm.barrier();
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(EpHardening, LowLatencyDuplicateExpertRefused) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    tw::EpConfig cfg = base_config(P);
+    cfg.mode = tw::EpMode::kLowLatency;
+    tw::EpBuffer buf(comm, cfg);
+    Stream s;
+    const int N = 16, E = cfg.num_experts;
+    std::vector<int64_t> good((size_t)N * cfg.topk);
+    for (int t = 0; t < N; ++t)
+      for (int j = 0; j < cfg.topk; ++j) good[(size_t)t * cfg.topk + j] = (int64_t)((t * 3 + me + j * (E / cfg.topk)) % E);
+    std::vector<int64_t> dup = good;
+    if (me == P - 1) dup[3 * cfg.topk + 2] = dup[3 * cfg.topk + 0];
+    DeviceBuffer x((size_t)N * cfg.hidden * 2), i1(dup.size() * 8), i2(good.size() * 8);
+    fill(x.data(), tw::DType::kBFloat16, (size_t)N * cfg.hidden, Fill::kRandom, 13, me, s);
+    upload(i1.data(), dup, s), upload(i2.data(), good, s);
+    comm.sync(s);
+    comm.barrier();
+    tw::EpLowLatencyArgs a;
+    a.x = x.data(), a.num_tokens = N, a.topk_idx = i1.data();
+    buf.dispatch_send(a, s);
+    const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+    const std::vector<const char*> needles =
+        me == P - 1 ? std::vector<const char*>{"topk_idx[3][2]", "repeats", "wrote nothing"}
+                    : std::vector<const char*>{"wrote nothing"};
+    if (const auto res = throws_tw([&] { buf.check(s); }, tw::Errc::kInvalidArgument, needles); !res)
+      wrong[me].push_back(std::string("check() after the refused dispatch: ") + res.message());
+    const std::vector<int> counts = download<int>(r.count, cfg.num_experts / P, s);
+    for (size_t l = 0; l < counts.size(); ++l)
+      if (counts[l] != 0) wrong[me].push_back("the refused dispatch counted " + std::to_string(counts[l]) + " rows for local expert " + std::to_string(l));
+    comm.sync(s);
+    comm.barrier();
+    // The buffer still works: a good dispatch, every rank's rows counted (expert e's rows at rank e / L).
+    a.topk_idx = i2.data();
+    buf.dispatch_send(a, s);
+    const tw::EpLowLatencyRecv r2 = buf.dispatch_recv(s);
+    try {
+      buf.check(s);
+    } catch (const tw::Error& e) {
+      wrong[me].push_back(std::string("check() after a good dispatch threw: ") + e.what());
+    }
+    const int L = cfg.num_experts / P;
+    std::vector<int> want(L, 0);
+    for (int q = 0; q < P; ++q)
+      for (int t = 0; t < N; ++t)
+        for (int j = 0; j < cfg.topk; ++j) {
+          const int e = (t * 3 + q + j * (E / cfg.topk)) % E;
+          if (e / L == me) ++want[e % L];
+        }
+    if (download<int>(r2.count, L, s) != want) wrong[me].push_back("the good dispatch after the refused one counted wrong");
     comm.sync(s);
     comm.barrier();
   });

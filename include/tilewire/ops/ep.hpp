@@ -111,7 +111,7 @@ struct EpRecv {
 struct EpLowLatencyArgs {
   const void* x = nullptr;             // [N, H] bf16 (quantized to fp8 by the send when the payload is fp8)
   int num_tokens = 0;                  // N (0..max_tokens_per_rank)
-  const void* topk_idx = nullptr;      // [N, topk]; no expert may appear twice in a token's row
+  const void* topk_idx = nullptr;      // [N, topk]; an expert twice in a token's row: check() throws, nothing written
   EpIndex index_type = EpIndex::kInt64;
 };
 

@@ -318,6 +318,12 @@ void EpBuffer::check(cudaStream_t stream) {
                 "EpBuffer: topk_idx[" + std::to_string(s->token) + "][" + std::to_string(s->slot) + "] = " +
                     std::to_string(s->value) + " on rank " + std::to_string(s->rank) + " is outside [-1, " +
                     std::to_string(cfg_.num_experts) + "); the dispatch wrote nothing on any rank");
+  if (s->code == ops::ep::kStatusDuplicate)
+    throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
+                "EpBuffer: topk_idx[" + std::to_string(s->token) + "][" + std::to_string(s->slot) + "] = " +
+                    std::to_string(s->value) + " on rank " + std::to_string(s->rank) +
+                    " repeats an expert of that token's row (the low-latency mode needs distinct experts per token); "
+                    "the dispatch wrote nothing on any rank");
   if (s->code == ops::ep::kStatusNoY)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
                 "EpBuffer::combine: y is null, but this rank received " + std::to_string(s->value) +
@@ -325,7 +331,8 @@ void EpBuffer::check(cudaStream_t stream) {
   if (s->code == 2)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
                 "EpBuffer: rank " + std::to_string(s->rank) +
-                    "'s topk_idx had an expert id out of range; the dispatch wrote nothing on any rank");
+                    "'s topk_idx was refused (an expert id out of range, or in the low-latency mode an expert repeated "
+                    "in a token's row: check() on that rank says which); the dispatch wrote nothing on any rank");
 }
 
 }  // namespace tw

@@ -40,7 +40,9 @@ constexpr uint32_t kCombineId = 1u << 16;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
 // kStatusNoY: combine without y on a rank that received `value` rows (it sent zero rows back).
-constexpr int kStatusNoY = 3;
+// kStatusDuplicate: low latency, topk_idx[token][slot] = value repeats an expert of that token's
+// row (the dispatch writes nothing on any rank, as for an id out of range).
+constexpr int kStatusNoY = 3, kStatusDuplicate = 4;
 struct Status {
   int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer); kStatusNoY
   int rank, token, slot;

@@ -134,7 +134,7 @@ __device__ __forceinline__ int find_in_prefix(const int* pre, int n, int k) {
 }
 
 // One CTA of kLayoutThreads: pos[t][j] = the number of earlier (token, slot) entries of this rank
-// with the same expert (no expert appears twice in a token's row, so: earlier tokens), and the
+// with the same expert (a repeat within a token's row is refused below, so: earlier tokens), and the
 // count per expert. Deterministic without atomics: warp w takes a contiguous range of entries,
 // 32 at a time; __match_any_sync groups the lanes holding the same expert, so a lane's place is
 // the warp's running count for that expert plus the matching lanes below it. Then a prefix over
@@ -160,6 +160,22 @@ __global__ void __launch_bounds__(kLayoutThreads) layout(const __grid_constant__
       sid[i] = (int16_t)e;
     }
   }
+  __syncthreads();
+  // An expert twice in a token's row would count the token twice and overrun the expert's
+  // max_tokens staging rows of this source: the repeat is left out and recorded, and the
+  // verdict makes every rank's dispatch write nothing.
+  for (int t = threadIdx.x; t < p.s.num_tokens; t += blockDim.x)
+    for (int j = 1; j < g.topk; ++j) {
+      const int16_t e = sid[t * g.topk + j];
+      bool repeat = false;
+      for (int k = 0; k < j && !repeat && e >= 0; ++k) repeat = sid[t * g.topk + k] == e;
+      if (!repeat) continue;
+      if (atomicCAS(&p.s.status->code, 0, kStatusDuplicate) == 0) {
+        p.s.status->rank = g.me, p.s.status->token = t, p.s.status->slot = j, p.s.status->value = e;
+        __threadfence_system();
+      }
+      sid[t * g.topk + j] = -1;
+    }
   __syncthreads();
   const int per = (n + kLayoutWarps - 1) / kLayoutWarps, begin = warp * per, end = min(n, begin + per);
   for (int i0 = begin; i0 < end; i0 += 32) {
@@ -200,7 +216,8 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       const bool lsa = dev::is_lsa_peer(ctx, d);
       const size_t staged = g.off_sslots + ((size_t)buf * g.P + d) * g.slot_bytes;
       char* s = lsa ? at<char>(ctx, p.win, g.slot(buf, g.me), d) : at<char>(ctx, p.win, staged, g.me);
-      if (lane == 0) *reinterpret_cast<int*>(s + 8) = *reinterpret_cast<volatile int*>(&p.s.status->code) == 1 ? 1 : 0;
+      const int code = *reinterpret_cast<volatile int*>(&p.s.status->code);
+      if (lane == 0) *reinterpret_cast<int*>(s + 8) = (code == 1 || code == kStatusDuplicate) ? 1 : 0;
       for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[l] = p.s.cnt[d * g.L + l];
       if (!lsa && lane == 0) *reinterpret_cast<uint64_t*>(s) = e;
       __threadfence_system();
