@@ -94,10 +94,12 @@ GinEmuView GinEmu::view(int rank) const {
 }
 
 void GinEmu::drain(int64_t timeout_ms) {
-  // The team's kernels have ended, so every op they posted is published in a ring: a turn of the
-  // proxy that starts after this request and ends quiet (nothing taken, nothing pending, every
-  // source read) has delivered them all. No CUDA call: a copy or a synchronization here could
-  // wait behind a peer's kernel that waits for this rank.
+  // The team's kernels that matter here have ended, so every op they posted is published in a
+  // ring: the first turn of the proxy that starts after this request takes them all and notes
+  // each rank's op count then; the request is done once every op below those counts has landed,
+  // signalled and read its source (later ops, of kernels still running, do not hold it up). No
+  // CUDA call: a copy or a synchronization here could wait behind a peer's kernel that waits
+  // for this rank.
   const uint64_t k = drain_requests_.fetch_add(1) + 1;
   const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(1, timeout_ms));
   while (quiet_after_.load() < k) {
@@ -130,9 +132,11 @@ void GinEmu::run() {
       std::memcpy(reinterpret_cast<char*>(p->op.dst), reinterpret_cast<const char*>(p->op.src), p->op.bytes);
     std::atomic_thread_fence(std::memory_order_release);
   };
+  uint64_t drain_seen = 0;                   // the last drain request a turn has noted
+  std::vector<uint64_t> drain_mark(nranks_);  // per rank: the ops it must see delivered
   while (!stop_.load()) {
     const uint64_t drain_request = drain_requests_.load();
-    bool progress = false, took = false;
+    bool progress = false;
     const Clock::time_point now = Clock::now();
     // 1. Take every published op, in each rank's order.
     for (int r = 0; r < nranks_; ++r) {
@@ -152,7 +156,7 @@ void GinEmu::run() {
         }
         pending.push_back(p);
         ++head[r];
-        progress = took = true;
+        progress = true;
       }
     }
     // 2. Deliver a batch of puts' data: each drawn from the oldest `reorder` ready ones left.
@@ -209,9 +213,19 @@ void GinEmu::run() {
       const uint64_t mark = u.empty() ? head[r] : u.begin()->first;
       reinterpret_cast<std::atomic<uint64_t>*>(consumed_ + (size_t)r * kConsumedStride)->store(mark, std::memory_order_release);
     }
-    bool quiet = pending.empty() && !took;
+    // 5. Drain: the ops taken when the request was first seen are all done.
+    if (drain_request > drain_seen) {
+      drain_seen = drain_request;
+      drain_mark = head;
+    }
+    if (drain_seen > quiet_after_.load()) {
+      bool done = true;
+      for (const Pending& p : pending) done = done && p.seq >= drain_mark[p.rank];
+      for (int r = 0; r < nranks_ && done; ++r) done = unread[r].empty() || unread[r].begin()->first >= drain_mark[r];
+      if (done) quiet_after_.store(drain_seen);
+    }
+    bool quiet = pending.empty();
     for (int r = 0; r < nranks_ && quiet; ++r) quiet = unread[r].empty();
-    if (quiet) quiet_after_.store(drain_request);
     if (!progress) std::this_thread::sleep_for(std::chrono::microseconds(quiet ? 50 : 5));
   }
 }

@@ -60,8 +60,9 @@ class GinEmu {
   GinEmu& operator=(const GinEmu&) = delete;
 
   GinEmuView view(int rank) const;
-  // Blocks until every op posted so far has been delivered (data and signals): called where the
-  // team's kernels have ended and memory they put into is about to be freed. Throws kTimeout
+  // Blocks until every op posted before the call has been delivered (data and signals) and has
+  // read its source: called where the kernels that matter have ended and memory they put into or
+  // from is about to be freed (ops posted later do not hold it up). Throws kTimeout
   // after `timeout_ms`, or kState with the proxy's error.
   void drain(int64_t timeout_ms);
 
@@ -75,7 +76,7 @@ class GinEmu {
   unsigned long long* tails_ = nullptr;  // device: nranks
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> drain_requests_{0};  // drain() calls so far
-  std::atomic<uint64_t> quiet_after_{0};     // the last request a quiet turn of the proxy followed
+  std::atomic<uint64_t> quiet_after_{0};     // the last drain request whose ops are all done
   mutable std::mutex err_mu_;
   std::string error_;
   std::thread proxy_;

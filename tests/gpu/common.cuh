@@ -159,12 +159,12 @@ struct GinChaos {
     const auto keep = [](std::optional<ScopedEnv>& e, const char* name, const char* value) {
       if (!std::getenv(name)) e.emplace(name, value);
     };
-    seed.emplace("TILEWIRE_GIN_EMU_SEED", s.c_str());
+    keep(seed, "TILEWIRE_GIN_EMU_SEED", s.c_str());
     keep(reorder, "TILEWIRE_GIN_EMU_REORDER", "16");
     keep(delay, "TILEWIRE_GIN_EMU_DELAY_US", "50");
     keep(late, "TILEWIRE_GIN_EMU_LATE_SIGNAL_US", "200");
     keep(flush, "TILEWIRE_GIN_EMU_SLOW_FLUSH_US", "300");
-    std::printf("[ gin chaos ] seed %s\n", s.c_str());
+    std::printf("[ gin chaos ] seed %s\n", std::getenv("TILEWIRE_GIN_EMU_SEED"));
   }
 };
 

@@ -51,7 +51,7 @@ TEST(EpGin, SourcesReadWhenKernelsEnd) {
     std::vector<int64_t> idx((size_t)kTokens * kTopk);
     const int E = kExpertsPerRank * P;
     for (int t = 0; t < kTokens; ++t)
-      for (int j = 0; j < kTopk; ++j) idx[(size_t)t * kTopk + j] = (int64_t)((mix(7, me, t) + (uint64_t)j * (E / kTopk + 1)) % E);
+      for (int j = 0; j < kTopk; ++j) idx[(size_t)t * kTopk + j] = (int64_t)((mix(7, me, t) + (uint64_t)j * (E / kTopk)) % E);
     std::vector<uint16_t> x((size_t)kTokens * kHidden);
     for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((mix(11, me, i) % 2001) - 1000) / 1000.0f);
     std::vector<float> w((size_t)kTokens * kTopk, 0.25f);

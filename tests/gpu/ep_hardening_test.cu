@@ -21,7 +21,8 @@
 //       odd ones none. Every rank's output matches the host reference bitwise (weight x row,
 //       rounded once; 1 x row where the expert rank passed none; zeros for tokens routed
 //       nowhere). Then rank 0, which did receive rows, passes y null: its check() names the
-//       mistake, the rows it owed come back as zeros, and no rank waits.
+//       mistake, the rows it owed come back as zeros, and no rank waits. Then the first round
+//       again with the layout reused: no error left over, the same outputs.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -53,23 +54,23 @@ TEST(EpHardening, ConfigAgreedAtCreation) {
   const int P = team_size();
   struct Change {
     const char* field;
-    void (*apply)(tw::EpConfig&);
+    void (*apply)(tw::EpConfig&, int default_sms);
   };
   const Change changes[] = {
-      {"hidden", [](tw::EpConfig& c) { c.hidden = 2048; }},
-      {"topk", [](tw::EpConfig& c) { c.topk = 2; }},
-      {"max_tokens_per_rank", [](tw::EpConfig& c) { c.max_tokens_per_rank = 32; }},
-      {"num_experts", [](tw::EpConfig& c) { c.num_experts *= 2; }},
-      {"payload", [](tw::EpConfig& c) { c.payload = tw::EpPayload::kFp8E4M3; }},
-      {"mode", [](tw::EpConfig& c) { c.mode = tw::EpMode::kLowLatency; }},
-      {"num_sms", [](tw::EpConfig& c) { c.num_sms = 8; }},
+      {"hidden", [](tw::EpConfig& c, int) { c.hidden = 2048; }},
+      {"topk", [](tw::EpConfig& c, int) { c.topk = 2; }},
+      {"max_tokens_per_rank", [](tw::EpConfig& c, int) { c.max_tokens_per_rank = 32; }},
+      {"num_experts", [](tw::EpConfig& c, int) { c.num_experts *= 2; }},
+      {"payload", [](tw::EpConfig& c, int) { c.payload = tw::EpPayload::kFp8E4M3; }},
+      {"mode", [](tw::EpConfig& c, int) { c.mode = tw::EpMode::kLowLatency; }},
+      {"num_sms", [](tw::EpConfig& c, int def) { c.num_sms = def > 1 ? def - 1 : def + 1; }},
   };
   std::vector<std::vector<std::string>> wrong(P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     for (const Change& ch : changes) {
       tw::EpConfig c = base_config(P);
-      if (me == P - 1) ch.apply(c);
+      if (me == P - 1) ch.apply(c, std::min(tw::kEpDefaultSms, comm.sm_count()));
       const ::testing::AssertionResult r =
           throws_tw([&] { tw::EpBuffer b(comm, c); }, tw::Errc::kInvalidArgument, {ch.field, "rank"});
       if (!r) wrong[me].push_back(std::string(ch.field) + " differing on the last rank: " + r.message());
@@ -298,8 +299,11 @@ TEST(EpHardening, EmptyRankAndMixedWeights) {
     comm.barrier();
     tw::EpDispatchArgs a;
     a.x = x.data(), a.num_tokens = N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(tw_.data());
-    for (int phase = 0; phase < 2; ++phase) {
-      const std::string label = phase == 0 ? "empty rank, mixed weights: " : "rank 0 without y: ";
+    for (int phase = 0; phase < 3; ++phase) {
+      const std::string label = phase == 0 ? "empty rank, mixed weights: "
+                                : phase == 1 ? "rank 0 without y: "
+                                             : "again, the layout reused: ";
+      a.reuse_layout = phase == 2;  // no layout() in between: the last combine's mistake must not stick
       buf.dispatch(a, s);
       buf.check(s);
       const int n = buf.num_recv(s);

@@ -51,7 +51,7 @@ struct GinEmuOp {
 
 // A rank's side of the emulated GIN backend (null ring: the backend is not emulated). The ring
 // and the signals live in pinned host memory mapped into the device; the proxy thread of the
-// team reads the ring, moves the data with copy engines and writes the signals.
+// team reads the ring, moves the data with memcpy (the windows are host memory) and writes the signals.
 struct GinEmuView {
   GinEmuOp* ring = nullptr;            // host-mapped, ring_slots slots
   unsigned long long* tail = nullptr;  // device memory: ops this rank claimed (atomicAdd)

@@ -179,7 +179,10 @@ class EpBuffer {
 
   // Eager: `stream` waits for the last call on this communicator (whatever stream it was made
   // on) and is synchronized; then the rows the last dispatch received (high throughput only) /
-  // throw kInvalidArgument (on every rank) if its routing had an expert id out of range on any rank.
+  // throw kInvalidArgument if the last dispatch was refused (on every rank: an expert id out of
+  // range on any rank, or in the low-latency mode an expert repeated in a token's row; low
+  // latency: only after dispatch_recv, which brings every rank's verdict) or if this rank's last
+  // combine had no y for the rows it received (this rank only).
   int num_recv(cudaStream_t stream);
   void check(cudaStream_t stream);
 

@@ -61,7 +61,7 @@ struct CommConfig {
   // Virtual teams only (run_virtual): ranks per virtual node, L (0: P, one node). The P ranks
   // form P / L nodes of L consecutive ranks; a node is the LSA team, and peers in other nodes
   // are reached only through GIN, which the virtual backend emulates (src/runtime/gin_emu.hpp:
-  // NCCL GIN's weakest ordering, on copy engines). L divides P; every rank passes the same L.
+  // NCCL GIN's weakest ordering, by a host proxy). L divides P; every rank passes the same L.
   int ranks_per_node = 0;
 };
 

@@ -324,9 +324,9 @@ void EpBuffer::check(cudaStream_t stream) {
                     std::to_string(s->value) + " on rank " + std::to_string(s->rank) +
                     " repeats an expert of that token's row (the low-latency mode needs distinct experts per token); "
                     "the dispatch wrote nothing on any rank");
-  if (s->code == ops::ep::kStatusNoY)
+  if (s->no_y_rows > 0)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,
-                "EpBuffer::combine: y is null, but this rank received " + std::to_string(s->value) +
+                "EpBuffer::combine: y is null, but this rank received " + std::to_string(s->no_y_rows) +
                     " rows; zero rows went back to their sources (y may be null only on a rank that received none)");
   if (s->code == 2)
     throw_error(Errc::kInvalidArgument, __FILE__, __LINE__,

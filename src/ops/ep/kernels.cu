@@ -204,6 +204,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
         gin_puts(p, d, none, g.signal(Geometry::kSigRows, me), kRowPuts);
       }
     wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", trace::Ring{}, 0);
+    if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // the count slots' puts, as below
     return;
   }
   if (ch == 0) {
@@ -334,12 +335,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   // No y with rows to return (a caller's error): zero rows go back, and check() says why. Every
   // row carries its weight, 1 when the rank passed none: the source's sum multiplies each row
   // by its own (fma with 1 is the plain add, bit for bit), so no flag has to agree across ranks.
-  if (p.y == nullptr && n > 0 && blockIdx.x == 0 && threadIdx.x == 0 &&
-      atomicCAS(&p.status->code, 0, kStatusNoY) == 0) {
-    p.status->rank = g.me;
-    p.status->value = n;
-    __threadfence();
-  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) p.status->no_y_rows = p.y == nullptr ? n : 0;  // this combine's, for check()
   const auto row_vec = [&](int r, int c) {
     return p.y ? ptx::ld_nc_v4(p.y + (size_t)r * g.hidden * 2 + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
   };
@@ -395,8 +391,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
 // A thread per 8 columns of a token.
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
   const Geometry& g = p.g;
-  const int code = *reinterpret_cast<const volatile int*>(&p.status->code);
-  if (code == 1 || code == 2) return;  // the dispatch's routing was invalid: it wrote nothing
+  if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;  // the dispatch's routing was refused: it wrote nothing
   const int vecs = g.hidden / 8;
   const size_t n = (size_t)p.r.num_tokens * vecs;
   const char* local = p.win.lsa_base + (size_t)p.lsa_rank * p.win.lsa_stride;  // this rank's copy

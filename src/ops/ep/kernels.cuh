@@ -39,14 +39,15 @@ constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA
 constexpr uint32_t kCombineId = 1u << 16;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
-// kStatusNoY: combine without y on a rank that received `value` rows (it sent zero rows back).
 // kStatusDuplicate: low latency, topk_idx[token][slot] = value repeats an expert of that token's
 // row (the dispatch writes nothing on any rank, as for an id out of range).
-constexpr int kStatusNoY = 3, kStatusDuplicate = 4;
+constexpr int kStatusDuplicate = 4;
 struct Status {
-  int code;   // 0 ok; 1 this rank's topk_idx had an id outside [-1, E); 2 a peer's had (rank = peer); kStatusNoY
+  int code;   // the routing's verdict: 0 ok; 1 this rank's topk_idx had an id outside [-1, E);
+              // 2 a peer's was refused (rank = peer); kStatusDuplicate
   int rank, token, slot;
   long long value;
+  int no_y_rows;  // the last combine had no y on this rank, which received this many rows (0: fine)
 };
 
 
@@ -124,7 +125,7 @@ struct DispatchParams : Common {
 };
 
 struct CombineParams : Common {
-  const char* y;           // null: no rows to return (with rows: kStatusNoY, zeros go back)
+  const char* y;           // null: no rows to return (with rows: zeros go back, Status::no_y_rows)
   const float* weights;    // null: every row's weight is 1
   Status* status;
   uint32_t* epochs;        // [G]

@@ -2,7 +2,7 @@
 // one slot of this rank's ring in host-mapped memory: one thread claims the slot (an atomic on a
 // device counter), waits while the team's proxy has not freed it (bounded), writes the op and
 // publishes it by storing its sequence number last, with release at system scope. The proxy
-// (src/runtime/gin_emu.cpp) delivers it with copy engines, in its own order, and makes a signal
+// (src/runtime/gin_emu.cpp) delivers it with a host memcpy, in its own order, and makes a signal
 // visible only after the data it covers (GinEmuOp). Reads of a GIN signal and flushes read
 // host-mapped words the proxy writes.
 #pragma once
@@ -20,7 +20,7 @@ __device__ __forceinline__ char* gin_emu_peer_ptr(const DevCtx& ctx, const DevWi
 }
 
 // One thread: post one op. The caller has ordered the source's writes before it (coop.sync and
-// the fence below make them visible to the copy engines).
+// the fence below make them visible to the proxy).
 __device__ inline void gin_emu_post(const DevCtx& ctx, int peer, const char* src, char* dst, size_t bytes, int signal,
                                     uint64_t value) {
   const GinEmuView& g = ctx.gin_emu;

@@ -81,9 +81,9 @@ __device__ void put_signal(Coop coop, const DevCtx& ctx, int peer, const DevWind
   coop.sync();
 }
 
-// The puts of a group are issued by its thread 0 (put, put_signal), so a flush must cover every
-// thread of the group: NCCL's flush(coop) covers the puts of any thread of `coop` (a flush by
-// thread 0 alone would cover only its own), the emulated one every op of the rank.
+// NCCL's flush(coop) covers the puts of any thread of `coop`: a kernel whose warps each put (the
+// EP kernels: lane 0 of each warp issues its group's puts) flushes them all with its CTA. The
+// emulated flush covers every op of the rank.
 template <class Coop>
 __device__ void gin_flush(Coop coop, const DevCtx& ctx) {
   coop.sync();
