@@ -177,6 +177,10 @@ TEST(Ep, DispatchCombineMatchTheReference) {
   wide.max_tokens = 512, wide.tokens = {512, 300, 7, 0};
   cases.push_back(wide);
   std::vector<std::vector<std::string>> wrong(P);
+  // Every rank's combine rows of the current round, each written by its rank before the barrier
+  // ahead of the combine and read by every rank's reference after it: a rank's reference then
+  // reads its peers' rows instead of hashing them again.
+  std::vector<std::vector<uint16_t>> ys(P);
   const auto report = [&] {  // also when the team fails: what was found wrong before says why
     for (int q = 0; q < P; ++q)
       for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
@@ -255,7 +259,8 @@ TEST(Ep, DispatchCombineMatchTheReference) {
           // Combine: this rank's y rows and weights; the reference sums every rank's rows of each
           // of this rank's tokens in rank order.
           const bool weighted = round == 1;
-          std::vector<uint16_t> y((size_t)n * c.hidden);
+          std::vector<uint16_t>& y = ys[me];
+          y.assign((size_t)n * c.hidden, 0);
           std::vector<float> yw(n);
           for (int row = 0; row < n; ++row) {
             for (int col = 0; col < c.hidden; ++col)
@@ -288,7 +293,10 @@ TEST(Ep, DispatchCombineMatchTheReference) {
               for (int d = 0; d < P; ++d) {
                 const int k = row_at[d][t];
                 if (k < 0) continue;
-                const float v = bf16_to_f32(y_bits(c.seed, d, k, col, c.hidden));
+                // ys[d] holds rank d's rows (y_bits), as many as it received: a wrong count
+                // there (reported by rank d) must not take this read past them.
+                const size_t at = (size_t)k * c.hidden + col;
+                const float v = bf16_to_f32(at < ys[d].size() ? ys[d][at] : y_bits(c.seed, d, k, col, c.hidden));
                 acc = weighted ? std::fma(y_weight(c.seed, d, k), v, acc) : acc + v;
               }
               ref[(size_t)t * c.hidden + col] = f32_to_bf16(acc);
