@@ -140,6 +140,8 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   const int P = g.P, me = g.me, ch = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t e = next_epoch(p.epochs);
   stamp(p.ring, trace::EventKind::kKernelStart, ch);
+  // A dispatch on a reused layout keeps that layout's verdict but not the last combine's.
+  if (ch == 0 && threadIdx.x == 0) p.status->no_y_rows = 0;
   __shared__ int base_to[kMaxRanks];  // this rank's first row at rank d
   __shared__ int bad;
   char* const mine = at<char>(ctx, p.win, 0, me);  // this rank's window
