@@ -78,6 +78,13 @@
 #                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 (GIN_MEMCHECK_FILTER,
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
 #                 dist before the EP kernels' GIN flush, whose EpGin.* must fail
+#   ll            (nvidia-h200) the low-latency EP: the EP tests at real P = 1 and 2, 3, 4, 8 virtual
+#                 ranks (one JSON each), memcheck on them at 4, the EP and device-API tests at virtual
+#                 nodes LL_GIN_SHAPES (default 2x2 2x4 4x2 8x1) under LL_GIN_SEEDS chaos seeds (default 2),
+#                 `bench ep --mode ll` (bench_ll.jsonl, one JSON line per run, labelled) at 1 real rank
+#                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
+#                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
+#                 turn; one traced call (trace_ll.json)
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -87,7 +94,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | ll | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -244,6 +251,38 @@ if [ "$MODE" = ep ]; then
   rm -f "$OUT/ep.json"
   step "bench ep --mode ll -t 128 --trace: where the low-latency dispatch's time goes (per CTA)"
   run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ep_ll.json"
+fi
+
+if [ "$MODE" = ll ]; then
+  header
+  for p in 0 2 3 4 8; do
+    step "EP tests, ${p} virtual ranks (0: the real GPU)"
+    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
+  done
+  step "memcheck on the EP tests, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep*'
+  for shape in ${LL_GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+    IFS=x read -r nodes per <<<"$shape"
+    step "DeviceApi.*, Ep*, $nodes x $per nodes, ${LL_GIN_SEEDS:-2} chaos seeds (one per repeat)"
+    TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per TILEWIRE_TEST_GIN_CHAOS=${LL_GIN_SEED0:-1} \
+      run 200 "$TESTS" --gtest_filter='DeviceApi.*:Ep*' --gtest_repeat="${LL_GIN_SEEDS:-2}"
+  done
+  dists=$DIST
+  if [ -f "${LL_BEFORE_TAR:-/nonexistent}" ]; then
+    x=$(mktemp -d) && tar xJf "$LL_BEFORE_TAR" -C "$x" && dists="$(ls -d "$x"/*/ | head -1) $DIST"
+  fi
+  : >"$OUT/bench_ll.jsonl"
+  for args in "-t 128" "-t 128 --payload fp8" "-t 256" "-t 128 --routing skewed" "-t 128 --virtual 8" "-t 128 --virtual 8 --payload fp8"; do
+    for d in $dists; do
+      step "bench ep --mode ll $args ($(cat "$d/COMMIT"))"
+      LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $args --json "$OUT/ll.json" &&
+        sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+    done
+  done
+  rm -f "$OUT/ll.json"
+  step "bench ep --mode ll -t 128 --trace"
+  run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ll.json"
 fi
 
 if [ "$MODE" = tp ]; then

@@ -78,7 +78,7 @@ const char* kUsage =
     "  -e/--experts E        experts in all (default 256)\n"
     "  --routing uniform|skewed\n"
     "  --payload bf16|fp8    (ll: fp8 is quantized by the send)\n"
-    "  --sms N               CTAs per kernel (default: min(24, the SM budget))\n"
+    "  --sms N               CTAs per kernel (default: ht min(24, the SM budget), ll the SM budget)\n"
     "  -n/--iters N, -R/--repeats R\n"
     "  --virtual P           P virtual ranks on GPU 0 (correctness only; no NCCL rows)\n"
     "  --ranks-per-node L    with --virtual: P / L virtual nodes of L ranks, other nodes reached\n"
@@ -207,13 +207,13 @@ __global__ void check_ll_rows(const void* rx, const float* rsc, const int32_t* s
     const int s = src[row], t = tok[row];
     float amax = 0.0f;
     for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(val(1, s, t, grp * 128 + k)));
-    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? 448.0f / amax : 1.0f;
     if (fp8) bad += rsc[row * (H / 128) + grp] != scale;
     for (int k = 0; k < 128; ++k) {
       const int c = grp * 128 + k;
       const float v = val(1, s, t, c);
       if (fp8) {
-        const uint8_t q = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
+        const uint8_t q = (uint8_t)__nv_cvt_float_to_fp8(__fmul_rn(v, inv), __NV_SATFINITE, __NV_E4M3);  // the send's q = e4m3(x x 448 / amax)
         bad += static_cast<const uint8_t*>(rx)[row * H + c] != q;
       } else {
         bad += __bfloat162float(static_cast<const __nv_bfloat16*>(rx)[row * H + c]) != v;
@@ -266,6 +266,8 @@ struct Row {
   std::string what;
   double med_us = 0, p99_us = 0, max_us = 0;
   double logical_gbps = 0, wire_gbps = 0;
+  double per_token_us = 0, per_pair_us = 0;  // median over this rank's tokens / (token, expert) selections
+  double floor_us = 0;                        // one real rank: the HBM floor of the op's bytes (0: n/a)
   unsigned long long wrong = 0;
   bool ran = false;
 };
@@ -275,6 +277,7 @@ struct Shared {
   std::vector<std::vector<double>> times;  // [rank][repeat] of the op being timed
   std::vector<Row> rows;
   double ceiling_gbps = 0;
+  double hbm_gbps = 0;  // one real rank: HBM copy bandwidth (read + write), measured in the run
   unsigned long long wrong = 0;
   int sms = 0;  // CTAs of each EP kernel
 };

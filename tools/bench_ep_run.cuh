@@ -187,9 +187,16 @@ void EpBench::run(Comm& comm) {
   const size_t ycap = ll ? (size_t)L * P * N : (size_t)P * N;
   Dev y(ycap * H * 2);
   unsigned long long* bad = wrong.as<unsigned long long>();
-  Row disp{ll ? "ll dispatch (send + recv)" : "ht dispatch"}, comb{ll ? "ll combine (send + recv)" : "ht combine"};
+  Row disp{ll ? "ll dispatch (send + recv)" : "ht dispatch"}, comb{ll ? "ll combine (send + recv), y in the buffer" : "ht combine"};
+  Row combc{"ll combine (send + recv), y copied in"};
   Row nd{"nccl dispatch (layout, counts, permute, all-to-all-v)"}, nc{"nccl combine (all-to-all-v, unpermute)"};
   double logical_bytes = 0, wire_bytes = 0, comb_logical = 0, comb_wire = 0;
+  // The HBM floor at one rank: the bytes an op cannot avoid (its inputs read once, its outputs
+  // written once) over the copy bandwidth measured below. pairs: this rank's (token, expert)
+  // selections; rows_in: the rows it receives.
+  double disp_floor = 0, comb_floor = 0, combc_floor = 0;
+  long long pairs = 0;
+  for (int64_t e : routing) pairs += e >= 0;
 
   if (!ll) {
     EpDispatchArgs a;
@@ -214,6 +221,8 @@ void EpBench::run(Comm& comm) {
     wire_bytes = (double)(n - own) * (row + nsc * 4 + o_.topk * 8 + 8);
     comb_logical = (double)n * H * 2;
     comb_wire = (double)(n - own) * H * 2;
+    disp_floor = (double)N * (row + nsc * 4) + (double)n * (row + nsc * 4);  // x read, received rows written
+    comb_floor = (double)n * H * 2 + (double)N * H * 2;                     // y read, out written
     time(comm, s, disp, [&] { buf.dispatch(a, s); });
     time(comm, s, comb, [&] { buf.combine(y.p, nullptr, out.p, s); });
     check_ht_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), lv.token_in_rank, N, H, P, me, bad);
@@ -234,7 +243,10 @@ void EpBench::run(Comm& comm) {
     buf.check(s);
     check_ll_rows<<<1024, 256, 0, s>>>(r.x, r.x_scales, r.src_rank, r.src_token, r.count, L, r.capacity, H, fp8,
                                         y.as<__nv_bfloat16>(), bad);
-    buf.combine_send(y.p, s);
+    // The expert's output in the combine block (as an expert GEMM would write it): every later
+    // dispatch of the same routing receives the same rows, so it stays right for the timing.
+    TW_CUDA_CHECK(cudaMemcpyAsync(r.y, y.p, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+    buf.combine_send(r.y, s);
     buf.combine_recv(w.as<float>(), out.p, s);
     check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
     std::vector<int> cnt(L);
@@ -248,22 +260,28 @@ void EpBench::run(Comm& comm) {
     wire_bytes = (double)(rows - own) * (row + nsc * 4 + 8);
     comb_logical = (double)rows * H * 2;
     comb_wire = (double)(rows - own) * H * 2;
+    disp_floor = (double)N * H * 2 + (double)pairs * (row + nsc * 4);  // x read once, a row per pair written
+    comb_floor = (double)pairs * H * 2 + (double)N * H * 2;            // a y row per pair read, out written
+    combc_floor = comb_floor + 2.0 * rows * H * 2;                      // + y read and written into the buffer
     time(comm, s, disp, [&] {
       buf.dispatch_send(a, s);
       buf.dispatch_recv(s);
     });
-    time(comm, s, comb, [&] {
-      buf.dispatch_send(a, s);  // combine needs a fresh receive; the row is the pair minus the dispatch row
-      buf.dispatch_recv(s);
-      buf.combine_send(y.p, s);
-      buf.combine_recv(w.as<float>(), out.p, s);
-    });
-    if (me == 0) {
-      comb.med_us = std::max(0.0, comb.med_us - disp.med_us);
-      comb.p99_us = std::max(0.0, comb.p99_us - disp.med_us);
-      comb.max_us = std::max(0.0, comb.max_us - disp.med_us);
+    for (const bool copied : {false, true}) {
+      Row& c = copied ? combc : comb;
+      time(comm, s, c, [&] {
+        buf.dispatch_send(a, s);  // combine needs a fresh receive; the row is the pair minus the dispatch row
+        buf.dispatch_recv(s);
+        buf.combine_send(copied ? y.p : r.y, s);
+        buf.combine_recv(w.as<float>(), out.p, s);
+      });
+      if (me == 0) {
+        c.med_us = std::max(0.0, c.med_us - disp.med_us);
+        c.p99_us = std::max(0.0, c.p99_us - disp.med_us);
+        c.max_us = std::max(0.0, c.max_us - disp.med_us);
+      }
+      check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
     }
-    check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
     if (comm.nccl() != nullptr) {
       // The same tokens through NCCL, a row per (token, destination rank) as a host-sized
       // all-to-all-v moves them (the routing from a high-throughput buffer's layout); its rows
@@ -289,8 +307,8 @@ void EpBench::run(Comm& comm) {
       EpLowLatencyArgs a;
       a.x = x.p, a.num_tokens = N, a.topk_idx = idx.p;
       buf.dispatch_send(a, s);
-      buf.dispatch_recv(s);
-      buf.combine_send(y.p, s);
+      const EpLowLatencyRecv r = buf.dispatch_recv(s);
+      buf.combine_send(r.y, s);
       buf.combine_recv(w.as<float>(), out.p, s);
     } else {
       EpDispatchArgs a;
@@ -312,8 +330,42 @@ void EpBench::run(Comm& comm) {
     comb.wire_gbps = comb.med_us > 0 ? comb_wire / comb.med_us / 1e3 : 0;
     nd.logical_gbps = nd.med_us > 0 ? logical_bytes / nd.med_us / 1e3 : 0;
     nc.logical_gbps = nc.med_us > 0 ? comb_logical / nc.med_us / 1e3 : 0;
+    combc.logical_gbps = combc.med_us > 0 ? comb_logical / combc.med_us / 1e3 : 0;
+    combc.wire_gbps = combc.med_us > 0 ? comb_wire / combc.med_us / 1e3 : 0;
+    // Per token and per selected (token, expert) of this rank; the floor at one real rank.
+    const bool one_rank = P == 1 && !comm.is_virtual();
+    double hbm_gbps = 0;
+    if (one_rank) {  // HBM copy bandwidth, this run: bytes read + written per second by cudaMemcpyAsync
+      const size_t bytes = size_t(1) << 30;
+      Dev a(bytes), b(bytes);
+      cudaEvent_t e0, e1;
+      TW_CUDA_CHECK(cudaEventCreate(&e0));
+      TW_CUDA_CHECK(cudaEventCreate(&e1));
+      std::vector<double> ts;
+      for (int i = 0; i < 6; ++i) {
+        TW_CUDA_CHECK(cudaEventRecord(e0, s));
+        TW_CUDA_CHECK(cudaMemcpyAsync(b.p, a.p, bytes, cudaMemcpyDeviceToDevice, s));
+        TW_CUDA_CHECK(cudaEventRecord(e1, s));
+        TW_CUDA_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        TW_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (i > 0) ts.push_back(ms);
+      }
+      cudaEventDestroy(e0), cudaEventDestroy(e1);
+      hbm_gbps = 2.0 * bytes / (pct(ts, 0.5) * 1e-3) / 1e9;
+    }
+    for (Row* x : {&disp, &comb, &combc, &nd, &nc}) {
+      x->per_token_us = N > 0 ? x->med_us / N : 0;
+      x->per_pair_us = pairs > 0 ? x->med_us / pairs : 0;
+    }
+    if (one_rank && hbm_gbps > 0) {
+      disp.floor_us = nd.floor_us = disp_floor / hbm_gbps / 1e3;
+      comb.floor_us = nc.floor_us = comb_floor / hbm_gbps / 1e3;
+      combc.floor_us = combc_floor / hbm_gbps / 1e3;
+    }
     std::lock_guard<std::mutex> lk(sh_.mu);
-    sh_.rows = {disp, comb, nd, nc};
+    sh_.hbm_gbps = hbm_gbps;
+    sh_.rows = ll ? std::vector<Row>{disp, comb, combc, nd, nc} : std::vector<Row>{disp, comb, nd, nc};
   }
   // The ceiling: every SM of each rank stores 256 MiB into the next rank's window.
   if (P > 1 && !comm.is_virtual()) {
@@ -366,14 +418,20 @@ int bench_ep(const std::vector<std::string>& argv) {
               "#   the own rank x payload bytes (DeepEP's convention); wire GB/s: rows from other ranks x the bytes that cross\n"
               "#   NVLink; ceiling: %s\n",
               o.repeats, o.iters, sh.ceiling_gbps > 0 ? (std::to_string(sh.ceiling_gbps) + " GB/s (stores into the next rank, same run)").c_str() : "n/a");
-  std::printf("# %-52s %10s %10s %10s %10s %10s %8s\n", "op", "med(us)", "p99(us)", "max(us)", "logical", "wire", "%ceil");
+  std::printf("# us/token, us/pair: the median over this rank's tokens and its (token, expert) selections; floor: the\n"
+              "#   op's unavoidable bytes (inputs read once, outputs written once) at the HBM copy bandwidth %s\n",
+              sh.hbm_gbps > 0 ? ("measured in this run, " + std::to_string((int)sh.hbm_gbps) + " GB/s").c_str()
+                              : "(one real rank only: n/a)");
+  std::printf("# %-52s %10s %10s %10s %10s %10s %8s %9s %9s %9s %7s\n", "op", "med(us)", "p99(us)", "max(us)", "logical",
+              "wire", "%ceil", "us/token", "us/pair", "floor(us)", "%floor");
   for (const Row& r : sh.rows) {
     if (!r.ran) {
       std::printf("  %-52s %10s\n", r.what.c_str(), "n/a");
       continue;
     }
-    std::printf("  %-52s %10.2f %10.2f %10.2f %10.1f %10.1f %8.1f\n", r.what.c_str(), r.med_us, r.p99_us, r.max_us, r.logical_gbps,
-                r.wire_gbps, sh.ceiling_gbps > 0 ? 100.0 * r.wire_gbps / sh.ceiling_gbps : 0.0);
+    std::printf("  %-52s %10.2f %10.2f %10.2f %10.1f %10.1f %8.1f %9.4f %9.5f %9.2f %7.1f\n", r.what.c_str(), r.med_us, r.p99_us,
+                r.max_us, r.logical_gbps, r.wire_gbps, sh.ceiling_gbps > 0 ? 100.0 * r.wire_gbps / sh.ceiling_gbps : 0.0,
+                r.per_token_us, r.per_pair_us, r.floor_us, r.floor_us > 0 && r.med_us > 0 ? 100.0 * r.floor_us / r.med_us : 0.0);
   }
   std::printf("# #wrong %llu%s\n", sh.wrong, sh.wrong ? "  <-- WRONG RESULTS" : "");
   if (json.is_open()) {
@@ -381,12 +439,14 @@ int bench_ep(const std::vector<std::string>& argv) {
          << ", \"ranks_per_node\": " << (o.ranks_per_node > 0 ? o.ranks_per_node : P) << ", \"mode\": \""
          << mode << "\", \"payload\": \"" << pay << "\", \"tokens\": " << o.tokens << ", \"hidden\": " << o.hidden
          << ", \"topk\": " << o.topk << ", \"experts\": " << o.experts << ", \"routing\": \"" << (o.skewed ? "skewed" : "uniform")
-         << "\", \"sms\": " << sh.sms << ", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
+         << "\", \"sms\": " << sh.sms << ", \"ceiling_gbps\": " << sh.ceiling_gbps << ", \"hbm_gbps\": " << sh.hbm_gbps
+         << ", \"wrong\": " << sh.wrong << ", \"rows\": [";
     for (size_t i = 0; i < sh.rows.size(); ++i) {
       const Row& r = sh.rows[i];
       json << (i ? ", " : "") << "{\"op\": \"" << r.what << "\", \"ran\": " << (r.ran ? "true" : "false") << ", \"median_us\": " << r.med_us
            << ", \"p99_us\": " << r.p99_us << ", \"max_us\": " << r.max_us << ", \"logical_gbps\": " << r.logical_gbps
-           << ", \"wire_gbps\": " << r.wire_gbps << "}";
+           << ", \"wire_gbps\": " << r.wire_gbps << ", \"us_per_token\": " << r.per_token_us
+           << ", \"us_per_pair\": " << r.per_pair_us << ", \"floor_us\": " << r.floor_us << "}";
     }
     json << "]}\n";
   }

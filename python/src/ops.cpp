@@ -87,6 +87,7 @@ nb::dict ll_dict(const tw::EpLowLatencyRecv& r) {
   nb::dict d;
   d["x"] = (uintptr_t)r.x, d["x_scales"] = (uintptr_t)r.x_scales, d["count"] = (uintptr_t)r.count;
   d["src_rank"] = (uintptr_t)r.src_rank, d["src_token"] = (uintptr_t)r.src_token, d["capacity"] = r.capacity;
+  d["y"] = (uintptr_t)r.y;
   return d;
 }
 

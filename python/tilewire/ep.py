@@ -23,7 +23,9 @@ from . import _C
 from .comm import Comm, _stream
 
 Recv = namedtuple("Recv", "x x_scales topk_idx topk_weights src_rank src_token num_recv tokens_per_expert")
-LowLatencyRecv = namedtuple("LowLatencyRecv", "x x_scales count src_rank src_token")
+# x [L, cap, H] and y [L, cap, H] bf16 are views of the buffer (valid until the next
+# dispatch_send): an expert that writes its output into y sends it back without a copy.
+LowLatencyRecv = namedtuple("LowLatencyRecv", "x x_scales count src_rank src_token y")
 
 
 class EpBuffer:
@@ -93,7 +95,7 @@ class EpBuffer:
             xs = xs.view(torch.float8_e4m3fn)
         return LowLatencyRecv(xs, self._view(r["x_scales"], (L, cap, H // 128), "float32") if fp8 else None,
                               self._view(r["count"], (L,), "int32"), self._view(r["src_rank"], (L, cap), "int32"),
-                              self._view(r["src_token"], (L, cap), "int32"))
+                              self._view(r["src_token"], (L, cap), "int32"), self._view(r["y"], (L, cap, H), "bfloat16"))
 
     def combine_send(self, y) -> None:
         self._b.combine_send(y.data_ptr(), _stream())

@@ -159,17 +159,20 @@ TEST(EpPlan, LowLatencyWindowRegionsAreDisjoint) {
       EpConfig c = good();
       c.mode = tw::EpMode::kLowLatency, c.payload = pay, c.num_experts = 32 * P, c.max_tokens_per_rank = 256;
       const auto g = tw::ops::ep::ll::geometry(c, P, 0, 16);
-      const size_t rows = 2 * (size_t)32 * P * 256, flags = 2 * (size_t)P * 16 * 8;
+      // One receive block and one combine block of [L][P x max_tokens] rows; count slots hold
+      // every expert's count.
+      const size_t rows = (size_t)32 * P * 256, flags = 2 * (size_t)P * 16 * 8;
+      EXPECT_EQ(g.cap, P * 256);
+      EXPECT_GE(g.slot_bytes, 16 + 4 * (size_t)c.num_experts);
       EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
                                {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
-                               {g.off_cy, 2 * (size_t)256 * c.topk * c.hidden * 2}},
+                               {g.off_y, rows * c.hidden * 2}},
                               g.total),
                 "")
           << "P = " << P;
+      // Slots and flags come first: creation zeroes [0, off_meta).
       EXPECT_LE(g.off_cdone + flags, g.off_meta);
-      // The last staging row of the last buffer ends inside the rows region.
-      EXPECT_EQ((g.srow(1, g.L - 1, P - 1, 255) + 1) * g.row_bytes, rows * g.row_bytes);
-      EXPECT_EQ((g.cyrow(1, 255, c.topk - 1) + 1), 2 * (size_t)256 * c.topk);
+      EXPECT_EQ(g.done(g.off_done, 1, P - 1, 15) + 8, g.off_done + flags);
     }
 }
 
@@ -182,28 +185,41 @@ TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
       const auto g = tw::ops::ep::ll::geometry(c, P, 1, 16, /*gin=*/true);
       EXPECT_FALSE(plain.gin);
       EXPECT_EQ(plain.off_srows, 0u);
+      EXPECT_EQ(plain.off_cy, 0u);
       EXPECT_TRUE(g.gin);
       // The receiver's regions do not move; the staging follows them.
       EXPECT_EQ(g.off_rows, plain.off_rows);
-      EXPECT_EQ(g.off_cy, plain.off_cy);
-      const size_t rows = 2 * (size_t)g.L * P * 128, flags = 2 * (size_t)P * 16 * 8, pairs = 2 * (size_t)128 * c.topk;
+      EXPECT_EQ(g.off_y, plain.off_y);
+      const size_t rows = (size_t)g.L * P * 128, flags = 2 * (size_t)P * 16 * 8, pairs = (size_t)128 * c.topk;
       EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
                                {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
-                               {g.off_cy, pairs * c.hidden * 2}, {g.off_sslots, 2 * P * g.slot_bytes},
-                               {g.off_smeta, pairs * 8}, {g.off_sscales, pairs * g.nsc * 4},
-                               {g.off_srows, pairs * g.row_bytes}, {g.off_scy, (size_t)g.L * g.cap * c.hidden * 2}},
+                               {g.off_y, rows * c.hidden * 2}, {g.off_sslots, 2 * P * g.slot_bytes},
+                               {g.off_smeta, 2 * pairs * 8}, {g.off_sscales, 2 * pairs * g.nsc * 4},
+                               {g.off_srows, 2 * pairs * g.row_bytes}, {g.off_cy, pairs * c.hidden * 2}},
                               g.total),
                 "")
           << "P = " << P;
-      // The last pair of the last buffer ends inside the staging rows; six signals per source
-      // (phase x call parity).
-      EXPECT_EQ((g.spair(1, 128 * c.topk - 1) + 1) * g.row_bytes, pairs * g.row_bytes);
+      // The last pair of the last parity ends inside the staging rows; the last landing row
+      // inside the landing block; six signals per source (phase x call parity).
+      EXPECT_EQ((g.spair(1, 128 * c.topk - 1) + 1) * g.row_bytes, 2 * pairs * g.row_bytes);
+      EXPECT_EQ(g.cyrow(127, c.topk - 1) + 1, pairs);
       auto s = g;
       s.sig = 40;
       EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 0, 0), 40);
       EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 1, 0), 40 + P);  // the other parity
       EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCombine, 1, P - 1), 40 + 6 * P - 1);
     }
+}
+
+// num_sms 0: the high-throughput kernels take 24 CTAs (or the budget, if smaller), the
+// low-latency ones the whole budget.
+TEST(EpPlan, DefaultSmsPerMode) {
+  EpConfig c = good();
+  EXPECT_EQ(tw::ep_default_sms(c, 132), tw::kEpDefaultSms);
+  EXPECT_EQ(tw::ep_default_sms(c, 16), 16);
+  c.mode = tw::EpMode::kLowLatency;
+  EXPECT_EQ(tw::ep_default_sms(c, 132), 132);
+  EXPECT_EQ(tw::ep_default_sms(c, 16), 16);
 }
 }  // namespace
 

@@ -70,7 +70,7 @@ TEST(EpHardening, ConfigAgreedAtCreation) {
     const int me = comm.rank();
     for (const Change& ch : changes) {
       tw::EpConfig c = base_config(P);
-      if (me == P - 1) ch.apply(c, std::min(tw::kEpDefaultSms, comm.sm_count()));
+      if (me == P - 1) ch.apply(c, tw::ep_default_sms(c, comm.sm_count()));
       const ::testing::AssertionResult r =
           throws_tw([&] { tw::EpBuffer b(comm, c); }, tw::Errc::kInvalidArgument, {ch.field, "rank"});
       if (!r) wrong[me].push_back(std::string(ch.field) + " differing on the last rank: " + r.message());

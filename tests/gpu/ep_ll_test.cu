@@ -6,7 +6,11 @@
 //       skewed routing, ranks with 64, 0, 37 and 1 tokens, some top-k entries -1: per-expert
 //       counts exact, each expert's rows, scales and sources bitwise in (source rank, source
 //       token) order; combine_recv bitwise against the fixed-order fp32 sum over the top-k slots;
-//       three steps in a row, the last two bit-identical to the first.
+//       three steps in a row, the last two bit-identical to the first. Before each step the last
+//       step's receive (rows, scales, sources) and the combine block are poisoned (the receive
+//       block is this rank's until its next dispatch_send, the combine block from its
+//       dispatch_recv on); step 1 writes y straight into the combine block
+//       (EpLowLatencyRecv::y, no copy in combine_send), steps 0 and 2 pass it from elsewhere.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -126,9 +130,10 @@ TEST(Ep, LowLatencyMatchesTheReference) {
               }
               float amax = 0.0f;
               for (int k = 0; k < 128; ++k) amax = std::max(amax, std::fabs(bf16_to_f32(row[g * 128 + k])));
-              const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
+              // Stored scale amax / 448; the payload e4m3(x x (448 / amax)), each step rounded in fp32.
+              const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? 448.0f / amax : 1.0f;
               want_sc[l].push_back(scale);
-              for (int k = 0; k < 128; ++k) want_x[l].push_back(e4m3(bf16_to_f32(row[g * 128 + k]) / scale));
+              for (int k = 0; k < 128; ++k) want_x[l].push_back(e4m3(bf16_to_f32(row[g * 128 + k]) * inv));
             }
           }
       // This rank's combine input: expert l's row r, from seeds (zeros past each count).
@@ -158,12 +163,18 @@ TEST(Ep, LowLatencyMatchesTheReference) {
       upload(x.data(), in.x, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s), upload(yd.data(), y, s);
       comm.sync(s);
       comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
+      tw::EpLowLatencyRecv last{};
       for (int step = 0; step < 3; ++step) {
         const std::string at = label + "step " + std::to_string(step) + ": ";
+        if (last.x != nullptr) {
+          poison(last.x, kL * cap * rb, s), poison(last.src_rank, kL * cap * 4, s), poison(last.src_token, kL * cap * 4, s);
+          if (fp8) poison(last.x_scales, kL * cap * nsc * 4, s);
+        }
         tw::EpLowLatencyArgs a;
         a.x = x.data(), a.num_tokens = in.N, a.topk_idx = idx.data();
         buf.dispatch_send(a, s);
         const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+        last = r;
         buf.check(s);
         const std::vector<int> count = download<int>(r.count, kL, s);
         for (int l = 0; l < kL; ++l) {
@@ -182,7 +193,13 @@ TEST(Ep, LowLatencyMatchesTheReference) {
             bad.push_back(at + "expert " + std::to_string(l) + ": sources differ");
         }
         poison(out.data(), out.bytes, s);
-        buf.combine_send(yd.data(), s);
+        poison(r.y, kL * cap * c.H * 2, s);
+        if (step == 1) {
+          TW_CUDA_CHECK(cudaMemcpyAsync(r.y, yd.data(), yd.bytes, cudaMemcpyDeviceToDevice, s));
+          buf.combine_send(r.y, s);
+        } else {
+          buf.combine_send(yd.data(), s);
+        }
         buf.combine_recv(static_cast<const float*>(w.data()), out.data(), s);
         if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) bad.push_back(at + "combine differs");
         comm.barrier();

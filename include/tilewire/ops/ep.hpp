@@ -45,8 +45,8 @@ struct Params;  // src/ops/ep/kernels.cuh
 enum class EpPayload { kBFloat16, kFp8E4M3 };
 enum class EpIndex { kInt64, kInt32 };  // topk_idx element type; -1 = no expert
 // High throughput (prefill, training): rows deduplicated per rank, rank-major. Low latency
-// (decode, 1 to 256 tokens per rank): a row per (token, expert), expert-major, send and receive
-// split, double-buffered so that a call never waits for its peers before sending.
+// (decode, 1 to 256 tokens per rank): a row per (token, expert), stored once, straight into the
+// expert-major block the expert reads; send and receive split.
 enum class EpMode { kHighThroughput, kLowLatency };
 
 constexpr int kEpMaxTopk = 16;
@@ -54,7 +54,7 @@ constexpr int kEpMaxRanks = 32;  // ranks of an EP communicator (a token's desti
 constexpr int kEpMaxExperts = 512;
 constexpr int kEpMaxTokens = 32768;
 constexpr int kEpMaxLowLatencyTokens = 1024;
-constexpr int kEpDefaultSms = 24;
+constexpr int kEpDefaultSms = 24;  // high throughput; low latency takes the SM budget (ep_default_sms)
 
 struct EpConfig {
   int max_tokens_per_rank = 0;  // the most tokens any rank dispatches in one call (1..32768)
@@ -63,7 +63,7 @@ struct EpConfig {
   int num_experts = 0;          // a multiple of nranks, at most 512
   EpPayload payload = EpPayload::kBFloat16;  // low latency: fp8 rows are quantized by the send
   EpMode mode = EpMode::kHighThroughput;
-  int num_sms = 0;              // CTAs of each kernel (0: min(24, comm.sm_count()))
+  int num_sms = 0;              // CTAs of each kernel (0: ep_default_sms)
   int expert_alignment = 1;     // recv_tokens_per_expert rounded up to a multiple of this
 };
 
@@ -71,6 +71,9 @@ struct EpConfig {
 Status check_ep_config(const EpConfig& c, int nranks, int sm_budget);
 size_t ep_row_bytes(const EpConfig& c);    // payload bytes per token row
 size_t ep_scale_bytes(const EpConfig& c);  // fp8: H / 128 x 4; bf16: 0
+// CTAs per kernel when num_sms is 0: high throughput min(kEpDefaultSms, budget); low latency
+// the whole budget (comm.sm_count()).
+int ep_default_sms(const EpConfig& c, int sm_budget);
 
 // The routing of the last layout() on this rank (device memory owned by the buffer).
 struct EpLayoutView {
@@ -115,14 +118,20 @@ struct EpLowLatencyArgs {
   EpIndex index_type = EpIndex::kInt64;
 };
 
-// Low-latency receive, expert-major (local memory of the buffer, valid until the next receive):
-// expert l's rows are [l, 0 .. count[l]), in (source rank, source token) order.
+// Low-latency receive, expert-major: expert l's rows are [l, 0 .. count[l]), in (source rank,
+// source token) order. The pointers are fixed for the buffer's life (CUDA graphs may keep them);
+// the contents are valid until this rank's next dispatch_send.
 struct EpLowLatencyRecv {
-  void* x = nullptr;                  // [L, capacity, H] payload
-  float* x_scales = nullptr;          // fp8: [L, capacity, H / 128], scale = amax / 448 per 128 columns
+  void* x = nullptr;                  // [L, capacity, H] payload: where the sends stored the rows (the window)
+  // fp8: [L, capacity, H / 128], per 128 columns scale = amax / 448 (x ~ q x scale; the send
+  // quantizes q = e4m3(x x (448 / amax)), each step rounded in fp32)
+  float* x_scales = nullptr;
   int* count = nullptr;               // device [L]
   int32_t* src_rank = nullptr;        // [L, capacity]
   int32_t* src_token = nullptr;       // [L, capacity]
+  // [L, capacity, H] bf16, the combine block: an expert that writes its output rows here (row
+  // for row as x) passes y to combine_send, which then copies nothing; its sources read it.
+  void* y = nullptr;
   int capacity = 0;                   // rows per expert: nranks x max_tokens_per_rank
 };
 
@@ -161,12 +170,14 @@ class EpBuffer {
   void combine(const void* y, const float* weights, void* out, cudaStream_t stream);
 
   // Low latency (EpMode::kLowLatency), in this order per step: dispatch_send, dispatch_recv, then
-  // optionally combine_send, combine_recv. The sends return without waiting for peers; the
+  // optionally combine_send, combine_recv. The send kernel waits for every rank's counts of the
+  // same step (they place its rows: every rank's send has begun), then stores its rows; the
   // receives wait for every peer's send of the same step (call the receive later to overlap the
   // transfer with compute). Out-of-order calls are refused (kInvalidArgument).
   void dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream);
   EpLowLatencyRecv dispatch_recv(cudaStream_t stream);
-  // y: [L, capacity, H] bf16, expert l's rows in dispatch_recv's order.
+  // y: [L, capacity, H] bf16, expert l's rows in dispatch_recv's order; EpLowLatencyRecv::y (the
+  // combine block) sends without a copy, any other memory is copied into it first.
   void combine_send(const void* y, cudaStream_t stream);
   // out: [N, H] bf16 = sum over j = 0..topk-1 with topk_idx[t][j] >= 0 of topk_weights[t][j] x
   // y(t, j), in fp32 in that order, rounded once.

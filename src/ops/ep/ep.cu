@@ -47,7 +47,7 @@ void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
       TW_REQUIRE(all[(size_t)q * n + i] == all[i], kInvalidArgument,
                  std::string("EpBuffer: EpConfig::") + f[i].name + " differs across ranks: rank 0 has " + show(i, all[i]) +
                      ", rank " + std::to_string(q) + " has " + show(i, all[(size_t)q * n + i]) +
-                     (i == n - 1 ? " (num_sms 0 is min(24, the SM budget))" : "") +
+                     (i == n - 1 ? " (num_sms 0: high throughput min(24, the SM budget), low latency the SM budget)" : "") +
                      "; every rank makes the buffer with the same config");
 }
 
@@ -55,11 +55,12 @@ void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
 
 EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   comm.require_usable("EpBuffer");
-  agree_on_config(comm, cfg, cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count()));
+  agree_on_config(comm, cfg, cfg.num_sms > 0 ? cfg.num_sms : ep_default_sms(cfg, comm.sm_count()));
   const Status s = check_ep_config(cfg, comm.nranks(), comm.sm_count());
   TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
-  // Peers outside the LSA team (other nodes) are reached with NCCL GIN puts and signals in both
-  // modes (compiled and chosen by capability; it has not run here: no GIN-capable NIC).
+  // Peers outside the LSA team (other nodes) are reached with GIN puts and signals in both modes
+  // (run here under the emulated GIN of virtual nodes; NCCL's own GIN needs a NIC, or NCCL's
+  // socket GIN, README).
   const bool gin = !comm.all_lsa();
   TW_REQUIRE(!gin || comm.gin_available(), kUnsupported,
              "EpBuffer: " + std::to_string(comm.nranks() - comm.lsa_size()) +
@@ -68,7 +69,7 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   TW_REQUIRE(comm.nranks() <= ops::ep::kMaxRanks, kUnsupported,
              "EpBuffer: " + std::to_string(comm.nranks()) + " ranks; the kernels are built for at most " +
                  std::to_string(ops::ep::kMaxRanks));
-  sms_ = cfg.num_sms > 0 ? cfg.num_sms : std::min(kEpDefaultSms, comm.sm_count());
+  sms_ = cfg.num_sms > 0 ? cfg.num_sms : ep_default_sms(cfg, comm.sm_count());
   st_ = std::make_unique<State>();
   State& st = *st_;
   {
@@ -123,7 +124,7 @@ EpBuffer::~EpBuffer() {
   }
   if (ll_) {
     const ops::ep::ll::Local& l = ll_->s;
-    for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.rx, (void*)l.rscales, (void*)l.rcount,
+    for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.route, (void*)l.rcount,
                     (void*)l.rsrc, (void*)l.rtok, (void*)l.rslot, (void*)l.sig0, (void*)l.gin_total})
       cudaFree(p);
     if (ll_->g.gin) comm_.release_signals(ll_->g.sig);

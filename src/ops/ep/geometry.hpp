@@ -51,22 +51,24 @@ namespace ll {
 struct Geo {
   int P, me, L, E, topk, max_tokens, cap, G, hidden;
   size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
-  size_t slot_bytes;      // count slot: [0] tag, [8] status, [16] counts[L]
-  size_t off_slots, off_done, off_cdone, off_rows, off_scales, off_meta, off_cy;
+  size_t slot_bytes;      // count slot: [0] tag, [8] verdict, [16] counts[E] of its source
+  // Count slots [parity][source] and flags [parity][source][CTA] first (zeroed at creation);
+  // then the receive block [L][cap] (rows, scales, (token, slot)) and the combine block
+  // [L][cap] bf16, expert l's rows at [l][0, count[l]).
+  size_t off_slots, off_done, off_cdone, off_meta, off_scales, off_rows, off_y;
   // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
-  // a GIN peer is first stored here: count slots [buffer][destination], dispatch rows, scales
-  // and (token, slot) per [buffer][pair t x topk + j], combine rows per receive row [l][r].
+  // a GIN peer is first stored here: count slots [parity][destination], dispatch rows, scales
+  // and (token, slot) per [parity][pair t x topk + j]; and the landing rows [t][j] of the
+  // combine rows GIN expert ranks put back. 0 when gin is false.
   bool gin;
-  size_t off_sslots, off_smeta, off_sscales, off_srows, off_scy;  // 0 when gin is false
+  size_t off_sslots, off_smeta, off_sscales, off_srows, off_cy;
   int sig;  // first of 6P signals (Comm::reserve_signals), see Phase
   size_t total;
   // GIN signals at a receiver, one counter per (phase, call parity, source), cumulative over the
   // calls of that parity: counts get 1 add per call; dispatch rows one per put (a row, its meta,
   // fp8: its scales), combine rows one per row. The receiver knows how many to expect from the
-  // counts (its running totals in Local::gin_total). Per parity because a source may be one
-  // call ahead of a receiver (its send of call e + 1 needs only the receiver's send of call e),
-  // and puts are not ordered: with one counter, call e + 1's adds could complete call e's wait.
-  // Calls e and e + 2 never overlap (a send of e + 2 follows the receiver's receive of e).
+  // counts (its running totals in Local::gin_total). Per parity because a rank may publish call
+  // e + 1's counts while a peer still waits for call e's, and puts are not ordered.
   enum Phase { kSigCounts = 0, kSigRows = 1, kSigCombine = 2 };
   TW_EP_HD int signal(Phase ph, int parity, int src) const { return sig + ((int)ph * 2 + parity) * P + src; }
   TW_EP_HD size_t spair(int buf, int i) const { return (size_t)buf * max_tokens * topk + i; }
@@ -74,11 +76,7 @@ struct Geo {
   TW_EP_HD size_t done(size_t base, int buf, int src, int ch) const {
     return base + (((size_t)buf * P + src) * G + ch) * 8;
   }
-  // Staging row of (buffer, local expert, source, pos).
-  TW_EP_HD size_t srow(int buf, int l, int src, int pos) const {
-    return (((size_t)buf * L + l) * P + src) * max_tokens + pos;
-  }
-  TW_EP_HD size_t cyrow(int buf, int t, int j) const { return ((size_t)buf * max_tokens + t) * topk + j; }
+  TW_EP_HD size_t cyrow(int t, int j) const { return (size_t)t * topk + j; }
 };
 
 Geo geometry(const EpConfig& c, int P, int me, int G, bool gin = false);

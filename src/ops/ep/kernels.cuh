@@ -159,8 +159,7 @@ struct Local {  // this rank's device state
   int* pos;       // [max_tokens, topk]: the token's row in its expert's block, -1 for no expert
   int* cnt;       // [E]
   uint32_t* epochs;  // [4][G]: send, recv, combine send, combine recv
-  char* rx;          // [L, cap, row_bytes]
-  float* rscales;    // [L, cap, nsc]
+  int2* route;       // [max_tokens, topk]: (rank, row in its receive block) of each pair the send placed
   int* rcount;       // [L]
   int32_t* rsrc;     // [L, cap] source rank
   int32_t* rtok;     // [L, cap] source token
@@ -183,13 +182,13 @@ struct Params {
   const void* topk_idx;   // layout
   bool idx64;
   bool fp8;
-  const char* y;          // combine send: [L, cap, H] bf16
+  int parts;              // send: warps per (token, expert) pair (1 with GIN peers)
+  const char* y;          // combine send: [L, cap, H] bf16 to copy into the combine block (null: it is there)
   const float* weights;   // combine recv: [N, topk]
   __nv_bfloat16* out;     // combine recv
   trace::Ring ring;
 };
 
-__global__ void layout(const __grid_constant__ Params p);
 __global__ void send(const __grid_constant__ Params p);
 __global__ void recv(const __grid_constant__ Params p);
 __global__ void combine_send(const __grid_constant__ Params p);

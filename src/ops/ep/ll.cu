@@ -1,26 +1,37 @@
 // The low-latency EP mode (tilewire/ops/ep.hpp, EpMode::kLowLatency): kernels and launches.
 //
-// A row per (token, expert). The send puts token t's row for expert e = d x L + l into rank d's
-// staging block [buffer][l][source me][pos], pos = the number of earlier tokens of this rank that
-// chose e (a per-expert scan: no atomics, so the order is deterministic), then releases one flag
-// per (source, CTA) at every rank; its counts (per expert of d) go into d's count slot. The
-// receive waits for every source's counts and flags, then packs each expert's rows in source
-// order into the expert-major output. Combine mirrors it: the expert rank pushes y(l, r) back
-// into the source's [buffer][t][j] slot, the source sums slots j = 0..topk-1 in fp32.
+// A row per (token, expert), one copy: the send stores token t's row for expert e = d x L + l
+// straight into the slot of rank d's receive block that the expert reads, row
+// base(e) + pos of expert l, where pos = the number of earlier tokens of this rank that chose e
+// (a per-expert scan in the layout kernel: no atomics) and base(e) = the rows that lower ranks
+// send to e. So that the sender knows base(e), every rank's send first publishes its counts
+// per expert (all E of them) to every rank and waits for every rank's: the counts travel ahead
+// of the rows in the same kernel, and a rank's counts of call e also say that it has begun call
+// e, which ends its use of call e - 1's rows (valid until its next dispatch_send): that is
+// what lets a single receive block, at a fixed address, take the next call's rows. The receive
+// waits for every source's rows (a flag per source and CTA), then writes the counts and each
+// row's (source, token, slot) for the caller; it moves no payload.
 //
-// Why no wait before sending: staging and combine areas are double-buffered by call parity. A
-// sender at call e writes buffer e % 2 at rank d, which d last read in its receive of call e - 2;
-// the sender's own receive of call e - 1 waited for d's send of call e - 1, which d made after
-// that receive. The same holds for combine (see docs/ep.md).
+// Combine is a pull: the expert rank's rows y(l, r) are in its window's combine block (the
+// caller's expert GEMM writes there, or combine_send copies them in), combine_send releases a
+// flag per CTA, and each source reads its tokens' rows from the expert ranks with every top-k
+// load in flight, summing w x y in fp32 in slot order (one read of each row, no staging).
 //
-// Peers outside the LSA team (GIN; compiled, never run here: no GIN-capable NIC): what would be
-// stored into such a peer's window is stored into this rank's staging (Geo::off_s*) and put
-// with a signal add; the receiver waits for its counters (one per phase, call parity and
-// source) to reach the counts it expects (1 per call for the count slot; per row for rows, from
-// the counts) instead of flags. The same
-// double-buffering argument covers the staging (a put of call e has landed before the sender's
-// call e + 2 rewrites its source); the combine staging is single-buffered (the sender's
-// next combine follows its dispatch receive, which follows the source's combine receive).
+// Why the blocks can be reused at once: a sender writes rank d's receive block for call e + 1
+// only after d's counts of call e + 1 arrived (d has begun call e + 1, so it no longer reads
+// call e's rows); a source pulls d's combine block of call e in its combine_recv of call e,
+// which precedes its send of call e + 1, and d's combine_send of call e + 1 follows its receive
+// of call e + 1, which waited for that send. Count slots and flags alternate with the call's
+// parity: a rank may publish call e + 1's counts while a slower peer still reads call e's.
+//
+// Peers outside the LSA team (GIN; run under the emulated GIN of virtual nodes): what would be
+// stored into such a peer's window is stored into this rank's staging (Geo::off_s*) and put,
+// with a signal add, to the offsets the LSA store would have used; the receiver waits for its
+// counters (one per phase, call parity and source) to reach the counts it expects (1 per call
+// for the count slot; per row for rows, from the counts) instead of flags. Combine rows for a
+// GIN source are put from the combine block into that source's landing rows [t][j] (it cannot
+// pull them). The dispatch staging alternates with the call's parity (a put of call e has
+// landed before the sender's call e + 2 rewrites its source).
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
@@ -42,7 +53,7 @@ namespace ops::ep::ll {
 __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64_t e, const char* what, uint32_t id0) {
   const Geo& g = p.g;
   for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x) {
-    if (!dev::is_lsa_peer(p.ctx, i / g.G)) continue;  // a GIN source: its counter (wait_gin_rows)
+    if (!dev::is_lsa_peer(p.ctx, i / g.G)) continue;  // a GIN source: its counter (wait_gin)
     dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.done(base, buf, i / g.G, i % g.G), g.me), e,
                    cuda::memory_order_acquire, what);
     if (blockIdx.x == 0 && i % g.G == g.G - 1) trace::emit(p.ring, trace::EventKind::kChunkRecv, id0 + i / g.G, ptx::globaltimer());
@@ -60,11 +71,16 @@ __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e
 // Puts per row dispatched to a GIN peer: the row, its (token, slot), fp8: its scales.
 __device__ __forceinline__ int row_puts(const Geo& g) { return g.nsc ? 3 : 2; }
 
-// Rows a source put into buffer `buf` of this rank (its counts for this rank's experts).
+// Source `src`'s count of call parity `buf` for expert x (0..E-1), in this rank's window.
+__device__ __forceinline__ int count_from(const Params& p, int buf, int src, int x) {
+  return at<const int>(p.ctx, p.win, p.g.slot(buf, src) + 16, p.g.me)[x];
+}
+
+// Rows a source put into this rank's receive block at call parity `buf` (its counts for this
+// rank's experts).
 __device__ __forceinline__ int rows_from(const Params& p, int buf, int src) {
-  const int* c = at<const int>(p.ctx, p.win, p.g.slot(buf, src) + 16, p.g.me);
   int n = 0;
-  for (int l = 0; l < p.g.L; ++l) n += c[l];
+  for (int l = 0; l < p.g.L; ++l) n += count_from(p, buf, src, p.g.me * p.g.L + l);
   return n;
 }
 
@@ -97,18 +113,18 @@ __device__ void wait_gin(const Params& p, Geo::Phase ph, int par, int total0, Ad
 }
 
 // pre[0..n] = the exclusive prefix sums of v(0..n-1) in shared memory (pre[n]: the total),
-// by warp 0 in chunks of 32 (n <= kEpMaxExperts), then the CTA synchronized. Why: the row loops
-// below used to walk the experts one by one, each step waiting on a count's global load (256
-// steps at 256 experts); traced at one rank, the receive took 87 us to copy what the send had
-// stored in 24 us (docs/ep.md). With the prefix in shared
-// memory a warp finds its rows by binary search; rows land where they did.
+// by warp 0 in chunks of 32 (n <= kEpMaxExperts), then the CTA synchronized. A warp or thread
+// then finds its row by binary search instead of walking the experts on dependent loads (which
+// once made the receive 3.6x slower than the send; docs/ep.md).
 template <class V>
 __device__ void block_prefix(int* pre, int n, V v) {
+  for (int x = threadIdx.x; x < n; x += blockDim.x) pre[x] = v(x);  // every load in flight at once
+  __syncthreads();
   if (threadIdx.x < 32) {
     int carry = 0;
     for (int x0 = 0; x0 < n; x0 += 32) {
       const int x = x0 + (int)threadIdx.x;
-      const int mine = x < n ? v(x) : 0;
+      const int mine = x < n ? pre[x] : 0;
       int inc = mine;
       for (int o = 1; o < 32; o *= 2) {
         const int y = __shfl_up_sync(0xffffffffu, inc, o);
@@ -132,26 +148,31 @@ __device__ __forceinline__ int find_in_prefix(const int* pre, int n, int k) {
   }
   return lo;
 }
+// The layout of this rank's routing, computed by every CTA of the send in its shared memory (a
+// kernel of its own cost a launch per step, more than the work): pos[t][j] = the number of
+// earlier (token, slot) entries of this rank with the same expert (a repeat within a token's row
+// is refused below, so: earlier tokens), and cnt[e], the count per expert. Deterministic without
+// atomics: warp w takes a contiguous range of entries, 32 at a time; __match_any_sync groups the
+// lanes holding the same expert, so a lane's place is the warp's running count for that expert
+// plus the matching lanes below it; then a prefix over the warps per expert. Shared memory
+// (layout_smem): per-warp counts [kWarps][E], the ids and the places [n], all int16 (at most 1024
+// x 16 entries). With `record` (CTA 0) the verdict (ids out of range, repeats: left out) goes to
+// the status, and pos and cnt to the device state (combine_recv and the GIN totals read them).
+__host__ __device__ constexpr size_t layout_smem(int E, int n) { return ((size_t)kWarps * E + 2 * (size_t)n) * sizeof(int16_t); }
 
-// One CTA of kLayoutThreads: pos[t][j] = the number of earlier (token, slot) entries of this rank
-// with the same expert (a repeat within a token's row is refused below, so: earlier tokens), and the
-// count per expert. Deterministic without atomics: warp w takes a contiguous range of entries,
-// 32 at a time; __match_any_sync groups the lanes holding the same expert, so a lane's place is
-// the warp's running count for that expert plus the matching lanes below it. Then a prefix over
-// the warps per expert. Shared memory: the ids as int16 and the per-warp counts as int16 (both
-// fit: at most 1024 x 16 entries). Bad ids are recorded and left out.
-constexpr int kLayoutThreads = 512, kLayoutWarps = kLayoutThreads / 32;
-__global__ void __launch_bounds__(kLayoutThreads) layout(const __grid_constant__ Params p) {
-  extern __shared__ int16_t sm[];
+__device__ const int16_t* layout_in_smem(const Params& p, int16_t* sm, int* cnt, bool record) {
   const Geo& g = p.g;
   const int n = p.s.num_tokens * g.topk, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int16_t* wcnt = sm;                         // [kLayoutWarps][E]
-  int16_t* sid = sm + kLayoutWarps * g.E;     // [n]
-  for (int i = threadIdx.x; i < kLayoutWarps * g.E; i += blockDim.x) wcnt[i] = 0;
+  int16_t* wcnt = sm;                 // [kWarps][E]
+  int16_t* sid = sm + kWarps * g.E;   // [n]
+  int16_t* pos = sid + n;             // [n]
+  if (record && threadIdx.x == 0) *p.s.status = Status{};  // this dispatch's verdict starts clean
+  for (int i = threadIdx.x; i < kWarps * g.E; i += blockDim.x) wcnt[i] = 0;
+  __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const long long e = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
     if (e < -1 || e >= g.E) {
-      if (atomicCAS(&p.s.status->code, 0, 1) == 0) {
+      if (record && atomicCAS(&p.s.status->code, 0, 1) == 0) {
         p.s.status->rank = g.me, p.s.status->token = i / g.topk, p.s.status->slot = i % g.topk, p.s.status->value = e;
         __threadfence_system();
       }
@@ -162,28 +183,28 @@ __global__ void __launch_bounds__(kLayoutThreads) layout(const __grid_constant__
   }
   __syncthreads();
   // An expert twice in a token's row would count the token twice and overrun the expert's
-  // max_tokens staging rows of this source: the repeat is left out and recorded, and the
-  // verdict makes every rank's dispatch write nothing.
+  // rows of this source: the repeat is left out and recorded, and the verdict makes every
+  // rank's dispatch write nothing.
   for (int t = threadIdx.x; t < p.s.num_tokens; t += blockDim.x)
     for (int j = 1; j < g.topk; ++j) {
       const int16_t e = sid[t * g.topk + j];
       bool repeat = false;
       for (int k = 0; k < j && !repeat && e >= 0; ++k) repeat = sid[t * g.topk + k] == e;
       if (!repeat) continue;
-      if (atomicCAS(&p.s.status->code, 0, kStatusDuplicate) == 0) {
+      if (record && atomicCAS(&p.s.status->code, 0, kStatusDuplicate) == 0) {
         p.s.status->rank = g.me, p.s.status->token = t, p.s.status->slot = j, p.s.status->value = e;
         __threadfence_system();
       }
       sid[t * g.topk + j] = -1;
     }
   __syncthreads();
-  const int per = (n + kLayoutWarps - 1) / kLayoutWarps, begin = warp * per, end = min(n, begin + per);
+  const int per = (n + kWarps - 1) / kWarps, begin = warp * per, end = min(n, begin + per);
   for (int i0 = begin; i0 < end; i0 += 32) {
     const int i = i0 + lane;
     const int e = i < end ? sid[i] : -2;
     const unsigned same = __match_any_sync(0xffffffffu, e);
     const int below = __popc(same & ((1u << lane) - 1u));
-    if (e >= 0) p.s.pos[i] = wcnt[warp * g.E + e] + below;
+    if (e >= 0) pos[i] = (int16_t)(wcnt[warp * g.E + e] + below);
     __syncwarp();
     if (e >= 0 && below == 0) wcnt[warp * g.E + e] += (int16_t)__popc(same);
     __syncwarp();
@@ -191,34 +212,43 @@ __global__ void __launch_bounds__(kLayoutThreads) layout(const __grid_constant__
   __syncthreads();
   for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
     int run = 0;
-    for (int w = 0; w < kLayoutWarps; ++w) {
+    for (int w = 0; w < kWarps; ++w) {
       const int c = wcnt[w * g.E + e];
       wcnt[w * g.E + e] = (int16_t)run;
       run += c;
     }
-    p.s.cnt[e] = run;
+    cnt[e] = run;
+    if (record) p.s.cnt[e] = run;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int e = sid[i];
-    p.s.pos[i] = e >= 0 ? p.s.pos[i] + wcnt[(i / per) * g.E + e] : -1;
+    pos[i] = e >= 0 ? (int16_t)(pos[i] + wcnt[(i / per) * g.E + e]) : (int16_t)-1;
+    if (record) p.s.pos[i] = pos[i];
   }
+  __syncthreads();
+  return pos;
 }
 
 __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs);
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
-  if (blockIdx.x == 0)  // the counts for each rank's experts, and this rank's verdict
+  stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
+  extern __shared__ int16_t lsm[];
+  __shared__ int cnt[kEpMaxExperts];
+  const int16_t* pos = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
+  // 1. CTA 0: this rank's verdict and its counts for every expert, to every rank.
+  if (blockIdx.x == 0)
     for (int d = warp; d < g.P; d += kWarps) {
       const bool lsa = dev::is_lsa_peer(ctx, d);
       const size_t staged = g.off_sslots + ((size_t)buf * g.P + d) * g.slot_bytes;
       char* s = lsa ? at<char>(ctx, p.win, g.slot(buf, g.me), d) : at<char>(ctx, p.win, staged, g.me);
       const int code = *reinterpret_cast<volatile int*>(&p.s.status->code);
       if (lane == 0) *reinterpret_cast<int*>(s + 8) = (code == 1 || code == kStatusDuplicate) ? 1 : 0;
-      for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[l] = p.s.cnt[d * g.L + l];
+      for (int x = lane; x < g.E; x += 32) reinterpret_cast<int*>(s + 16)[x] = cnt[x];
       if (!lsa && lane == 0) *reinterpret_cast<uint64_t*>(s) = e;
       __threadfence_system();
       __syncwarp();
@@ -227,26 +257,57 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
         dev::put_signal(dev::Warp{}, ctx, d, p.win, g.slot(buf, g.me), p.win, staged, g.slot_bytes,
                         g.signal(Geo::kSigCounts, buf, g.me), 1);
     }
-  // A warp per (token, expert) pair, so that a decode batch of a few tokens still spreads over
-  // every warp of the grid: the token's bf16 row (read from L2 after the first of its pairs) is
-  // stored into that expert's staging row; fp8 quantizes it per 128 columns, a half-warp per
-  // group of 16 chunks.
-  const int chunks = g.hidden / 8;  // 16-byte bf16 chunks
-  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
-  for (int i = gw; i < p.s.num_tokens * g.topk; i += nw) {
-    const int pos = p.s.pos[i];
-    if (pos < 0) continue;  // warp-uniform: one pair per warp
+  // 2. Every CTA: every rank's counts of this call. They place this rank's rows, and each says
+  //    that its rank has begun the call (it reads no earlier rows any more).
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
+    if (dev::is_lsa_peer(ctx, q))
+      dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, q), g.me), e, cuda::memory_order_acquire,
+                     "ep.ll.send.counts");
+    else  // a GIN rank's slot: one put per call of this parity
+      dev::wait_signal(dev::Thread{}, ctx, g.signal(Geo::kSigCounts, buf, q),
+                       p.s.sig0[sig_slot(g, Geo::kSigCounts, buf, q)] + (e + 1) / 2, cuda::memory_order_acquire,
+                       "ep.ll.send.counts");
+  }
+  __shared__ int base[kEpMaxExperts];  // rows that lower ranks send to expert x
+  __shared__ int bad;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x)
+    if (*at<const int>(ctx, p.win, g.slot(buf, q) + 8, g.me) != 0) bad = 1;
+  for (int x = threadIdx.x; x < g.E; x += blockDim.x) {
+    int b = 0;
+    for (int q = 0; q < g.me; ++q) b += count_from(p, buf, q, x);
+    base[x] = b;
+  }
+  __syncthreads();
+  stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
+  // 3. p.parts warps per (token, expert) pair, each a range of its 16-byte chunks (a multiple of
+  //    16: whole fp8 scale groups), so that a decode batch of a few tokens still spreads over
+  //    every warp of the grid and each lane has one or two rounds of loads in flight: the token's
+  //    bf16 row (read from L2 after the first of its pairs) is stored into the expert's receive
+  //    row; fp8 quantizes it per 128 columns, a half-warp per group of 16 chunks. Item k (pair
+  //    k / parts) goes to CTA k mod G, warp (k / G) mod kWarps (in CTA-major order the first
+  //    pairs filled half the grid). Nothing when some rank's routing was refused (every rank
+  //    sees it).
+  const int all_chunks = g.hidden / 8;  // 16-byte bf16 chunks
+  const int per_part = ((all_chunks + p.parts - 1) / p.parts + 15) / 16 * 16;
+  for (int k = blockIdx.x + warp * gridDim.x; !bad && k < p.s.num_tokens * g.topk * p.parts; k += gridDim.x * kWarps) {
+    const int i = k / p.parts, part = k % p.parts;
+    if (pos[i] < 0) continue;  // warp-uniform: one item per warp
+    const int c_begin = min(all_chunks, part * per_part), chunks = min(all_chunks, c_begin + per_part) - c_begin;
     const int t = i / g.topk, j = i % g.topk;
     const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
     const int dst = (int)(id / g.L);
-    const size_t r = g.srow(buf, (int)(id % g.L), g.me, pos);
-    const char* src = p.x + (size_t)t * g.hidden * 2;
-    // An LSA destination's staging row directly; a GIN one's through this rank's staging.
+    const size_t r = (size_t)(id % g.L) * g.cap + base[id] + pos[i];  // the row in dst's receive block
+    if (lane == 0 && part == 0) p.s.route[i] = make_int2(dst, (int)r);
+    const char* src = p.x + (size_t)t * g.hidden * 2 + (size_t)c_begin * 16;
+    // An LSA destination's receive row directly; a GIN one's through this rank's staging.
     const bool lsa = dev::is_lsa_peer(ctx, dst);
     const int wr = lsa ? dst : g.me;
     const size_t sp = g.spair(buf, i);
-    const size_t row_off = lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes;
-    const size_t sc_off = lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4;
+    // This part's first byte of the row (bf16 16 bytes per chunk, fp8 8) and its first scale.
+    const size_t row_off = (lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes) + (size_t)c_begin * (p.fp8 ? 8 : 16);
+    const size_t sc_off = (lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4) + (size_t)(c_begin / 16) * 4;
     const size_t meta_off = lsa ? g.off_meta + r * 8 : g.off_smeta + sp * 8;
     if (!p.fp8) {
       char* to = at<char>(ctx, p.win, row_off, wr);
@@ -267,25 +328,33 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       for (int u = 0; u < kRowUnroll; ++u) {
         if (c0 + 32 * u >= chunks) break;  // warp-uniform
         const int c = c0 + 32 * u + lane;
-        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&v[u]);
+        // Registers only (a byte pointer into a vector would put it in local memory).
+        const uint32_t wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
         float f[8], amax = 0.0f;
+#pragma unroll
         for (int k = 0; k < 8; ++k) {
-          f[k] = __bfloat162float(h[k]);
+          f[k] = __uint_as_float((k % 2 ? wd[k / 2] >> 16 : wd[k / 2] & 0xffffu) << 16);  // bf16 -> f32 is exact
           amax = fmaxf(amax, fabsf(f[k]));
         }
+#pragma unroll
         for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float scale = amax > 0.0f ? amax / 448.0f : 1.0f;
-        uint2 q;
-        uint8_t* qb = reinterpret_cast<uint8_t*>(&q);
-        for (int k = 0; k < 8; ++k) qb[k] = (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(f[k], scale), __NV_SATFINITE, __NV_E4M3);
+        // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
+        // send twice the bf16 one); the row keeps amax / 448 to dequantize.
+        const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        const float inv = amax > 0.0f ? __fdiv_rn(448.0f, amax) : 1.0f;
+        uint32_t qw[2] = {0, 0};
+#pragma unroll
+        for (int e8 = 0; e8 < 8; ++e8)
+          qw[e8 / 4] |= (uint32_t)__nv_cvt_float_to_fp8(__fmul_rn(f[e8], inv), __NV_SATFINITE, __NV_E4M3) << (8 * (e8 % 4));
+        const uint2 q = make_uint2(qw[0], qw[1]);
         if (c < chunks) {
           *at<uint2>(ctx, p.win, row_off + (size_t)c * 8, wr) = q;
           if (c % 16 == 0) *at<float>(ctx, p.win, sc_off + (size_t)(c / 16) * 4, wr) = scale;
         }
       }
     }
-    if (lane == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
-    if (!lsa) {  // warp-uniform
+    if (lane == 0 && part == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
+    if (!lsa) {  // warp-uniform (a GIN team sends whole rows: parts is 1)
       __threadfence_system();
       const int sig = g.signal(Geo::kSigRows, buf, g.me);
       dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_rows + r * g.row_bytes, p.win, row_off, g.row_bytes, sig, 1);
@@ -298,27 +367,22 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
 }
 
+// The rows are where the expert reads them: the receive waits for them and writes, per row of
+// expert l (source 0's rows, then source 1's, ...), its source rank, token and top-k slot.
 __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + g.G);
-  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int buf = (int)(e & 1u);
+  // This call's counts arrived before this rank's send ended (stream order); the rows:
+  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
-  if (threadIdx.x < g.P && dev::is_lsa_peer(ctx, threadIdx.x))
-    dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, threadIdx.x), g.me), e,
-                   cuda::memory_order_acquire, "ep.ll.recv.counts");
-  else if (threadIdx.x < g.P)  // a GIN source's slot: one put per call
-    dev::wait_signal(dev::Thread{}, ctx, g.signal(Geo::kSigCounts, buf, threadIdx.x),
-                     p.s.sig0[sig_slot(g, Geo::kSigCounts, buf, threadIdx.x)] + (e + 1) / 2,  // calls of this parity
-                     cuda::memory_order_acquire, "ep.ll.recv.counts");
-  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
-  if (g.gin)
-    wait_gin(p, Geo::kSigRows, buf, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
-  if (threadIdx.x < g.P && *at<int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
   __syncthreads();
-  const auto count_of = [&](int src, int l) { return at<const int>(ctx, p.win, g.slot(buf, src) + 16, g.me)[l]; };
-  if (bad) {
+  if (threadIdx.x < g.P && *at<const int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
+  __syncthreads();
+  if (bad) {  // no rank sent rows
     if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(&p.s.status->code, 0, 2) == 0) {
       p.s.status->rank = bad - 1;
       __threadfence_system();
@@ -326,59 +390,54 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
     for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < g.L; l += gridDim.x * blockDim.x) p.s.rcount[l] = 0;
     return;
   }
-  // Expert l's rows: source 0's, then source 1's, ... A warp per row: row k of all (expert,
-  // source, row) in that order goes to warp k mod (grid warps), so a few busy experts still
-  // spread over every CTA. pre[x], x = l P + s: the rows before (l, s) in that order.
+  if (g.gin)
+    wait_gin(p, Geo::kSigRows, buf, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
+  // pre[x], x = l P + s: the rows before (expert l, source s) in (expert, source) order.
   __shared__ int pre[kEpMaxExperts + 1];
   const int LP = g.L * g.P;
-  block_prefix(pre, LP, [&](int x) { return count_of(x % g.P, x / g.P); });
-  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
+  block_prefix(pre, LP, [&](int x) { return count_from(p, buf, x % g.P, g.me * g.L + x / g.P); });
   for (int l = threadIdx.x; blockIdx.x == 0 && l < g.L; l += blockDim.x) p.s.rcount[l] = pre[(l + 1) * g.P] - pre[l * g.P];
-  for (int k = gw; k < pre[LP]; k += nw) {
-    const int x = find_in_prefix(pre, LP, k), l = x / g.P, s = x % g.P, i = k - pre[x];
-    const size_t from = g.srow(buf, l, s, i), to = (size_t)l * g.cap + (k - pre[l * g.P]);
-    const char* src = at<const char>(ctx, p.win, g.off_rows + from * g.row_bytes, g.me);
-    char* dst = p.s.rx + to * g.row_bytes;
-    warp_copy_row(
-        (int)(g.row_bytes / 16), lane, [&](int c) { return ptx::ld_volatile_v4(src + (size_t)c * 16); },
-        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
-    for (size_t c = lane; c < g.nsc; c += 32)
-      p.s.rscales[to * g.nsc + c] = at<const float>(ctx, p.win, g.off_scales + (from * g.nsc + c) * 4, g.me)[0];
-    if (lane == 0) {
-      const int2 m = *at<const int2>(ctx, p.win, g.off_meta + from * 8, g.me);
-      p.s.rsrc[to] = s, p.s.rtok[to] = m.x, p.s.rslot[to] = m.y;
-    }
+  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < pre[LP]; k += gridDim.x * blockDim.x) {
+    const int x = find_in_prefix(pre, LP, k), l = x / g.P;
+    const size_t row = (size_t)l * g.cap + (k - pre[l * g.P]);
+    const int2 m = *at<const int2>(ctx, p.win, g.off_meta + row * 8, g.me);
+    p.s.rsrc[row] = x % g.P, p.s.rtok[row] = m.x, p.s.rslot[row] = m.y;
   }
   stamp(p.ring, trace::EventKind::kKernelEnd, blockIdx.x);
 }
 
+// The combine block holds y (p.y null: the caller wrote it there; else copied in here); the
+// flags tell every source it may pull. A GIN source cannot pull: its rows are put into its
+// landing rows [t][j].
 __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + 2 * g.G);
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId + blockIdx.x);
-  const int chunks = g.hidden / 8;
-  // Row k of all experts' rows goes to warp k mod (grid warps), as in recv; pre[l]: the rows of
-  // the experts before l.
-  __shared__ int pre[kEpMaxExperts + 1];
-  block_prefix(pre, g.L, [&](int l) { return p.s.rcount[l]; });
-  const int gw = blockIdx.x * kWarps + warp, nw = gridDim.x * kWarps;
-  for (int k = gw; k < pre[g.L]; k += nw) {
-    const int l = find_in_prefix(pre, g.L, k), r = k - pre[l];
-    const size_t row = (size_t)l * g.cap + r;
-    const int s = p.s.rsrc[row];
-    const size_t at_s = g.off_cy + g.cyrow(buf, p.s.rtok[row], p.s.rslot[row]) * g.hidden * 2;
-    const bool lsa = dev::is_lsa_peer(ctx, s);  // else staged here and put
-    char* dst = lsa ? at<char>(ctx, p.win, at_s, s) : at<char>(ctx, p.win, g.off_scy + row * g.hidden * 2, g.me);
-    const char* src = p.y + row * g.hidden * 2;
-    warp_copy_row(
-        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-        [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
-    if (!lsa) {  // warp-uniform
-      __threadfence_system();
-      dev::put_signal(dev::Warp{}, ctx, s, p.win, at_s, p.win, g.off_scy + row * g.hidden * 2, (size_t)g.hidden * 2,
-                      g.signal(Geo::kSigCombine, buf, g.me), 1);
+  if (p.y != nullptr || g.gin) {
+    // Row k of all experts' rows goes to CTA k mod G (as the send's pairs); pre[l]: the rows of
+    // the experts before l.
+    __shared__ int pre[kEpMaxExperts + 1];
+    block_prefix(pre, g.L, [&](int l) { return p.s.rcount[l]; });
+    const size_t rb = (size_t)g.hidden * 2;
+    for (int k = blockIdx.x + warp * gridDim.x; k < pre[g.L]; k += gridDim.x * kWarps) {
+      const int l = find_in_prefix(pre, g.L, k);
+      const size_t row = (size_t)l * g.cap + (k - pre[l]);
+      char* yb = at<char>(ctx, p.win, g.off_y + row * rb, g.me);
+      if (p.y != nullptr) {
+        const char* src = p.y + row * rb;
+        warp_copy_row(
+            (int)(rb / 16), lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+            [&](int c, uint4 v) { ptx::st_v4(yb + (size_t)c * 16, v); });
+      }
+      const int s = p.s.rsrc[row];
+      if (!dev::is_lsa_peer(ctx, s)) {  // warp-uniform
+        __threadfence_system();
+        dev::put_signal(dev::Warp{}, ctx, s, p.win, g.off_cy + g.cyrow(p.s.rtok[row], p.s.rslot[row]) * rb, p.win,
+                        g.off_y + row * rb, rb, g.signal(Geo::kSigCombine, buf, g.me), 1);
+      }
     }
   }
   release_to_all(p, g.off_cdone, buf, e);
@@ -386,8 +445,12 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
 }
 
 // out[t] = sum_j w[t][j] y(t, j) over the slots with an expert, j ascending, fp32, rounded once.
+// A thread per 16 bytes of an output row issues the loads of all its slots before the first add
+// (from the expert rank's combine block, or this rank's landing rows for a GIN expert rank).
 __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
   const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + 3 * g.G);
   const int buf = (int)(e & 1u);
   wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
@@ -395,15 +458,26 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
   if (g.gin)  // every GIN expert rank put back one row per pair of this rank it received
     wait_gin(p, Geo::kSigCombine, buf, 2 * g.P, [&](int d) { return pairs_to(p, d); }, "ep.ll.combine.rows", kCombineId);
   const int vecs = g.hidden / 8;
-  const char* local = at<const char>(p.ctx, p.win, 0, g.me);
+  const size_t rb = (size_t)g.hidden * 2;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
     const int t = i / vecs, v = i % vecs;
+    uint4 raw[kEpMaxTopk];
+    unsigned have = 0;
+#pragma unroll
+    for (int j = 0; j < kEpMaxTopk; ++j) {
+      if (j >= g.topk || p.s.pos[t * g.topk + j] < 0) continue;
+      const int2 rt = p.s.route[t * g.topk + j];
+      const char* row = dev::is_lsa_peer(ctx, rt.x) ? at<const char>(ctx, p.win, g.off_y + (size_t)rt.y * rb, rt.x)
+                                                    : at<const char>(ctx, p.win, g.off_cy + g.cyrow(t, j) * rb, g.me);
+      raw[j] = ptx::ld_volatile_v4(row + (size_t)v * 16);
+      have |= 1u << j;
+    }
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < g.topk; ++j) {
-      if (p.s.pos[t * g.topk + j] < 0) continue;
+#pragma unroll
+    for (int j = 0; j < kEpMaxTopk; ++j) {
+      if (!(have >> j & 1u)) continue;
       const float w = p.weights[t * g.topk + j];
-      const uint4 raw = ptx::ld_volatile_v4(local + g.off_cy + g.cyrow(buf, t, j) * g.hidden * 2 + (size_t)v * 16);
-      const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw);
+      const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw[j]);
       for (int k = 0; k < 8; ++k) acc[k] = __fmaf_rn(w, __bfloat162float(y[k]), acc[k]);
     }
     uint4 o;
@@ -415,15 +489,17 @@ __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__
 }
 
 // After a receive (stream order: every CTA of it is done): the running totals the next call's
-// waits count from. The dispatch rows were put whatever the verdict; combine rows only when the
-// dispatch was good (a bad one sends nothing back).
+// waits count from. A refused call put no rows and brings nothing back in combine.
 __global__ void gin_advance(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
+  if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;
   const int buf = (int)(p.s.epochs[p.g.G] & 1u);  // the receive's buffer (its CTA 0's epoch)
   for (int q = threadIdx.x; q < p.g.P; q += blockDim.x)
     if (!dev::is_lsa_peer(p.ctx, q)) p.s.gin_total[buf * p.g.P + q] += (uint64_t)rows_from(p, buf, q) * row_puts(p.g);
 }
 
 __global__ void gin_advance_combine(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
   if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;
   const int buf = (int)(p.s.epochs[3 * p.g.G] & 1u);  // the combine receive's buffer
   for (int d = threadIdx.x; d < p.g.P; d += blockDim.x)
@@ -433,6 +509,27 @@ __global__ void gin_advance_combine(const __grid_constant__ Params p) {
 }  // namespace ops::ep::ll
 
 // ------------------------------------------------------------------------------ host
+namespace {
+// Every kernel of this mode with programmatic dependent launch (CommTuning::pdl, TILEWIRE_PDL):
+// its CTAs may be scheduled while the kernel before it on the stream drains, which hides most
+// of a launch; each kernel begins with griddepcontrol.wait, so it still sees all that kernel
+// wrote. A decode step is five short kernels in a row.
+void launch_ll(const Comm& comm, void (*kernel)(ops::ep::ll::Params), int grid, int block, size_t smem,
+               cudaStream_t stream, const ops::ep::ll::Params& p) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = comm.tuning().pdl ? 1 : 0;
+  TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+}  // namespace
+
 void EpBuffer::init_low_latency() {
   ll_ = std::make_unique<LowLatency>();
   LowLatency& ll = *ll_;
@@ -447,15 +544,18 @@ void EpBuffer::init_low_latency() {
   s.pos = ep_zalloc<int>((size_t)g.max_tokens * g.topk, s0);
   s.cnt = ep_zalloc<int>(g.E, s0);
   s.epochs = ep_zalloc<uint32_t>(4 * (size_t)g.G, s0);
-  s.rx = ep_zalloc<char>((size_t)g.L * g.cap * g.row_bytes, s0);
-  s.rscales = ep_zalloc<float>((size_t)g.L * g.cap * g.nsc, s0);
+  s.route = ep_zalloc<int2>((size_t)g.max_tokens * g.topk, s0);
   s.rcount = ep_zalloc<int>(g.L, s0);
   s.rsrc = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
   s.rtok = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
   s.rslot = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  ll.local_bytes = (size_t)g.max_tokens * g.topk * 4 + (size_t)g.E * 4 + 16 * (size_t)g.G +
-                   (size_t)g.L * g.cap * (g.row_bytes + 4 * g.nsc + 12) + 4 * (size_t)g.L;
+  ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 16 * (size_t)g.G + (size_t)g.L * g.cap * 12 +
+                   4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
+  // The send computes the layout in shared memory: up to 16 x 512 + 2 x 1024 x 16 int16.
+  const size_t smem = ops::ep::ll::layout_smem(g.E, g.max_tokens * g.topk);
+  if (smem > 48 * 1024)
+    TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
     ll.g.sig = comm_.reserve_signals(6 * P, "EpBuffer (low latency)");
     uint64_t* sig0 = ep_zalloc<uint64_t>(6 * (size_t)P, s0);
@@ -512,12 +612,13 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   p.topk_idx = a.topk_idx;
   p.idx64 = a.index_type == EpIndex::kInt64;
   p.fp8 = cfg_.payload == EpPayload::kFp8E4M3;
-  TW_CUDA_CHECK(cudaMemsetAsync(st_->status_dev, 0, sizeof(ops::ep::Status), stream));
-  const size_t smem = ((size_t)ops::ep::ll::kLayoutWarps * cfg_.num_experts + (size_t)a.num_tokens * cfg_.topk) * sizeof(int16_t);
-  ops::ep::ll::layout<<<1, ops::ep::ll::kLayoutThreads, smem, stream>>>(p);
-  TW_CUDA_CHECK(cudaGetLastError());
-  ops::ep::ll::send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  TW_CUDA_CHECK(cudaGetLastError());
+  // Warps per pair: as many as leave every CTA's warps busy (a power of two, at most 16), so a
+  // lane has at most two rounds of loads per row; whole rows when GIN puts them.
+  p.parts = 1;
+  const int pairs_per_cta = std::max(1, (a.num_tokens * cfg_.topk + sms_ - 1) / sms_);
+  while (!ll.g.gin && p.parts < ops::ep::kWarps && 2 * p.parts * pairs_per_cta <= ops::ep::kWarps) p.parts *= 2;
+  launch_ll(comm_, ops::ep::ll::send, sms_, ops::ep::kThreads,
+            ops::ep::ll::layout_smem(cfg_.num_experts, a.num_tokens * cfg_.topk), stream, p);
   ll.step = LowLatency::Step::kSent;
 }
 
@@ -531,14 +632,16 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
                       [&] { comm_.agree_on_call("EpBuffer::dispatch_recv", {}); });
   LowLatency& ll = *ll_;
   ops::ep::ll::Params p = low_latency_params();
-  ops::ep::ll::recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  if (ll.g.gin) ops::ep::ll::gin_advance<<<1, 64, 0, stream>>>(p);
+  launch_ll(comm_, ops::ep::ll::recv, sms_, ops::ep::kThreads, 0, stream, p);
+  if (ll.g.gin) launch_ll(comm_, ops::ep::ll::gin_advance, 1, 64, 0, stream, p);
   comm_.check_launch("ep low-latency receive launch");
   comm_.launched("ep low-latency receive");
   ll.step = LowLatency::Step::kReceived;
   EpLowLatencyRecv r;
-  r.x = ll.s.rx;
-  r.x_scales = ll.g.nsc ? ll.s.rscales : nullptr;
+  char* base = static_cast<char*>(ll.win.data());
+  r.x = base + ll.g.off_rows;
+  r.x_scales = ll.g.nsc ? reinterpret_cast<float*>(base + ll.g.off_scales) : nullptr;
+  r.y = base + ll.g.off_y;
   r.count = ll.s.rcount;
   r.src_rank = ll.s.rsrc;
   r.src_token = ll.s.rtok;
@@ -557,9 +660,9 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
                       [&] { comm_.agree_on_call("EpBuffer::combine_send", {}); });
   LowLatency& ll = *ll_;
   ops::ep::ll::Params p = low_latency_params();
-  p.y = static_cast<const char*>(y);
-  ops::ep::ll::combine_send<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  TW_CUDA_CHECK(cudaGetLastError());
+  // y already in the combine block (the expert wrote it there): nothing to copy.
+  p.y = y == static_cast<const char*>(ll.win.data()) + ll.g.off_y ? nullptr : static_cast<const char*>(y);
+  launch_ll(comm_, ops::ep::ll::combine_send, sms_, ops::ep::kThreads, 0, stream, p);
   ll.step = LowLatency::Step::kCombineSent;
 }
 
@@ -578,8 +681,8 @@ void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t s
   ops::ep::ll::Params p = low_latency_params();
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);
-  ops::ep::ll::combine_recv<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
-  if (ll.g.gin) ops::ep::ll::gin_advance_combine<<<1, 64, 0, stream>>>(p);
+  launch_ll(comm_, ops::ep::ll::combine_recv, sms_, ops::ep::kThreads, 0, stream, p);
+  if (ll.g.gin) launch_ll(comm_, ops::ep::ll::gin_advance_combine, 1, 64, 0, stream, p);
   comm_.check_launch("ep low-latency combine launch");
   comm_.launched("ep low-latency combine");
   ll.step = LowLatency::Step::kIdle;

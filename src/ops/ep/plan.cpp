@@ -1,5 +1,6 @@
 // Host checks and sizes of the EP buffer (tilewire/ops/ep.hpp). No GPU needed; unit-tested in
 // tests/cpu/ep_plan_test.cpp.
+#include <algorithm>
 #include <string>
 
 #include "tilewire/ops/ep.hpp"
@@ -12,6 +13,13 @@ Status fail(const std::string& why) { return Status{false, "EpBuffer: " + why}; 
 
 size_t ep_row_bytes(const EpConfig& c) { return (size_t)c.hidden * (c.payload == EpPayload::kBFloat16 ? 2 : 1); }
 size_t ep_scale_bytes(const EpConfig& c) { return c.payload == EpPayload::kFp8E4M3 ? (size_t)c.hidden / 128 * 4 : 0; }
+
+// Low latency takes the whole budget: a decode step's few tokens leave little compute beside it,
+// and each of its kernels moves rows at the rate of the SMs that issue the stores (at one rank,
+// 24 SMs stored 128 x 8 rows of 14 KiB at 0.57 TB/s; docs/ep.md).
+int ep_default_sms(const EpConfig& c, int sm_budget) {
+  return c.mode == EpMode::kLowLatency ? sm_budget : std::min(kEpDefaultSms, sm_budget);
+}
 
 Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
   if (nranks < 1) return fail("the communicator has no ranks");
@@ -110,29 +118,29 @@ Geo geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.max_tokens = c.max_tokens_per_rank, g.cap = P * c.max_tokens_per_rank, g.G = G, g.hidden = c.hidden;
   g.row_bytes = ep_row_bytes(c);
   g.nsc = ep_scale_bytes(c) / 4;
-  g.slot_bytes = (16 + 4 * (size_t)g.L + 15) / 16 * 16;
+  g.slot_bytes = (16 + 4 * (size_t)g.E + 15) / 16 * 16;
   size_t o = 0;
   auto take = [&](size_t bytes) {
     const size_t at = o;
     o = up(o + bytes);
     return at;
   };
-  const size_t rows = 2 * (size_t)g.L * P * g.max_tokens;  // two buffers of [L][P][max_tokens]
+  const size_t rows = (size_t)g.L * g.cap;  // the receive block [L][P x max_tokens]
   g.off_slots = take(2 * (size_t)P * g.slot_bytes);
   g.off_done = take(2 * (size_t)P * G * 8);
   g.off_cdone = take(2 * (size_t)P * G * 8);
   g.off_meta = take(rows * 8);
   g.off_scales = take(rows * g.nsc * 4);
   g.off_rows = take(rows * g.row_bytes);
-  g.off_cy = take(2 * (size_t)g.max_tokens * g.topk * g.hidden * 2);
+  g.off_y = take(rows * g.hidden * 2);
   g.gin = gin;
   if (gin) {
-    const size_t pairs = 2 * (size_t)g.max_tokens * g.topk;  // two buffers of [max_tokens x topk]
+    const size_t pairs = (size_t)g.max_tokens * g.topk;
     g.off_sslots = take(2 * (size_t)P * g.slot_bytes);
-    g.off_smeta = take(pairs * 8);
-    g.off_sscales = take(pairs * g.nsc * 4);
-    g.off_srows = take(pairs * g.row_bytes);
-    g.off_scy = take((size_t)g.L * g.cap * g.hidden * 2);
+    g.off_smeta = take(2 * pairs * 8);  // two parities of [max_tokens x topk]
+    g.off_sscales = take(2 * pairs * g.nsc * 4);
+    g.off_srows = take(2 * pairs * g.row_bytes);
+    g.off_cy = take(pairs * g.hidden * 2);
   }
   g.total = o;
   return g;
