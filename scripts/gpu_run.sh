@@ -259,9 +259,9 @@ if [ "$MODE" = ll ]; then
     step "EP tests, ${p} virtual ranks (0: the real GPU)"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
   done
-  step "memcheck on the EP tests, 4 virtual ranks"
+  step "memcheck on the EP tests, 4 virtual ranks (not the death tests: a forked child under the sanitizer hangs)"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep*'
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*'
   for shape in ${LL_GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
     IFS=x read -r nodes per <<<"$shape"
     step "DeviceApi.*, Ep*, $nodes x $per nodes, ${LL_GIN_SEEDS:-2} chaos seeds (one per repeat)"
