@@ -12,9 +12,10 @@ torch is imported when a function needs it, so `import tilewire` works without i
 from __future__ import annotations
 
 from . import _C
+from . import _checks as chk
 
-_DTYPES = {"torch.bfloat16": "bfloat16", "torch.float16": "float16", "torch.float32": "float32",
-           "torch.uint8": "uint8", "torch.int32": "int32", "torch.int64": "int64"}
+_DTYPES = chk.DTYPES
+_REDUCE = (chk.BF16, chk.FP16, chk.FP32)
 
 
 def _dtype_name(dtype) -> str:
@@ -35,8 +36,13 @@ class Comm:
     def __init__(self, c: _C.Comm):
         from . import torch_ops
         self._c = c
+        self._closed = False
         self._staging = {}  # (name, bytes) -> symmetric tensor: copies of non-symmetric inputs
         self.id = torch_ops.handle(self)  # for torch.ops.tilewire.* (torch_ops.py)
+
+    def _live(self, op: str) -> None:
+        if self._closed:
+            raise RuntimeError(f"tilewire.Comm.{op}: the communicator is closed")
 
     rank = property(lambda self: self._c.rank)
     nranks = property(lambda self: self._c.nranks)
@@ -46,6 +52,7 @@ class Comm:
     def empty(self, shape, dtype):
         """Collective: an uninitialized symmetric tensor (zero-copy in every op)."""
         import torch
+        self._live("empty")
         return torch.from_dlpack(self._c.empty(list(shape), _dtype_name(dtype)))
 
     def zeros(self, shape, dtype):
@@ -55,14 +62,18 @@ class Comm:
 
     def collect(self) -> int:
         """Collective: release the windows of tensors that every rank has dropped."""
+        self._live("collect")
         return self._c.collect()
 
     def close(self) -> None:
         """Collective: release every window and the communicator. Tensors from empty() die with it."""
         from . import torch_ops
+        if self._closed:
+            return
         self._staging.clear()
         torch_ops.forget(self)
         self._c.close()
+        self._closed = True
 
     def __enter__(self):
         return self
@@ -71,6 +82,7 @@ class Comm:
         self.close()
 
     def barrier(self) -> None:
+        self._live("barrier")
         self._c.barrier()
 
     # ------------------------------------------------------------------ ops
@@ -89,39 +101,78 @@ class Comm:
 
     def all_reduce(self, tensor, out=None, algo: str = "auto", symmetric: bool = False):
         """Sum over ranks, into `out` (default: in place). `symmetric`: tensor and out come from
-        empty(); otherwise they are staged through windows (one copy each way)."""
+        empty(); otherwise they are staged through windows (one copy each way). `out` may have
+        any strides (written through a copy)."""
+        op = "all_reduce"
+        self._live(op)
+        chk.tensor(op, "tensor", tensor)
+        chk.dtype(op, "tensor", tensor, _REDUCE)
+        chk.on_gpu(op, "tensor", tensor, self.device)
+        if out is not None:
+            chk.out_tensor(op, "out", out, tuple(tensor.shape), str(tensor.dtype), self.device)
         n = tensor.numel()
         dt = _dtype_name(tensor.dtype)
+        dst = tensor if out is None else out
         if symmetric:
-            dst = tensor if out is None else out
+            chk.row_major(op, "tensor", tensor)
+            chk.row_major(op, "out", dst)
             _C.allreduce(self._c, tensor.data_ptr(), dst.data_ptr(), n, dt, algo, _stream())
             return dst
         src = self._symmetric(tensor, "all_reduce")
         _C.allreduce(self._c, src.data_ptr(), src.data_ptr(), n, dt, algo, _stream())
-        dst = tensor if out is None else out
-        dst.reshape(-1).copy_(src)
+        dst.copy_(src.view(tuple(dst.shape)))  # any strides: copy_ writes through them
         return dst
 
     def reduce_scatter(self, tensor, out):
         """out [numel / nranks] = rank r's shard of the sum; tensor is staged through a window."""
+        op = "reduce_scatter"
+        self._live(op)
+        chk.tensor(op, "tensor", tensor)
+        chk.dtype(op, "tensor", tensor, _REDUCE)
+        chk.on_gpu(op, "tensor", tensor, self.device)
+        chk.tensor(op, "out", out)
+        chk.dtype(op, "out", out, str(tensor.dtype), " (tensor's dtype)")
+        chk.on_gpu(op, "out", out, self.device)
+        chk.row_major(op, "out", out)
+        if tensor.numel() != out.numel() * self.nranks:
+            raise ValueError(f"{op}: tensor has {tensor.numel()} elements; expected out's {out.numel()} x {self.nranks} ranks")
         src = self._symmetric(tensor, "reduce_scatter")
         _C.reduce_scatter(self._c, src.data_ptr(), out.data_ptr(), out.numel(), _dtype_name(out.dtype), _stream())
         return out
 
     def all_gather(self, tensor, out):
-        """out [nranks x numel] = every rank's tensor in rank order; out is staged through a window."""
+        """out [nranks x numel] = every rank's tensor in rank order; out is staged through a window
+        (any strides: written through a copy)."""
+        op = "all_gather"
+        self._live(op)
+        chk.tensor(op, "tensor", tensor)
+        chk.dtype(op, "tensor", tensor, _REDUCE + ("torch.uint8", "torch.int32", "torch.int64"))
+        chk.on_gpu(op, "tensor", tensor, self.device)
+        chk.row_major(op, "tensor", tensor)
+        chk.tensor(op, "out", out)
+        chk.dtype(op, "out", out, str(tensor.dtype), " (tensor's dtype)")
+        chk.on_gpu(op, "out", out, self.device)
+        if out.numel() != tensor.numel() * self.nranks:
+            raise ValueError(f"{op}: out has {out.numel()} elements; expected tensor's {tensor.numel()} x {self.nranks} ranks")
         dst = self._symmetric(out, "all_gather")
         _C.all_gather(self._c, tensor.data_ptr(), dst.data_ptr(), tensor.numel(), _dtype_name(tensor.dtype), _stream())
-        out.reshape(-1).copy_(dst)
+        out.copy_(dst.view(tuple(out.shape)))
         return out
 
     def gemm_allreduce(self, A, B, b_layout: str = "nk", path: str = "auto", algo: str = "auto",
-                       partials: str = "bfloat16"):
+                       partials: str = "bfloat16", out=None, view: bool = False):
         """C [M, N] = sum over ranks of A_r [M, K] B_r, bf16 or fp16 (A, B and C in one dtype; fp16
         runs the owner algorithm: algo "auto" or "owner"); partials "bfloat16" are 2-byte partials in
-        C's dtype. C and the workspace are managed here."""
-        M, K = A.shape
-        N = B.shape[0] if b_layout == "nk" else B.shape[1]
+        C's dtype. B may be a transposed view (taken as the other b_layout). C lives in a window
+        kept per shape: by default a new tensor (a copy of C) is returned; `out` ([M, N], any
+        strides) receives the copy instead; `view=True` returns C itself with no copy, valid until
+        the next gemm_allreduce of that shape and dtype on this communicator."""
+        op = "gemm_allreduce"
+        self._live(op)
+        M, K = chk.matrix_a(op, A, self.device)
+        b_layout, N = chk.matrix_b(op, B, b_layout, A, K, self.device)
+        if out is not None:
+            chk.out_tensor(op, "out", out, (M, N), str(A.dtype), self.device)
         dt = _dtype_name(A.dtype)
         ws_bytes = _C.gemm_allreduce_workspace_size(M, N, K, dt, b_layout, self.nranks, path, algo, partials)
         ws = self._staging.get(("gemm_allreduce.ws", 0, "uint8"))
@@ -136,6 +187,10 @@ class Comm:
             self._staging[key] = C
         _C.gemm_allreduce(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, dt, b_layout, ws.data_ptr(),
                           path, algo, partials, _stream())
+        if view:
+            return C.view(M, N)
+        if out is not None:
+            return out.copy_(C.view(M, N))
         return C.view(M, N).clone()
 
     def _workspace(self, name: str, nbytes: int):
@@ -150,9 +205,11 @@ class Comm:
     def gemm_reducescatter(self, A, B, b_layout: str = "nk", path: str = "auto"):
         """Rank r's rows of sum over ranks of A_r [M, K_local] B_r: [shard_rows_of(M, P, r), N].
         Shards are ceil(M / P) rounded up to 128 rows (tilewire.shard_rows); the workspace is kept."""
+        op = "gemm_reducescatter"
+        self._live(op)
+        M, K = chk.matrix_a(op, A, self.device)
+        b_layout, N = chk.matrix_b(op, B, b_layout, A, K, self.device)
         import torch
-        M, K = A.shape
-        N = B.shape[0] if b_layout == "nk" else B.shape[1]
         dt = _dtype_name(A.dtype)
         ws = self._workspace("gemm_reducescatter.ws", _C.gemm_reducescatter_workspace_size(M, N, dt, self.nranks))
         rows = _C.shard_rows_of(M, self.nranks, self.rank)
@@ -166,9 +223,15 @@ class Comm:
         """C [M, N_local] = the ranks' A shards gathered in rank order ([M, K]) times B_r; with
         return_gathered, (C, the gathered A) for the backward pass. path: "auto", "sequential" or
         "fused" (the GEMM gated per row block beside the gather)."""
+        op = "allgather_gemm"
+        self._live(op)
+        rows, K = chk.matrix_a(op, A_shard, self.device, name="A_shard")
+        b_layout, N = chk.matrix_b(op, B, b_layout, A_shard, K, self.device)
+        want = _C.shard_rows_of(M, self.nranks, self.rank)
+        if rows != want:
+            raise ValueError(f"{op}: A_shard has {rows} rows; rank {self.rank}'s shard of M = {M} over {self.nranks} "
+                             f"ranks has {want} (tilewire.shard_rows)")
         import torch
-        K = A_shard.shape[1]
-        N = B.shape[0] if b_layout == "nk" else B.shape[1]
         dt = _dtype_name(A_shard.dtype)
         ws = self._workspace("allgather_gemm.ws", _C.allgather_gemm_workspace_size(M, K, dt, self.nranks))
         C = torch.empty((M, N), dtype=A_shard.dtype, device=A_shard.device)
@@ -184,10 +247,14 @@ def shard_rows(M: int, P: int) -> int:
 
 
 def gemm(A, B, b_layout: str = "nk"):
-    """C [M, N] = A [M, K] x B ([N, K] for "nk", [K, N] for "kn"), tilewire's Hopper GEMM."""
+    """C [M, N] = A [M, K] x B ([N, K] for "nk", [K, N] for "kn"), tilewire's Hopper GEMM, on the
+    current CUDA device. B may be a transposed view (taken as the other b_layout)."""
+    M, K = chk.matrix_a("gemm", A, None)
+    b_layout, N = chk.matrix_b("gemm", B, b_layout, A, K, None)
     import torch
-    M, K = A.shape
-    N = B.shape[0] if b_layout == "nk" else B.shape[1]
+    cur = torch.cuda.current_device()
+    chk.on_gpu("gemm", "A", A, cur)
+    chk.on_gpu("gemm", "B", B, cur)
     C = torch.empty((M, N), dtype=A.dtype, device=A.device)
     _C.gemm(A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, _dtype_name(A.dtype), b_layout, _stream())
     return C

@@ -15,7 +15,7 @@ the methods of Comm call the library directly (the custom-op dispatch costs micr
 matters for small all-reduces).
 """
 
-from . import _C
+from . import _C, _checks
 
 _COMMS: dict = {}
 _registered = False
@@ -90,7 +90,7 @@ def register() -> None:
 
     @gemm.register_fake
     def _(A, B, b_layout):
-        return A.new_empty((A.shape[0], B.shape[0] if b_layout == "nk" else B.shape[1]))
+        return A.new_empty((A.shape[0], _checks.n_of(B, b_layout)))
 
     @torch.library.custom_op("tilewire::gemm_allreduce", mutates_args=())
     def gemm_allreduce(A: torch.Tensor, B: torch.Tensor, comm: int, b_layout: str) -> torch.Tensor:
@@ -98,7 +98,7 @@ def register() -> None:
 
     @gemm_allreduce.register_fake
     def _(A, B, comm, b_layout):
-        return A.new_empty((A.shape[0], B.shape[0] if b_layout == "nk" else B.shape[1]))
+        return A.new_empty((A.shape[0], _checks.n_of(B, b_layout)))
 
     @torch.library.custom_op("tilewire::gemm_reducescatter", mutates_args=())
     def gemm_reducescatter(A: torch.Tensor, B: torch.Tensor, comm: int, b_layout: str, path: str) -> torch.Tensor:
@@ -108,7 +108,7 @@ def register() -> None:
     def _(A, B, comm, b_layout, path):
         c = comm_of(comm)
         rows = _C.shard_rows_of(A.shape[0], c.nranks, c.rank)
-        return A.new_empty((rows, B.shape[0] if b_layout == "nk" else B.shape[1]))
+        return A.new_empty((rows, _checks.n_of(B, b_layout)))
 
     @torch.library.custom_op("tilewire::allgather_gemm", mutates_args=())
     def allgather_gemm(A_shard: torch.Tensor, B: torch.Tensor, comm: int, M: int, b_layout: str) -> torch.Tensor:
@@ -116,6 +116,6 @@ def register() -> None:
 
     @allgather_gemm.register_fake
     def _(A_shard, B, comm, M, b_layout):
-        return A_shard.new_empty((M, B.shape[0] if b_layout == "nk" else B.shape[1]))
+        return A_shard.new_empty((M, _checks.n_of(B, b_layout)))
 
     _registered = True

@@ -245,3 +245,52 @@ def test_sequence_parallel_custom_ops_compile(comm):
         return torch.ops.tilewire.allgather_gemm(a, b, comm.id, M, "nk")
 
     assert torch.equal(ag(shard, B), comm.allgather_gemm(shard, B, M))
+
+
+def test_refused_tensors_write_nothing_and_the_communicator_works(comm):
+    """The refusals of test_checks.py on real tensors: ValueError before any launch (a CPU tensor
+    would otherwise fault the context), then the same communicator gives the right result; a
+    transposed B is taken as the other layout (no copy), `view=True` returns the window itself,
+    `out` receives the result."""
+    g = torch.Generator(device="cuda").manual_seed(61 + comm.rank)
+    A = torch.randn(256, 128, device="cuda", generator=g).to(torch.bfloat16)
+    B = torch.randn(512, 128, device="cuda", generator=g).to(torch.bfloat16)
+    C0 = comm.gemm_allreduce(A, B)
+    for bad in (lambda: comm.gemm_allreduce(A.T.contiguous().T, B),  # A column-major
+                lambda: comm.gemm_allreduce(A, B.half()),
+                lambda: comm.gemm_allreduce(A, B[:, :64].contiguous()),
+                lambda: tilewire.gemm(A.cpu(), B.cpu()),
+                lambda: comm.all_reduce(torch.ones(8, dtype=torch.int32, device="cuda"))):
+        with pytest.raises(ValueError):
+            bad()
+    assert torch.equal(comm.gemm_allreduce(A, B), C0)
+    assert torch.equal(comm.gemm_allreduce(A, B, view=True), C0)
+    out = torch.full((256, 512), float("nan"), dtype=torch.bfloat16, device="cuda")
+    comm.gemm_allreduce(A, B, out=out)
+    assert torch.equal(out, C0)
+    Bt = B.T.contiguous().T  # [N, K] as a column-major view: the "kn" layout of the same bytes
+    C1 = comm.gemm_allreduce(A, Bt)
+    assert (C1.float() - C0.float()).abs().max().item() <= 0.02 * C0.float().abs().max().item()
+
+
+def test_non_contiguous_outputs_are_written(comm):
+    P, n = comm.nranks, 64
+    want = sum(seeded(n * n, q, 12).float() for q in range(P)).to(torch.bfloat16).view(n, n)
+    o = torch.zeros(n, n, dtype=torch.bfloat16, device="cuda").T  # strides (1, n)
+    comm.all_reduce(seeded(n * n, comm.rank, 12).view(n, n), out=o)
+    assert torch.equal(o, want)
+    g = torch.zeros(P * n, 2, dtype=torch.bfloat16, device="cuda")[:, 0]  # stride 2
+    comm.all_gather(seeded(n, comm.rank, 13), g)
+    assert torch.equal(g, torch.cat([seeded(n, q, 13) for q in range(P)]))
+
+
+def test_use_after_close_raises(comm):
+    c2 = tilewire.init()  # collective: a second communicator, closed at once
+    buf = tilewire.EpBuffer(c2, max_tokens_per_rank=8, hidden=256, topk=2, num_experts=2 * c2.nranks)
+    buf.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        buf.check()
+    c2.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        c2.all_reduce(torch.ones(8, dtype=torch.bfloat16, device="cuda"))
+    c2.close()  # twice: nothing
