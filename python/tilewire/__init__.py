@@ -10,6 +10,8 @@
 `import tilewire` needs no GPU: `tilewire.info()` reports what the machine offers; ops on a
 machine without a GPU raise NotImplementedError saying so.
 """
+from __future__ import annotations
+
 import json as _json
 
 from . import _C
@@ -41,7 +43,24 @@ def info() -> dict:
     return _json.loads(_C.info_json())
 
 
-from .comm import Comm, gemm, init, shard_rows  # noqa: E402  (after the NCCL check)
+from .comm import Comm, gemm, shard_rows  # noqa: E402  (after the NCCL check)
+from .comm import init as _init_comm  # noqa: E402
 from .ep import EpBuffer  # noqa: E402
+from . import torch_ops as _torch_ops  # noqa: E402
+
+
+def init(group=None, device: int | None = None, **config) -> Comm:
+    """A communicator over a torch.distributed process group (default: the world), one process
+    per GPU: rank 0's NCCL unique id travels through the group. `config`: CommConfig fields
+    (oneshot_max_bytes, signal_count, max_blocks, want_gin, timeout_ms). Registers the torch ops
+    (torch.ops.tilewire.*) if tilewire was imported before torch."""
+    _torch_ops.register()
+    return _init_comm(group, device, **config)
+
+
+# The torch ops at import when torch is already loaded (the usual `import torch, tilewire`);
+# importing torch here would make `import tilewire` cost torch's import everywhere.
+if "torch" in __import__("sys").modules:
+    _torch_ops.register()
 
 __all__ = ["Comm", "EpBuffer", "gemm", "init", "info", "shard_rows", "__version__"]

@@ -11,6 +11,8 @@ torch is imported when a function needs it, so `import tilewire` works without i
 """
 from __future__ import annotations
 
+import weakref
+
 from . import _C
 from . import _checks as chk
 
@@ -30,15 +32,30 @@ def _stream() -> int:
     return torch.cuda.current_stream().cuda_stream
 
 
+# The open communicators of this process by Comm.id, for torch.ops.tilewire.* (torch_ops.py):
+# weak, so that a dropped Comm is not kept alive by the registry.
+_COMMS: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
+
+
+def comm_of(i: int) -> "Comm":
+    c = _COMMS.get(i)
+    if c is None:
+        raise ValueError(f"tilewire: no open communicator with id {i}")
+    return c
+
+
 class Comm:
     """A tilewire communicator: one per process (one GPU each), every rank makes the same calls."""
 
     def __init__(self, c: _C.Comm):
-        from . import torch_ops
         self._c = c
         self._closed = False
-        self._staging = {}  # (name, bytes) -> symmetric tensor: copies of non-symmetric inputs
-        self.id = torch_ops.handle(self)  # for torch.ops.tilewire.* (torch_ops.py)
+        # (name, bytes, dtype, stream) -> symmetric tensor: staging copies, workspaces and outputs,
+        # one per stream (two streams must not race on one; each is made collectively the first
+        # time, so every rank makes the same calls on the same number of streams).
+        self._staging = {}
+        self.id = id(self)  # for torch.ops.tilewire.* (torch_ops.py)
+        _COMMS[self.id] = self
 
     def _live(self, op: str) -> None:
         if self._closed:
@@ -67,11 +84,10 @@ class Comm:
 
     def close(self) -> None:
         """Collective: release every window and the communicator. Tensors from empty() die with it."""
-        from . import torch_ops
         if self._closed:
             return
         self._staging.clear()
-        torch_ops.forget(self)
+        _COMMS.pop(self.id, None)
         self._c.close()
         self._closed = True
 
@@ -91,7 +107,7 @@ class Comm:
 
         Cost of a non-symmetric input: one device copy in (and out, for outputs); the staging
         tensor is kept per (name, size) and reused."""
-        key = (name, t.numel() * t.element_size(), str(t.dtype))
+        key = (name, t.numel() * t.element_size(), str(t.dtype), _stream())
         s = self._staging.get(key)
         if s is None:
             s = self.empty((t.numel(),), t.dtype)
@@ -175,12 +191,8 @@ class Comm:
             chk.out_tensor(op, "out", out, (M, N), str(A.dtype), self.device)
         dt = _dtype_name(A.dtype)
         ws_bytes = _C.gemm_allreduce_workspace_size(M, N, K, dt, b_layout, self.nranks, path, algo, partials)
-        ws = self._staging.get(("gemm_allreduce.ws", 0, "uint8"))
-        if ws is None or ws.numel() < ws_bytes:
-            import torch
-            ws = self.empty((max(ws_bytes, 1),), torch.uint8)
-            self._staging[("gemm_allreduce.ws", 0, "uint8")] = ws
-        key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype))
+        ws = self._workspace("gemm_allreduce.ws", ws_bytes)
+        key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype), _stream())
         C = self._staging.get(key)
         if C is None:
             C = self.empty((M * N,), A.dtype)
@@ -195,7 +207,7 @@ class Comm:
 
     def _workspace(self, name: str, nbytes: int):
         import torch
-        key = (name, 0, "uint8")
+        key = (name, 0, "uint8", _stream())
         ws = self._staging.get(key)
         if ws is None or ws.numel() < nbytes:
             ws = self.empty((max(nbytes, 1),), torch.uint8)  # collective: every rank makes the same calls
@@ -273,6 +285,4 @@ def init(group=None, device: int | None = None, **config) -> Comm:
     obj = [_C.unique_id() if rank == 0 else None]
     dist.broadcast_object_list(obj, src=dist.get_global_rank(group, 0), group=group)
     dev = torch.cuda.current_device() if device is None else device
-    from . import torch_ops
-    torch_ops.register()
     return Comm(_C.Comm(obj[0], rank, nranks, dev, **config))

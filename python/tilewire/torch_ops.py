@@ -10,25 +10,17 @@ capture see them as opaque calls on the current stream:
     torch.ops.tilewire.gemm_reducescatter(A, B, comm_id, b_layout, path) -> Tensor   rank's rows
     torch.ops.tilewire.allgather_gemm(A_shard, B, comm_id, M, b_layout) -> Tensor
 
-comm_id is Comm.id (the communicator's handle in this process). Registered once, by init();
-the methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
+comm_id is Comm.id (the communicator's handle in this process). Registered once: when tilewire
+is imported after torch, else by tilewire.init() (`import tilewire` never imports torch itself).
+The methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
 matters for small all-reduces).
 """
 
 from . import _C, _checks
+from .comm import comm_of
+from .comm import gemm as _gemm
 
-_COMMS: dict = {}
 _registered = False
-
-
-def handle(comm) -> int:
-    i = id(comm)
-    _COMMS[i] = comm
-    return i
-
-
-def forget(comm) -> None:
-    _COMMS.pop(id(comm), None)
 
 
 def register() -> None:
@@ -36,14 +28,6 @@ def register() -> None:
     if _registered:
         return
     import torch
-
-    from .comm import gemm as _gemm
-
-    def comm_of(i: int):
-        c = _COMMS.get(i)
-        if c is None:
-            raise ValueError(f"tilewire: no open communicator with id {i}")
-        return c
 
     @torch.library.custom_op("tilewire::all_reduce_", mutates_args=("x",))
     def all_reduce_(x: torch.Tensor, comm: int, algo: str) -> None:
