@@ -50,7 +50,7 @@ class EventOverlap:
 class Config:
     """DeepEP's tuning config: tilewire sizes by shape, so the byte hints are 0."""
 
-    def __init__(self, num_sms: int = 0, *args):
+    def __init__(self, num_sms: int = 0, *args, **kwargs):  # DeepEP's chunk and ring sizes are ignored
         self.num_sms = num_sms
 
     def get_nvl_buffer_size_hint(self, hidden_bytes: int, num_ranks: int) -> int:
@@ -104,7 +104,8 @@ class Buffer:
                                        num_experts: int) -> int:
         return 0
 
-    def capture(self) -> EventOverlap:
+    @staticmethod
+    def capture() -> EventOverlap:
         return EventOverlap()
 
     def destroy(self) -> None:
@@ -202,14 +203,16 @@ class Buffer:
     def low_latency_dispatch(self, x, topk_idx, num_max_dispatch_tokens_per_rank: int, num_experts: int,
                              cumulative_local_expert_recv_stats=None, dispatch_wait_recv_cost_stats=None,
                              use_fp8: bool = True, round_scale: bool = False, use_ue8m0: bool = False,
-                             async_finish: bool = False, return_recv_hook: bool = False):
+                             async_finish: bool = False, return_recv_hook: bool = False, use_nvfp4: bool = False,
+                             x_global_scale=None):
         """(recv_x, recv_count [L] int32, handle, event, hook). recv_x: [L, R x maxT, H] bf16, or
         (fp8 [L, R x maxT, H], scales [L, R x maxT, H / 128] float32) with use_fp8. With
         return_recv_hook the send is launched and hook() receives (the tensors are the buffer's,
         at fixed addresses: they hold the rows once hook() ran); the first call of a shape
         receives at once."""
-        if round_scale or use_ue8m0:
-            raise NotImplementedError("low_latency_dispatch: round_scale / use_ue8m0 scales are not implemented")
+        if round_scale or use_ue8m0 or use_nvfp4:
+            raise NotImplementedError("low_latency_dispatch: round_scale / use_ue8m0 / use_nvfp4 are not implemented "
+                                      "(fp8 e4m3 with float32 scales per 128 columns is)")
         entry = self._ll_buffer(num_max_dispatch_tokens_per_rank, x.shape[1], topk_idx.shape[1], num_experts, use_fp8)
         buf = entry[0]
         buf.dispatch_send(x, topk_idx)
