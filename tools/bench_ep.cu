@@ -33,6 +33,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -207,7 +208,7 @@ __global__ void check_ll_rows(const void* rx, const float* rsc, const int32_t* s
     const int s = src[row], t = tok[row];
     float amax = 0.0f;
     for (int k = 0; k < 128; ++k) amax = fmaxf(amax, fabsf(val(1, s, t, grp * 128 + k)));
-    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? 448.0f / amax : 1.0f;
+    const float scale = amax > 0.0f ? amax / 448.0f : 1.0f, inv = amax > 0.0f ? fminf(448.0f / amax, FLT_MAX) : 1.0f;
     if (fp8) bad += rsc[row * (H / 128) + grp] != scale;
     for (int k = 0; k < 128; ++k) {
       const int c = grp * 128 + k;

@@ -36,6 +36,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <mutex>
 #include <string>
 
 #include "../../runtime/op_entry.hpp"
@@ -340,8 +342,9 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
         for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
         // send twice the bf16 one); the row keeps amax / 448 to dequantize.
+        // inv at most FLT_MAX: 448 / amax overflows below amax ~ 1.3e-36, and 0 x inf is NaN.
         const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-        const float inv = amax > 0.0f ? __fdiv_rn(448.0f, amax) : 1.0f;
+        const float inv = amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
         uint32_t qw[2] = {0, 0};
 #pragma unroll
         for (int e8 = 0; e8 < 8; ++e8)
@@ -552,10 +555,18 @@ void EpBuffer::init_low_latency() {
   ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 16 * (size_t)g.G + (size_t)g.L * g.cap * 12 +
                    4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
-  // The send computes the layout in shared memory: up to 16 x 512 + 2 x 1024 x 16 int16.
-  const size_t smem = ops::ep::ll::layout_smem(g.E, g.max_tokens * g.topk);
-  if (smem > 48 * 1024)
-    TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  // The send computes the layout in shared memory: up to 16 x 512 + 2 x 1024 x 16 int16, beside
+  // its static arrays. The default allowance is 48 KiB less those, and the attribute belongs to
+  // the kernel (every buffer of the process): raised to this buffer's need, never lowered.
+  {
+    static std::mutex mu;
+    const std::lock_guard<std::mutex> lk(mu);
+    const size_t smem = ops::ep::ll::layout_smem(g.E, g.max_tokens * g.topk);
+    cudaFuncAttributes fa{};
+    TW_CUDA_CHECK(cudaFuncGetAttributes(&fa, ops::ep::ll::send));
+    if (smem > (size_t)fa.maxDynamicSharedSizeBytes)
+      TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+  }
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
     ll.g.sig = comm_.reserve_signals(6 * P, "EpBuffer (low latency)");
     uint64_t* sig0 = ep_zalloc<uint64_t>(6 * (size_t)P, s0);
