@@ -12,6 +12,10 @@
 //       block is this rank's until its next dispatch_send, the combine block from its
 //       dispatch_recv on); step 1 writes y straight into the combine block
 //       (EpLowLatencyRecv::y, no copy in combine_send), steps 0 and 2 pass it from elsewhere.
+//   Ep.LowLatencyLargestLayout  the send's layout at its largest shared memory (about 512 experts,
+//       top-8, 1024 tokens: 48 KiB of it beside the kernel's static arrays), then a second,
+//       smaller buffer, then the first again: counts per expert and the combined output
+//       (small integers times quarters: exact) against the host.
 //   Ep.LowLatencyGraphReplayAndSkippedCombine  a step without combine, then a whole step (send,
 //       receive, the expert's rows copied into the combine block, combine): then that step is
 //       captured in a CUDA graph and replayed three times over a poisoned receive block, counts
@@ -287,6 +291,83 @@ TEST(Ep, LowLatencyGraphReplayAndSkippedCombine) {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Ep, LowLatencyLargestLayout) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  constexpr int N = 1024, H = 128, K = 8;
+  const int E = 512 - 512 % P, L = E / P;
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    tw::EpConfig big;
+    big.mode = tw::EpMode::kLowLatency;
+    big.max_tokens_per_rank = N, big.hidden = H, big.topk = K, big.num_experts = E;
+    tw::EpConfig small = big;
+    small.max_tokens_per_rank = 16, small.num_experts = 2 * P;
+    // Every rank's routing (distinct experts per token), rows and weights from seeds.
+    const auto ids_of = [&](int q) {
+      std::vector<int64_t> ids((size_t)N * K);
+      for (int t = 0; t < N; ++t)
+        for (int j = 0; j < K; ++j) ids[(size_t)t * K + j] = (int64_t)((mix(301, q, t) % (uint64_t)E + (uint64_t)j * (E / K)) % E);
+      return ids;
+    };
+    const std::vector<int64_t> ids = ids_of(me);
+    std::vector<uint16_t> x((size_t)N * H);
+    std::vector<float> w((size_t)N * K);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(302, me, i) % 17) - 8));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(303, me, i) % 4) / 4.0f;
+    std::vector<int> want_count(L, 0);
+    for (int q = 0; q < P; ++q)
+      for (int64_t e : ids_of(q))
+        if (e / L == me) ++want_count[e % L];
+    std::vector<uint16_t> want_out((size_t)N * H);
+    for (int t = 0; t < N; ++t)
+      for (int c = 0; c < H; ++c) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + c]), acc);
+        want_out[(size_t)t * H + c] = f32_to_bf16(acc);
+      }
+    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    tw::EpBuffer a(comm, big);
+    const auto step = [&](tw::EpBuffer& b, int n, const std::string& at) {
+      tw::EpLowLatencyArgs args;
+      args.x = xd.data(), args.num_tokens = n, args.topk_idx = idx.data();
+      b.dispatch_send(args, s);
+      const tw::EpLowLatencyRecv r = b.dispatch_recv(s);
+      b.check(s);
+      if (n != N) return;
+      if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
+      // Identity experts: the received rows back as y, in the combine block (no copy).
+      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+      b.combine_send(r.y, s);
+      poison(out.data(), out.bytes, s);
+      b.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
+      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
+    };
+    comm.sync(s);
+    comm.barrier();
+    step(a, N, "largest: ");
+    {
+      std::vector<int64_t> few((size_t)16 * K);
+      for (size_t i = 0; i < few.size(); ++i) few[i] = i % K == 0 ? (int64_t)((i / K) % (size_t)(2 * P)) : int64_t(-1);
+      DeviceBuffer fidx(few.size() * 8);
+      upload(fidx.data(), few, s);
+      tw::EpBuffer b(comm, small);
+      tw::EpLowLatencyArgs args;
+      args.x = xd.data(), args.num_tokens = 16, args.topk_idx = fidx.data();
+      b.dispatch_send(args, s);
+      b.dispatch_recv(s);
+      b.check(s);
+      comm.barrier();
+    }
+    step(a, N, "largest after a smaller buffer: ");
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
