@@ -12,6 +12,12 @@
 //       block is this rank's until its next dispatch_send, the combine block from its
 //       dispatch_recv on); step 1 writes y straight into the combine block
 //       (EpLowLatencyRecv::y, no copy in combine_send), steps 0 and 2 pass it from elsewhere.
+//   Ep.LowLatencyBackToBackSteps  200 steps with no host synchronization or barrier between them:
+//       x alternates between two inputs, one rank in turn is held back ~20 us before its send,
+//       every third step skips its combine, the others alternate y written into the combine
+//       block and y copied in. Each combined output (identity experts: sum_j w x) goes to its
+//       own slot and is compared bitwise with the host at the end: a row of a neighbouring step
+//       read or overwritten shows up.
 //   Ep.LowLatencyLargestLayout  the send's layout at its largest shared memory (about 512 experts,
 //       top-8, 1024 tokens: 48 KiB of it beside the kernel's static arrays), then a second,
 //       smaller buffer, then the first again: counts per expert and the combined output
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "tilewire/device/ptx.cuh"
 #include "tilewire/ops/ep.hpp"
 
 namespace {
@@ -291,6 +298,76 @@ TEST(Ep, LowLatencyGraphReplayAndSkippedCombine) {
     }
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(graph);
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+__global__ void hold_ns(uint64_t ns) {
+  const uint64_t t0 = tw::ptx::globaltimer();
+  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
+}
+
+TEST(Ep, LowLatencyBackToBackSteps) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  constexpr int H = 1024, S = 200;
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    tw::EpConfig cfg;
+    cfg.mode = tw::EpMode::kLowLatency;
+    cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = H, cfg.topk = kTopk, cfg.num_experts = kL * P;
+    tw::EpBuffer buf(comm, cfg);
+    const Input in = make_input(95, false, H, me, P);
+    const int N = in.N;
+    const size_t cap = (size_t)P * kMaxTokens, block = (size_t)kL * cap * H * 2;
+    // Two inputs: x and x with every element negated (bf16: flip the sign bit).
+    std::vector<uint16_t> x2 = in.x;
+    for (uint16_t& v : x2) v ^= 0x8000u;
+    std::vector<std::vector<uint16_t>> want(2, std::vector<uint16_t>((size_t)N * H));
+    for (int v = 0; v < 2; ++v)
+      for (int t = 0; t < N; ++t)
+        for (int c = 0; c < H; ++c) {
+          float acc = 0.0f;
+          const float xv = bf16_to_f32((v ? x2 : in.x)[(size_t)t * H + c]);
+          for (int j = 0; j < kTopk; ++j)
+            if (in.idx[(size_t)t * kTopk + j] >= 0) acc = std::fma(in.w[(size_t)t * kTopk + j], xv, acc);
+          want[v][(size_t)t * H + c] = f32_to_bf16(acc);
+        }
+    const size_t xbytes = std::max<size_t>(in.x.size() * 2, 16), obytes = std::max<size_t>((size_t)N * H * 2, 16);
+    DeviceBuffer xa(xbytes), xb(xbytes), idx(std::max<size_t>(in.idx.size() * 8, 16)), w(std::max<size_t>(in.w.size() * 4, 16)),
+        y(block), outs(obytes * S);
+    upload(xa.data(), in.x, s), upload(xb.data(), x2, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s);
+    poison(outs.data(), outs.bytes, s);
+    comm.sync(s);
+    comm.barrier();
+    for (int step = 0; step < S; ++step) {
+      if (step % P == me) hold_ns<<<1, 32, 0, s>>>(20000);
+      tw::EpLowLatencyArgs a;
+      a.x = step % 2 ? xb.data() : xa.data(), a.num_tokens = N, a.topk_idx = idx.data();
+      buf.dispatch_send(a, s);
+      const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+      if (step % 3 == 2) continue;  // no combine this step
+      char* out = static_cast<char*>(outs.data()) + (size_t)step * obytes;
+      if (step % 2) {  // the expert writes into the combine block
+        TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, block, cudaMemcpyDeviceToDevice, s));
+        buf.combine_send(r.y, s);
+      } else {  // from elsewhere, copied in by combine_send
+        TW_CUDA_CHECK(cudaMemcpyAsync(y.data(), r.x, block, cudaMemcpyDeviceToDevice, s));
+        buf.combine_send(y.data(), s);
+      }
+      buf.combine_recv(static_cast<const float*>(w.data()), out, s);
+    }
+    buf.check(s);
+    const std::vector<uint16_t> got = download<uint16_t>(outs.data(), (size_t)N * H * S, s);
+    for (int step = 0; step < S && N > 0; ++step) {
+      if (step % 3 == 2) continue;
+      if (!std::equal(want[step % 2].begin(), want[step % 2].end(), got.begin() + (size_t)step * N * H))
+        wrong[me].push_back("step " + std::to_string(step) + ": output differs");
+    }
+    comm.barrier();
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
