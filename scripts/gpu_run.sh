@@ -80,7 +80,8 @@
 #                 dist before the EP kernels' GIN flush, whose EpGin.* must fail
 #   ll            (nvidia-h200) the low-latency EP: the EP tests at real P = 1 and 2, 3, 4, 8 virtual
 #                 ranks (one JSON each), memcheck on them at 4, the EP and device-API tests at virtual
-#                 nodes LL_GIN_SHAPES (default 2x2 2x4 4x2 8x1) under LL_GIN_SEEDS chaos seeds (default 2),
+#                 nodes LL_GIN_SHAPES (default none: the gin mode runs them; e.g. "2x2 8x1") under
+#                 LL_GIN_SEEDS chaos seeds (default 2),
 #                 `bench ep --mode ll` (bench_ll.jsonl, one JSON line per run, labelled) at 1 real rank
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
 #                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
@@ -262,7 +263,7 @@ if [ "$MODE" = ll ]; then
   step "memcheck on the EP tests, 4 virtual ranks (not the death tests: a forked child under the sanitizer hangs)"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*'
-  for shape in ${LL_GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+  for shape in ${LL_GIN_SHAPES:-}; do
     IFS=x read -r nodes per <<<"$shape"
     step "DeviceApi.*, Ep*, $nodes x $per nodes, ${LL_GIN_SEEDS:-2} chaos seeds (one per repeat)"
     TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per TILEWIRE_TEST_GIN_CHAOS=${LL_GIN_SEED0:-1} \
