@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "../../runtime/op_entry.hpp"
+#include "../../runtime/pdl_launch.hpp"
 #include "kernels.cuh"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
@@ -27,20 +28,10 @@ void dispatch_ranks(int P, F&& f) {
   else f(std::integral_constant<int, 8>{});
 }
 
-// Launch with programmatic dependent launch (TILEWIRE_PDL): the kernel may start while the
-// previous one in the stream drains; it calls griddepcontrol.wait before touching memory.
+// Every kernel of the family with programmatic dependent launch (runtime/pdl_launch.hpp).
 template <class... Params, class... Args>
 void launch(const Comm& comm, void (*kernel)(Params...), int grid, int block, cudaStream_t stream, Args&&... args) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = comm.tuning().pdl ? 1 : 0;
-  TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  launch_pdl(comm, kernel, dim3(grid), dim3(block), 0, stream, std::forward<Args>(args)...);
   comm.launched("allreduce family launch");
 }
 

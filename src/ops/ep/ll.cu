@@ -41,6 +41,7 @@
 #include <string>
 
 #include "../../runtime/op_entry.hpp"
+#include "../../runtime/pdl_launch.hpp"
 #include "state.cuh"
 #include "tilewire/device/put.cuh"
 #include "tilewire/device/wait.cuh"
@@ -513,23 +514,11 @@ __global__ void gin_advance_combine(const __grid_constant__ Params p) {
 
 // ------------------------------------------------------------------------------ host
 namespace {
-// Every kernel of this mode with programmatic dependent launch (CommTuning::pdl, TILEWIRE_PDL):
-// its CTAs may be scheduled while the kernel before it on the stream drains, which hides most
-// of a launch; each kernel begins with griddepcontrol.wait, so it still sees all that kernel
-// wrote. A decode step is five short kernels in a row.
+// Every kernel of this mode with programmatic dependent launch (runtime/pdl_launch.hpp): a
+// decode step is five short kernels in a row, and each begins with griddepcontrol.wait.
 void launch_ll(const Comm& comm, void (*kernel)(ops::ep::ll::Params), int grid, int block, size_t smem,
                cudaStream_t stream, const ops::ep::ll::Params& p) {
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(grid);
-  cfg.blockDim = dim3(block);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = comm.tuning().pdl ? 1 : 0;
-  TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_pdl(comm, kernel, dim3(grid), dim3(block), smem, stream, p);
 }
 }  // namespace
 
