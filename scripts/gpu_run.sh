@@ -215,6 +215,18 @@ if [ "$MODE" = hardening ]; then
   fi
 fi
 
+# The EP tests at real P = 1 and VIRTUAL_P virtual ranks (one JSON each), then memcheck on them at
+# 4 (not the death tests: a forked child under the sanitizer hangs). Modes ep and ll.
+ep_tests() {
+  for p in ${VIRTUAL_P:-0 2 3 4 8}; do
+    step "EP tests, ${p} virtual ranks (0: the real GPU)"
+    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
+  done
+  step "memcheck on the EP tests, 4 virtual ranks"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*'
+}
+
 if [ "$MODE" = ep ]; then
   header
   # EpHardening.* on the code before its fixes (EP_BEFORE_TARS: tar.xz files of such dists, each
@@ -230,13 +242,7 @@ if [ "$MODE" = ep ]; then
       echo "=== before the fixes, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
     done
   done
-  for p in ${VIRTUAL_P:-0 2 3 4 8}; do
-    step "EP tests, ${p} virtual ranks (0: the real GPU)"
-    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
-  done
-  step "memcheck on the EP tests, 4 virtual ranks"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*'
+  ep_tests
   : >"$OUT/bench_ep.jsonl"
   for ranks in ${EP_BENCH_RANKS-real 8}; do
     for mode in ht ll; do
@@ -256,13 +262,7 @@ fi
 
 if [ "$MODE" = ll ]; then
   header
-  for p in 0 2 3 4 8; do
-    step "EP tests, ${p} virtual ranks (0: the real GPU)"
-    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
-  done
-  step "memcheck on the EP tests, 4 virtual ranks (not the death tests: a forked child under the sanitizer hangs)"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*'
+  ep_tests
   for shape in ${LL_GIN_SHAPES:-}; do
     IFS=x read -r nodes per <<<"$shape"
     step "DeviceApi.*, Ep*, $nodes x $per nodes, ${LL_GIN_SEEDS:-2} chaos seeds (one per repeat)"
