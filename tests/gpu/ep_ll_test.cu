@@ -46,6 +46,15 @@ using tw::EpPayload;
 
 constexpr int kMaxTokens = 64, kTopk = 8, kL = 32;  // experts per rank
 
+// The buffer of these tests: low latency, kMaxTokens tokens, top-kTopk of kL experts per rank.
+tw::EpConfig ll_config(int H, int P, EpPayload payload = EpPayload::kBFloat16) {
+  tw::EpConfig cfg;
+  cfg.mode = tw::EpMode::kLowLatency;
+  cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = H, cfg.topk = kTopk, cfg.num_experts = kL * P;
+  cfg.payload = payload;
+  return cfg;
+}
+
 int tokens_of(int rank) { return std::array<int, 4>{64, 0, 37, 1}[rank % 4]; }
 
 struct Input {
@@ -122,11 +131,7 @@ TEST(Ep, LowLatencyMatchesTheReference) {
     for (const Case& c : cases) {
       const std::string label = std::string(c.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16") + " hidden " +
                                 std::to_string(c.H) + (c.skewed ? " skewed: " : " uniform: ");
-      tw::EpConfig cfg;
-      cfg.mode = tw::EpMode::kLowLatency;
-      cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = c.H, cfg.topk = kTopk, cfg.num_experts = kL * P;
-      cfg.payload = c.payload;
-      tw::EpBuffer buf(comm, cfg);
+      tw::EpBuffer buf(comm, ll_config(c.H, P, c.payload));
       std::vector<Input> all;
       for (int q = 0; q < P; ++q) all.push_back(make_input(c.seed, c.skewed, c.H, q, P));
       const Input& in = all[me];
@@ -241,10 +246,7 @@ TEST(Ep, LowLatencyGraphReplayAndSkippedCombine) {
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    tw::EpConfig cfg;
-    cfg.mode = tw::EpMode::kLowLatency;
-    cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = H, cfg.topk = kTopk, cfg.num_experts = kL * P;
-    tw::EpBuffer buf(comm, cfg);
+    tw::EpBuffer buf(comm, ll_config(H, P));
     const Input in = make_input(91, false, H, me, P);
     const size_t cap = (size_t)P * kMaxTokens, block = (size_t)kL * cap * H * 2;
     DeviceBuffer x(std::max<size_t>(in.x.size() * 2, 16)), idx(std::max<size_t>(in.idx.size() * 8, 16)),
@@ -316,10 +318,7 @@ TEST(Ep, LowLatencyBackToBackSteps) {
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    tw::EpConfig cfg;
-    cfg.mode = tw::EpMode::kLowLatency;
-    cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = H, cfg.topk = kTopk, cfg.num_experts = kL * P;
-    tw::EpBuffer buf(comm, cfg);
+    tw::EpBuffer buf(comm, ll_config(H, P));
     const Input in = make_input(95, false, H, me, P);
     const int N = in.N;
     const size_t cap = (size_t)P * kMaxTokens, block = (size_t)kL * cap * H * 2;
