@@ -102,12 +102,12 @@ class Comm:
         self._c.barrier()
 
     # ------------------------------------------------------------------ ops
-    def _symmetric(self, t, name: str):
+    def _symmetric(self, t, name: str, stream: int):
         """t itself when it lies in one of this communicator's windows, else a staging copy.
 
         Cost of a non-symmetric input: one device copy in (and out, for outputs); the staging
         tensor is kept per (name, size) and reused."""
-        key = (name, t.numel() * t.element_size(), str(t.dtype), _stream())
+        key = (name, t.numel() * t.element_size(), str(t.dtype), stream)
         s = self._staging.get(key)
         if s is None:
             s = self.empty((t.numel(),), t.dtype)
@@ -134,8 +134,9 @@ class Comm:
             chk.row_major(op, "out", dst)
             _C.allreduce(self._c, tensor.data_ptr(), dst.data_ptr(), n, dt, algo, _stream())
             return dst
-        src = self._symmetric(tensor, "all_reduce")
-        _C.allreduce(self._c, src.data_ptr(), src.data_ptr(), n, dt, algo, _stream())
+        st = _stream()
+        src = self._symmetric(tensor, "all_reduce", st)
+        _C.allreduce(self._c, src.data_ptr(), src.data_ptr(), n, dt, algo, st)
         dst.copy_(src.view(tuple(dst.shape)))  # any strides: copy_ writes through them
         return dst
 
@@ -152,8 +153,9 @@ class Comm:
         chk.row_major(op, "out", out)
         if tensor.numel() != out.numel() * self.nranks:
             raise ValueError(f"{op}: tensor has {tensor.numel()} elements; expected out's {out.numel()} x {self.nranks} ranks")
-        src = self._symmetric(tensor, "reduce_scatter")
-        _C.reduce_scatter(self._c, src.data_ptr(), out.data_ptr(), out.numel(), _dtype_name(out.dtype), _stream())
+        st = _stream()
+        src = self._symmetric(tensor, "reduce_scatter", st)
+        _C.reduce_scatter(self._c, src.data_ptr(), out.data_ptr(), out.numel(), _dtype_name(out.dtype), st)
         return out
 
     def all_gather(self, tensor, out):
@@ -170,8 +172,9 @@ class Comm:
         chk.on_gpu(op, "out", out, self.device)
         if out.numel() != tensor.numel() * self.nranks:
             raise ValueError(f"{op}: out has {out.numel()} elements; expected tensor's {tensor.numel()} x {self.nranks} ranks")
-        dst = self._symmetric(out, "all_gather")
-        _C.all_gather(self._c, tensor.data_ptr(), dst.data_ptr(), tensor.numel(), _dtype_name(tensor.dtype), _stream())
+        st = _stream()
+        dst = self._symmetric(out, "all_gather", st)
+        _C.all_gather(self._c, tensor.data_ptr(), dst.data_ptr(), tensor.numel(), _dtype_name(tensor.dtype), st)
         out.copy_(dst.view(tuple(out.shape)))
         return out
 
@@ -191,23 +194,24 @@ class Comm:
             chk.out_tensor(op, "out", out, (M, N), str(A.dtype), self.device)
         dt = _dtype_name(A.dtype)
         ws_bytes = _C.gemm_allreduce_workspace_size(M, N, K, dt, b_layout, self.nranks, path, algo, partials)
-        ws = self._workspace("gemm_allreduce.ws", ws_bytes)
-        key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype), _stream())
+        st = _stream()
+        ws = self._workspace("gemm_allreduce.ws", ws_bytes, st)
+        key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype), st)
         C = self._staging.get(key)
         if C is None:
             C = self.empty((M * N,), A.dtype)
             self._staging[key] = C
         _C.gemm_allreduce(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, dt, b_layout, ws.data_ptr(),
-                          path, algo, partials, _stream())
+                          path, algo, partials, st)
         if view:
             return C.view(M, N)
         if out is not None:
             return out.copy_(C.view(M, N))
         return C.view(M, N).clone()
 
-    def _workspace(self, name: str, nbytes: int):
+    def _workspace(self, name: str, nbytes: int, stream: int):
         import torch
-        key = (name, 0, "uint8", _stream())
+        key = (name, 0, "uint8", stream)
         ws = self._staging.get(key)
         if ws is None or ws.numel() < nbytes:
             ws = self.empty((max(nbytes, 1),), torch.uint8)  # collective: every rank makes the same calls
@@ -223,11 +227,12 @@ class Comm:
         b_layout, N = chk.matrix_b(op, B, b_layout, A, K, self.device)
         import torch
         dt = _dtype_name(A.dtype)
-        ws = self._workspace("gemm_reducescatter.ws", _C.gemm_reducescatter_workspace_size(M, N, dt, self.nranks))
+        st = _stream()
+        ws = self._workspace("gemm_reducescatter.ws", _C.gemm_reducescatter_workspace_size(M, N, dt, self.nranks), st)
         rows = _C.shard_rows_of(M, self.nranks, self.rank)
         C = torch.empty((rows, N), dtype=A.dtype, device=A.device)
         _C.gemm_reducescatter(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr() if rows else 0, M, N, K, dt, b_layout,
-                              ws.data_ptr(), path, _stream())
+                              ws.data_ptr(), path, st)
         return C
 
     def allgather_gemm(self, A_shard, B, M: int, b_layout: str = "nk", return_gathered: bool = False,
@@ -245,11 +250,12 @@ class Comm:
                              f"ranks has {want} (tilewire.shard_rows)")
         import torch
         dt = _dtype_name(A_shard.dtype)
-        ws = self._workspace("allgather_gemm.ws", _C.allgather_gemm_workspace_size(M, K, dt, self.nranks))
+        st = _stream()
+        ws = self._workspace("allgather_gemm.ws", _C.allgather_gemm_workspace_size(M, K, dt, self.nranks), st)
         C = torch.empty((M, N), dtype=A_shard.dtype, device=A_shard.device)
         G = torch.empty((M, K), dtype=A_shard.dtype, device=A_shard.device) if return_gathered else None
         _C.allgather_gemm(self._c, A_shard.data_ptr() if A_shard.numel() else 0, B.data_ptr(), C.data_ptr(),
-                          G.data_ptr() if G is not None else 0, M, N, K, dt, b_layout, ws.data_ptr(), path, _stream())
+                          G.data_ptr() if G is not None else 0, M, N, K, dt, b_layout, ws.data_ptr(), path, st)
         return (C, G) if return_gathered else C
 
 
