@@ -37,9 +37,6 @@
 #include "tilewire/trace/event.hpp"
 
 namespace tw {
-namespace ops::ep::ll {
-struct Params;  // src/ops/ep/kernels.cuh
-}
 
 // What a token row carries: bf16, or fp8 e4m3 with an fp32 scale per 128 columns.
 enum class EpPayload { kBFloat16, kFp8E4M3 };
@@ -197,10 +194,10 @@ class EpBuffer {
   int num_recv(cudaStream_t stream);
   void check(cudaStream_t stream);
 
-  struct State;  // src/ops/ep/ep.cu
-  struct LowLatency;  // src/ops/ep/ll.cu
-
  private:
+  struct State;       // src/ops/ep/state.cuh
+  struct LowLatency;  // src/ops/ep/state.cuh
+  friend struct EpAccess;  // src/ops/ep/state.cuh: the EP sources' and tests' access to the state
   Comm& comm_;
   EpConfig cfg_;
   int sms_ = 0;
@@ -208,7 +205,6 @@ class EpBuffer {
   std::unique_ptr<LowLatency> ll_;
   void init_low_latency();
   LowLatency& low_latency(const char* op);  // ll.cu
-  ops::ep::ll::Params low_latency_params() const;
 };
 
 }  // namespace tw

@@ -93,8 +93,8 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.r.send_slot = ep_zalloc<int>((size_t)N * P, s0);
   st.r.tokens_per_rank = ep_zalloc<int>(P, s0);
   st.r.tokens_per_expert = ep_zalloc<int>(cfg.num_experts, s0);
-  st.depochs = ep_zalloc<uint32_t>(sms_, s0);
-  st.cepochs = ep_zalloc<uint32_t>(sms_, s0);
+  st.depochs = ep_zalloc<ops::ep::Epoch>(sms_, s0);
+  st.cepochs = ep_zalloc<ops::ep::Epoch>(sms_, s0);
   st.num_recv = ep_zalloc<int>(1, s0);
   st.recv_per_expert = ep_zalloc<int>(st.g.L, s0);
   st.recv_base = ep_zalloc<int>(P, s0);

@@ -33,6 +33,9 @@
 
 namespace tw::ops::ep {
 
+// A CTA's call counter (next_epoch).
+using Epoch = uint32_t;
+
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA team is at most 8 of them
@@ -60,11 +63,12 @@ __device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t o
 
 // This CTA's call number for its channel (every rank's CTA b counts the same calls): the tag of
 // every flag this call writes and waits for.
-__device__ __forceinline__ uint64_t next_epoch(uint32_t* epochs) {
+__device__ __forceinline__ uint64_t next_epoch(Epoch* epochs) {
   __shared__ uint64_t e;
   if (threadIdx.x == 0) {
-    e = epochs[blockIdx.x] + 1u;
-    epochs[blockIdx.x] = (uint32_t)e;
+    const Epoch n = epochs[blockIdx.x] + 1u;
+    epochs[blockIdx.x] = n;
+    e = n;
   }
   __syncthreads();
   return e;
@@ -115,7 +119,7 @@ struct DispatchParams : Common {
   const void* topk_idx;
   bool idx64;
   const float* topk_weights;
-  uint32_t* epochs;      // [G]
+  Epoch* epochs;         // [G]
   int* num_recv;         // out
   int* recv_per_expert;  // out [L]
   int* recv_base;        // out [P]: first row of each source
@@ -128,7 +132,7 @@ struct CombineParams : Common {
   const char* y;           // null: no rows to return (with rows: zeros go back, Status::no_y_rows)
   const float* weights;    // null: every row's weight is 1
   Status* status;
-  uint32_t* epochs;        // [G]
+  Epoch* epochs;           // [G]
   const int* num_recv;
   const int* recv_base;
   trace::Ring ring;
@@ -158,7 +162,7 @@ namespace ll {
 struct Local {  // this rank's device state
   int* pos;       // [max_tokens, topk]: the token's row in its expert's block, -1 for no expert
   int* cnt;       // [E]
-  uint32_t* epochs;  // [4][G]: send, recv, combine send, combine recv
+  Epoch* epochs;     // [4][G]: send, recv, combine send, combine recv
   int2* route;       // [max_tokens, topk]: (rank, row in its receive block) of each pair the send placed
   int* rcount;       // [L]
   int32_t* rsrc;     // [L, cap] source rank

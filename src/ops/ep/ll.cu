@@ -535,7 +535,7 @@ void EpBuffer::init_low_latency() {
   const ops::ep::ll::Geo& g = ll.g;
   s.pos = ep_zalloc<int>((size_t)g.max_tokens * g.topk, s0);
   s.cnt = ep_zalloc<int>(g.E, s0);
-  s.epochs = ep_zalloc<uint32_t>(4 * (size_t)g.G, s0);
+  s.epochs = ep_zalloc<ops::ep::Epoch>(4 * (size_t)g.G, s0);
   s.route = ep_zalloc<int2>((size_t)g.max_tokens * g.topk, s0);
   s.rcount = ep_zalloc<int>(g.L, s0);
   s.rsrc = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
@@ -578,17 +578,6 @@ EpBuffer::LowLatency& EpBuffer::low_latency(const char* op) {
   return *ll_;
 }
 
-// What every low-latency kernel takes; the call adds its own pointers.
-ops::ep::ll::Params EpBuffer::low_latency_params() const {
-  ops::ep::ll::Params p{};
-  p.ctx = comm_.dev_ctx();
-  p.win = ll_->win.dev();
-  p.g = ll_->g;
-  p.ring = st_->ring;
-  p.s = ll_->s;
-  return p;
-}
-
 void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   const auto check = [&] {
     LowLatency& ll = low_latency("dispatch_send");
@@ -607,7 +596,7 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   LowLatency& ll = *ll_;
   ll.s.num_tokens = a.num_tokens;
   ll.s.status = st_->status_dev;
-  ops::ep::ll::Params p = low_latency_params();
+  ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
   p.x = static_cast<const char*>(a.x);
   p.topk_idx = a.topk_idx;
   p.idx64 = a.index_type == EpIndex::kInt64;
@@ -631,7 +620,7 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
   const OpEntry entry(comm_, "EpBuffer::dispatch_recv", stream, check,
                       [&] { comm_.agree_on_call("EpBuffer::dispatch_recv", {}); });
   LowLatency& ll = *ll_;
-  ops::ep::ll::Params p = low_latency_params();
+  ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
   launch_ll(comm_, ops::ep::ll::recv, sms_, ops::ep::kThreads, 0, stream, p);
   if (ll.g.gin) launch_ll(comm_, ops::ep::ll::gin_advance, 1, 64, 0, stream, p);
   comm_.check_launch("ep low-latency receive launch");
@@ -659,7 +648,7 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
   const OpEntry entry(comm_, "EpBuffer::combine_send", stream, check,
                       [&] { comm_.agree_on_call("EpBuffer::combine_send", {}); });
   LowLatency& ll = *ll_;
-  ops::ep::ll::Params p = low_latency_params();
+  ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
   // y already in the combine block (the expert wrote it there): nothing to copy.
   p.y = y == static_cast<const char*>(ll.win.data()) + ll.g.off_y ? nullptr : static_cast<const char*>(y);
   launch_ll(comm_, ops::ep::ll::combine_send, sms_, ops::ep::kThreads, 0, stream, p);
@@ -678,7 +667,7 @@ void EpBuffer::combine_recv(const float* topk_weights, void* out, cudaStream_t s
   const OpEntry entry(comm_, "EpBuffer::combine_recv", stream, check,
                       [&] { comm_.agree_on_call("EpBuffer::combine_recv", {}); });
   LowLatency& ll = *ll_;
-  ops::ep::ll::Params p = low_latency_params();
+  ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
   p.weights = topk_weights;
   p.out = static_cast<__nv_bfloat16*>(out);
   launch_ll(comm_, ops::ep::ll::combine_recv, sms_, ops::ep::kThreads, 0, stream, p);

@@ -2,6 +2,7 @@
 // ll.cu (low latency).
 #pragma once
 #include <algorithm>
+#include <vector>
 
 #include "kernels.cuh"
 #include "../../runtime/stream_guard.hpp"
@@ -25,8 +26,8 @@ struct EpBuffer::State {
   ops::ep::Geometry g{};
   Window win;
   ops::ep::Routing r{};
-  uint32_t* depochs = nullptr;
-  uint32_t* cepochs = nullptr;
+  ops::ep::Epoch* depochs = nullptr;
+  ops::ep::Epoch* cepochs = nullptr;
   int* num_recv = nullptr;
   int* recv_per_expert = nullptr;
   int* recv_base = nullptr;
@@ -49,6 +50,38 @@ struct EpBuffer::LowLatency {
   Window win;
   size_t local_bytes = 0;
   enum class Step { kIdle, kSent, kReceived, kCombineSent } step = Step::kIdle;
+
+  // What every low-latency kernel takes; the call adds its own pointers.
+  ops::ep::ll::Params params(const Comm& comm, const trace::Ring& ring) const {
+    ops::ep::ll::Params p{};
+    p.ctx = comm.dev_ctx();
+    p.win = win.dev();
+    p.g = g;
+    p.ring = ring;
+    p.s = s;
+    return p;
+  }
+};
+
+// The buffer's state, for tests that need to reach inside it.
+struct EpAccess {
+  // Every call counter of the buffer (the epochs that tag its flags) set to `calls`, as if that
+  // many calls had run, on `stream`: a test then crosses a counter's wrap in a few calls. All-LSA
+  // buffers only (a GIN peer's targets count from the buffer's creation); between calls.
+  static void set_calls(EpBuffer& b, uint64_t calls, cudaStream_t stream) {
+    TW_REQUIRE(b.comm_.all_lsa(), kUnsupported, "EpAccess::set_calls: the buffer has GIN peers");
+    const auto fill = [&](ops::ep::Epoch* p, size_t n) {
+      const std::vector<ops::ep::Epoch> v(n, (ops::ep::Epoch)calls);
+      TW_CUDA_CHECK(cudaMemcpyAsync(p, v.data(), n * sizeof(ops::ep::Epoch), cudaMemcpyHostToDevice, stream));
+      TW_CUDA_CHECK(cudaStreamSynchronize(stream));
+    };
+    if (b.ll_) {
+      fill(b.ll_->s.epochs, 4 * (size_t)b.ll_->g.G);
+    } else {
+      fill(b.st_->depochs, (size_t)b.sms_);
+      fill(b.st_->cepochs, (size_t)b.sms_);
+    }
+  }
 };
 
 }  // namespace tw
