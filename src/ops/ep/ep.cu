@@ -98,7 +98,7 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.num_recv = ep_zalloc<int>(1, s0);
   st.recv_per_expert = ep_zalloc<int>(st.g.L, s0);
   st.recv_base = ep_zalloc<int>(P, s0);
-  st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 8 * (size_t)sms_;
+  st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 2 * sizeof(ops::ep::Epoch) * (size_t)sms_;
   // The flags and counts start at 0 on every rank before any peer writes into them.
   TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here

@@ -33,8 +33,10 @@
 
 namespace tw::ops::ep {
 
-// A CTA's call counter (next_epoch).
-using Epoch = uint32_t;
+// A CTA's call counter (next_epoch). 64 bits: it never wraps (a 32-bit counter wrapped after
+// 2^32 calls, about 20 days at 2,500 calls per second, and a wait for call 0 then passed on any
+// earlier call's flag).
+using Epoch = uint64_t;
 
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
@@ -66,7 +68,7 @@ __device__ __forceinline__ T* at(const DevCtx& ctx, const DevWindow& w, size_t o
 __device__ __forceinline__ uint64_t next_epoch(Epoch* epochs) {
   __shared__ uint64_t e;
   if (threadIdx.x == 0) {
-    const Epoch n = epochs[blockIdx.x] + 1u;
+    const Epoch n = epochs[blockIdx.x] + 1;
     epochs[blockIdx.x] = n;
     e = n;
   }

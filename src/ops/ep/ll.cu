@@ -541,7 +541,7 @@ void EpBuffer::init_low_latency() {
   s.rsrc = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
   s.rtok = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
   s.rslot = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 16 * (size_t)g.G + (size_t)g.L * g.cap * 12 +
+  ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 4 * sizeof(ops::ep::Epoch) * (size_t)g.G + (size_t)g.L * g.cap * 12 +
                    4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
   // The send computes the layout in shared memory: up to 16 x 512 + 2 x 1024 x 16 int16, beside
