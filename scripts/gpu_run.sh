@@ -38,8 +38,8 @@
 #   ep            (nvidia-h200) the EP tests at real P = 1 and 2, 3, 4, 8 virtual ranks (one JSON each),
 #                 memcheck on them at 4, `bench ep` in both modes and payloads at 1 real and 8 virtual
 #                 ranks (EP_BENCH_RANKS, empty: none; bench_ep.jsonl: one JSON line per run), a traced
-#                 low-latency run; EP_BEFORE_TARS: tar.xz files of dists before the EP hardening fixes,
-#                 whose EpHardening.* must fail there (at P = 0, 2, 4)
+#                 low-latency run; EP_BEFORE_TARS: tar.xz files of dists before an EP fix, whose
+#                 EP_BEFORE_FILTER tests (default EpHardening.*) must fail there (at P = 0, 2, 4)
 #   tp            (nvidia-h200) GEMM + reduce-scatter and all-gather + GEMM: their tests at real P = 1
 #                 and 2, 3, 4, 8 virtual ranks (one JSON each), memcheck on them at 4, `bench gemm-rs`
 #                 and `bench ag-gemm` on the Llama sweep at 4 virtual ranks and on 4096 rows at 1 real, and
@@ -224,21 +224,22 @@ ep_tests() {
   done
   step "memcheck on the EP tests, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*'
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*'
 }
 
 if [ "$MODE" = ep ]; then
   header
-  # EpHardening.* on the code before its fixes (EP_BEFORE_TARS: tar.xz files of such dists, each
-  # holding one folder with bin/, lib/ and COMMIT): expected to fail there.
+  # EP_BEFORE_FILTER (default EpHardening.*) on the code before its fixes (EP_BEFORE_TARS: tar.xz
+  # files of such dists, each holding one folder with bin/, lib/ and COMMIT): expected to fail there.
+  EP_BEFORE_FILTER=${EP_BEFORE_FILTER:-EpHardening.*}
   for tarball in ${EP_BEFORE_TARS:-}; do
     [ -f "$tarball" ] || { step "no $tarball: skipped"; continue; }
     x=$(mktemp -d) && tar xJf "$tarball" -C "$x"
     d=$(ls -d "$x"/*/ | head -1)
     for p in 0 2 4; do
-      step "EpHardening.* on the code before the fixes ($(tr '\n' ' ' <"$d/COMMIT")), $p virtual ranks: expected to FAIL"
+      step "$EP_BEFORE_FILTER on the code before the fixes ($(tr '\n' ' ' <"$d/COMMIT")), $p virtual ranks: expected to FAIL"
       LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 120 "$d/bin/tilewire_gpu_tests" \
-        --gtest_filter='EpHardening.*' >>"$LOG" 2>&1
+        --gtest_filter="$EP_BEFORE_FILTER" >>"$LOG" 2>&1
       echo "=== before the fixes, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
     done
   done

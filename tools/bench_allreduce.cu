@@ -364,7 +364,7 @@ void run_sweep(Comm& comm, RankState& st, const BenchArgs& a, Shared& sh) {
     if (!ok) throw Error(Errc::kInvalidArgument, ok.reason);
   }
   // Mirrors the library's rule (src/ops/allreduce/allreduce.cu) to name the algorithm per size.
-  const uint64_t oneshot_max = comm.dev_ctx().staging_bytes / (4 * (uint64_t)comm.lsa_size());
+  const uint64_t oneshot_max = oneshot_max_bytes(comm);
 
   // Fill and check grids: this rank's share of the GPU (all of it on the NCCL backend, 1/P of it
   // on a virtual team, whose P ranks run these kernels at the same time).
@@ -537,11 +537,7 @@ std::string jstr(const std::string& s) {
 }
 std::string jnum(double v) { return std::isfinite(v) ? fmt("%.6g", v) : "null"; }
 
-std::string commit_id() {
-  if (const env::Var* v = env::find("TILEWIRE_COMMIT")) return env::value_of(*v);  // once declared in the table
-  const char* c = std::getenv("TILEWIRE_COMMIT");
-  return c ? c : "";
-}
+std::string commit_id() { return bench_commit(); }
 
 std::string to_json(const BenchArgs& a, const Shared& sh, bool all_ok) {
   std::ostringstream o;

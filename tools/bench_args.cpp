@@ -2,6 +2,7 @@
 #include "bench_args.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <sstream>
@@ -227,6 +228,11 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string bench_commit() {
+  const char* c = std::getenv("TILEWIRE_COMMIT");
+  return c && *c ? c : "unknown";
 }
 
 }  // namespace tw::cli

@@ -105,8 +105,9 @@ EpOptions parse(const std::vector<std::string>& a) {
     if (k == "-h" || k == "--help") o.help = true;
     else if (k == "--mode") {
       const std::string& v = need(i);
-      TW_REQUIRE(v == "ht" || v == "ll", kInvalidArgument, "bench ep: --mode is ht or ll, not '" + v + "'");
-      o.mode = v == "ll" ? EpMode::kLowLatency : EpMode::kHighThroughput;
+      const std::optional<EpMode> m = parse_ep_mode(v);
+      TW_REQUIRE(m.has_value(), kInvalidArgument, "bench ep: --mode is ht or ll, not '" + v + "'");
+      o.mode = *m;
     } else if (k == "-t" || k == "--tokens") o.tokens = num(k, need(i));
     else if (k == "-H" || k == "--hidden") o.hidden = num(k, need(i));
     else if (k == "-k" || k == "--topk") o.topk = num(k, need(i));
@@ -120,8 +121,9 @@ EpOptions parse(const std::vector<std::string>& a) {
       o.skewed = v == "skewed";
     } else if (k == "--payload") {
       const std::string& v = need(i);
-      TW_REQUIRE(v == "bf16" || v == "fp8", kInvalidArgument, "bench ep: --payload is bf16 or fp8");
-      o.payload = v == "fp8" ? EpPayload::kFp8E4M3 : EpPayload::kBFloat16;
+      const std::optional<EpPayload> p = parse_ep_payload(v);
+      TW_REQUIRE(p.has_value(), kInvalidArgument, "bench ep: --payload is bf16 or fp8, not '" + v + "'");
+      o.payload = *p;
     } else if (k == "--virtual") o.virtual_ranks = parse_virtual_ranks(k, need(i));
     else if (k == "--ranks-per-node") {
       const std::string v = need(i);

@@ -406,8 +406,8 @@ int bench_ep(const std::vector<std::string>& argv) {
   if (o.virtual_ranks > 0) Comm::run_virtual(0, P, body, cc);
   else Comm::run_local({}, body);
   Shared& sh = bench.shared();
-  const char* mode = o.mode == EpMode::kLowLatency ? "ll" : "ht";
-  const char* pay = o.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16";
+  const char* mode = ep_mode_name(o.mode);
+  const char* pay = ep_payload_name(o.payload);
   if (o.ranks_per_node > 0)
     std::printf("# virtual nodes: %d x %d (nodes x ranks per node), other nodes through the emulated GIN\n",
                 P / o.ranks_per_node, o.ranks_per_node);

@@ -21,7 +21,7 @@
 // --plans: every shape under each plan in turn (the same inputs; each plan checked and timed in
 // alternation with cuBLASLt), then the best per shape: what a plan rule is read off. A plan is auto
 // (tw::gemm's rule), hook, streamk (the stream-K kernel, its own plan) or a TILEWIRE_GEMM_STREAMK_PLAN
-// spec (the stream-K kernel with those overrides), set through gemm_impl::set_measurement_plan.
+// spec (the stream-K kernel with those overrides), set through testing::set_gemm_plan.
 // --virtual P: P ranks on GPU 0 at once, each its own inputs on SMs / P, slowest rank (bench_gemm_virtual.cu).
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: docs/gemm.md names the result files.
@@ -44,8 +44,8 @@
 #include "bench_args.hpp"  // median, parse_virtual_ranks
 #include "bench_gemm.hpp"
 #include "commands.hpp"
-#include "ops/gemm/launch.hpp"  // gemm_impl::set_measurement_plan
-#include "runtime/cublaslt.hpp"
+#include "testing/measurement.hpp"  // testing::set_gemm_plan
+#include "ops/gemm/cublaslt.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -93,12 +93,12 @@ void count_wrong_async(const void* got, const void* want, size_t n, DType dtype,
                                       n, wrong);
 }
 
-std::optional<gemm_impl::MeasurementPlan> measurement_plan_of(const std::string& spec) {
+std::optional<testing::GemmPlan> measurement_plan_of(const std::string& spec) {
   using gemm_impl::KernelPref;
   if (spec == "auto") return std::nullopt;
-  if (spec == "hook") return gemm_impl::MeasurementPlan{KernelPref::kHook, ""};
-  if (spec == "streamk") return gemm_impl::MeasurementPlan{KernelPref::kStreamK, ""};
-  return gemm_impl::MeasurementPlan{KernelPref::kStreamK, spec};
+  if (spec == "hook") return testing::GemmPlan{KernelPref::kHook, ""};
+  if (spec == "streamk") return testing::GemmPlan{KernelPref::kStreamK, ""};
+  return testing::GemmPlan{KernelPref::kStreamK, spec};
 }
 
 }  // namespace gemm_bench
@@ -157,19 +157,23 @@ GemmBenchArgs parse(const std::vector<std::string>& argv) {
     else if (o == "-k") k = to_int(o, v);
     else if (o == "--sweep") sweep = v;
     else if (o == "--dtype") {
-      TW_REQUIRE(v == "bf16" || v == "fp16", kInvalidArgument, "bench gemm: --dtype bf16|fp16, got '" + v + "'");
-      a.dtype = v == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+      const std::optional<DType> t = parse_dtype(v);  // any spelling of bf16 or fp16
+      TW_REQUIRE(t == DType::kBFloat16 || t == DType::kFloat16, kInvalidArgument,
+                 "bench gemm: --dtype bf16|fp16, got '" + v + "'");
+      a.dtype = *t;
     } else if (o == "--layout") {
-      TW_REQUIRE(v == "nk" || v == "kn", kInvalidArgument, "bench gemm: --layout nk|kn, got '" + v + "'");
-      a.layout = v == "nk" ? BLayout::kNK : BLayout::kKN;
+      const std::optional<BLayout> l = parse_blayout(v);
+      TW_REQUIRE(l.has_value(), kInvalidArgument, "bench gemm: --layout nk|kn, got '" + v + "'");
+      a.layout = *l;
     } else if (o == "--iters") a.iters = std::max(1, to_int(o, v));
     else if (o == "--warmup") a.warmup = to_int(o, v);
     else if (o == "-R") a.repeats = std::max(1, to_int(o, v));
     else if (o == "--reserved-sms") a.cfg.reserved_sms = to_int(o, v);
     else if (o == "--swizzle") a.cfg.swizzle = to_int(o, v);
     else if (o == "--raster") {
-      TW_REQUIRE(v == "auto" || v == "m" || v == "n", kInvalidArgument, "bench gemm: --raster auto|m|n");
-      a.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
+      const std::optional<GemmRaster> r = parse_gemm_raster(v);
+      TW_REQUIRE(r.has_value(), kInvalidArgument, "bench gemm: --raster auto|m|n, got '" + v + "'");
+      a.cfg.raster = *r;
     } else if (o == "--json") a.json_path = v;
     else if (o == "--virtual") a.virtual_ranks = parse_virtual_ranks(o, v);
     else if (o == "--plans") {
@@ -317,7 +321,7 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
     Row row;
     row.s = s;
     row.plan_spec = spec;
-    gemm_impl::set_measurement_plan(measurement_plan_of(spec));
+    testing::set_gemm_plan(measurement_plan_of(spec));
     row.cublas_algo = mm.describe();
     try {
       row.tw_plan = gemm_plan(GemmArgs{A[0], B[0], C[0], s.m, s.n, s.k, a.dtype, a.layout}, a.cfg);
@@ -343,7 +347,7 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
     TW_CUDA_CHECK(cudaStreamSynchronize(st));
     rows.push_back(row);
   }
-  gemm_impl::set_measurement_plan(std::nullopt);
+  testing::set_gemm_plan(std::nullopt);
 
   for (int i = 0; i < sets; ++i) cudaFree(A[i]), cudaFree(B[i]), cudaFree(C[i]);
   cudaFree(ref), cudaFree(ws), cudaFree(wrong);

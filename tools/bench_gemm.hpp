@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ops/gemm/launch.hpp"  // gemm_impl::MeasurementPlan
+#include "testing/measurement.hpp"  // testing::GemmPlan
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
 
@@ -40,7 +40,7 @@ void fill_operand(void* p, size_t n, DType dtype, uint64_t seed, cudaStream_t st
 void count_wrong_async(const void* got, const void* want, size_t n, DType dtype, unsigned long long* wrong,
                        cudaStream_t st);
 // "auto": nullopt (tw::gemm's rule); "hook", "streamk": that kernel; else a stream-K spec.
-std::optional<gemm_impl::MeasurementPlan> measurement_plan_of(const std::string& spec);
+std::optional<testing::GemmPlan> measurement_plan_of(const std::string& spec);
 
 // --virtual P (bench_gemm_virtual.cu): the sweep on P virtual ranks of GPU 0. Same exit status as
 // bench_gemm: 0 when every check passed, 1 when not. The caller has checked that a GPU exists.

@@ -73,7 +73,8 @@
 #include "bench_gemm_allreduce.hpp"
 #include "bench_raii.hpp"
 #include "commands.hpp"
-#include "runtime/cublaslt.hpp"
+#include "ops/gemm/cublaslt.hpp"
+#include "testing/measurement.hpp"  // testing::set_untraced_kernels
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
@@ -455,14 +456,20 @@ class RankRun {
     int j = 0;
     bool expired = false;
     const double off = timed([&] { fused(x, (j++) % x.sets); }, expired);
-    GemmAllReduceConfig bare = o_.cfg;
-    bare.untraced_kernel = true;
     j = 0;
     // The kernel without trace code exists in the measurement build only (-DTILEWIRE_BENCH_KERNELS=ON).
-    const double out = gemm_allreduce_has_untraced_kernels()
-                           ? timed([&] { gemm_allreduce(comm_, fused_args(x.s, x.a[j % x.sets].p, x.b[j % x.sets].p), bare, s1), ++j; },
-                                   expired)
-                           : std::nan("");
+    double out = std::nan("");
+    if (testing::untraced_kernels_built()) {
+      testing::set_untraced_kernels(true);
+      try {
+        out = timed([&] { gemm_allreduce(comm_, fused_args(x.s, x.a[j % x.sets].p, x.b[j % x.sets].p), o_.cfg, s1), ++j; },
+                    expired);
+      } catch (...) {
+        testing::set_untraced_kernels(false);
+        throw;
+      }
+      testing::set_untraced_kernels(false);
+    }
     j = 0;
     const double on = timed(
         [&] { gemm_allreduce(comm_, fused_args(x.s, x.a[j % x.sets].p, x.b[j % x.sets].p), cfg, s1), ++j; }, expired);
@@ -603,11 +610,10 @@ class RankRun {
       row.s = x.s;
       row.sets = x.sets;
       row.note = x.note;
-      row.path = o_.cfg.path == GemmAllReducePath::kFused ||
-                         (o_.cfg.path == GemmAllReducePath::kAuto &&
-                          gemm_allreduce_prefers_fused(x.s.m, x.s.n, x.s.k, P_))
-                     ? "fused"
-                     : "sequential";
+      const bool ran_fused = o_.cfg.path == GemmAllReducePath::kFused ||
+                             (o_.cfg.path == GemmAllReducePath::kAuto &&
+                              gemm_allreduce_prefers_fused(x.s.m, x.s.n, x.s.k, P_));
+      row.path = gemm_allreduce_path_name(ran_fused ? GemmAllReducePath::kFused : GemmAllReducePath::kSequential);
       for (int k = 0; k < kVariants; ++k)
         if (k != kChunked) row.us[k] = slowest(v, [&](const RankSample& q) { return q.sec[k]; }) * 1e6;
       for (size_t p = 0; p < x.splits.size(); ++p) {

@@ -59,6 +59,15 @@ int int_opt(const std::string& opt, const std::string& v, int lo, int hi) {
   return (int)*x;
 }
 
+// The value of an enum option, read by its tw::parse_* function; `accepted`: the spellings to show.
+template <class E>
+E enum_opt(const std::string& opt, const std::string& v, std::optional<E> (*parse)(const std::string&),
+           const char* accepted) {
+  const std::optional<E> e = parse(v);
+  if (!e) bad(opt + " " + accepted + ", got '" + v + "'");
+  return *e;
+}
+
 std::vector<int> chunk_list(const std::string& opt, const std::string& v) {
   std::vector<int> out;
   std::stringstream ss(v);
@@ -89,12 +98,6 @@ std::vector<Shape> sweep_shapes(const std::string& name) {
   return s;
 }
 
-const char* raster_name(GemmRaster r) { return r == GemmRaster::kAlongM ? "m" : r == GemmRaster::kAlongN ? "n" : "auto"; }
-const char* partials_name(PartialPrecision p) { return p == PartialPrecision::kFloat32 ? "fp32" : "bf16"; }
-const char* fused_algo_name(GemmAllReduceAlgo a) {
-  return a == GemmAllReduceAlgo::kExchange ? "exchange" : a == GemmAllReduceAlgo::kOwner ? "owner" : a == GemmAllReduceAlgo::kRelay ? "relay" : "auto";
-}
-
 std::string chunks_text(const std::vector<int>& c) {
   std::string s;
   for (int x : c) {
@@ -123,11 +126,7 @@ std::string jstr(const std::string& s) {
 }
 std::string jnum(double v) { return std::isfinite(v) ? num("%.6g", v) : "null"; }
 
-// TILEWIRE_COMMIT (scripts/gpu_run.sh sets it from dist/COMMIT), else "unknown".
-std::string commit_id() {
-  const std::string c = env::get_string("TILEWIRE_COMMIT");
-  return c.empty() ? "unknown" : c;
-}
+std::string commit_id() { return cli::bench_commit(); }
 
 }  // namespace
 
@@ -162,23 +161,11 @@ Options parse_options(const std::vector<std::string>& argv) {
     else if (opt == "--swizzle") {
       o.cfg.swizzle = int_opt(opt, v, 1, 8);
       if (o.cfg.swizzle & (o.cfg.swizzle - 1)) bad("--swizzle 1|2|4|8, got '" + v + "'");
-    } else if (opt == "--raster") {
-      if (v != "auto" && v != "m" && v != "n") bad("--raster auto|m|n, got '" + v + "'");
-      o.cfg.raster = v == "m" ? GemmRaster::kAlongM : v == "n" ? GemmRaster::kAlongN : GemmRaster::kAuto;
-    } else if (opt == "--partials") {
-      if (v != "bf16" && v != "fp32") bad("--partials bf16|fp32, got '" + v + "'");
-      o.cfg.partials = v == "fp32" ? PartialPrecision::kFloat32 : PartialPrecision::kBFloat16;
-    } else if (opt == "--algo") {
-      if (v != "auto" && v != "relay" && v != "exchange" && v != "owner") bad("--algo auto|relay|exchange|owner, got '" + v + "'");
-      o.cfg.algo = v == "relay" ? GemmAllReduceAlgo::kRelay : v == "exchange" ? GemmAllReduceAlgo::kExchange
-                   : v == "owner"  ? GemmAllReduceAlgo::kOwner
-                                   : GemmAllReduceAlgo::kAuto;
-    } else if (opt == "--path") {
-      if (v != "auto" && v != "fused" && v != "sequential") bad("--path auto|fused|sequential, got '" + v + "'");
-      o.cfg.path = v == "fused" ? GemmAllReducePath::kFused
-                   : v == "sequential" ? GemmAllReducePath::kSequential
-                                       : GemmAllReducePath::kAuto;
-    } else if (opt == "--json") o.json_path = v;
+    } else if (opt == "--raster") o.cfg.raster = enum_opt(opt, v, parse_gemm_raster, "auto|m|n");
+    else if (opt == "--partials") o.cfg.partials = enum_opt(opt, v, parse_partial_precision, "bf16|fp32");
+    else if (opt == "--algo") o.cfg.algo = enum_opt(opt, v, parse_gemm_allreduce_algo, "auto|relay|exchange|owner");
+    else if (opt == "--path") o.cfg.path = enum_opt(opt, v, parse_gemm_allreduce_path, "auto|fused|sequential");
+    else if (opt == "--json") o.json_path = v;
     else if (opt == "--trace") o.trace_path = v;
     else if (opt == "--plot") o.plot_path = v;
     else if (opt == "--virtual") o.virtual_ranks = parse_virtual_ranks(opt, v);
@@ -219,8 +206,8 @@ void print_header(const Options& o, const RunInfo& info) {
   }
   std::printf("# bf16, A_r [M,K_local], B_r [N,K_local] (kNK), C [M,N] = sum over ranks; fused: algo %s, partials "
               "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, R %d%s%s\n",
-              fused_algo_name(o.cfg.algo), partials_name(o.cfg.partials), o.cfg.reserved_sms, o.cfg.swizzle,
-              raster_name(o.cfg.raster),
+              gemm_allreduce_algo_name(o.cfg.algo), partial_precision_name(o.cfg.partials), o.cfg.reserved_sms,
+              o.cfg.swizzle, gemm_raster_name(o.cfg.raster),
               chunks_text(o.chunks).c_str(), o.iters, o.warmup, o.repeats, o.trace_path.empty() ? "" : "; trace ",
               o.trace_path.c_str());
   std::printf("# time: us per iteration, median of R repeats, slowest rank; NCCL in place on C ((b) (d) (f)),\n"
@@ -276,8 +263,9 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
     << ",\n  \"config\": {\"sweep\": " << jstr(o.sweep) << ", \"dtype\": \"bf16\", \"b_layout\": \"nk\""
     << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
     << ", \"chunks\": [" << chunks_text(o.chunks) << "], \"reserved_sms\": " << o.cfg.reserved_sms
-    << ", \"swizzle\": " << o.cfg.swizzle << ", \"raster\": " << jstr(raster_name(o.cfg.raster))
-    << ", \"algo\": " << jstr(fused_algo_name(o.cfg.algo)) << ", \"partials\": " << jstr(partials_name(o.cfg.partials)) << ", \"sms\": " << info.sms
+    << ", \"swizzle\": " << o.cfg.swizzle << ", \"raster\": " << jstr(gemm_raster_name(o.cfg.raster))
+    << ", \"algo\": " << jstr(gemm_allreduce_algo_name(o.cfg.algo))
+    << ", \"partials\": " << jstr(partial_precision_name(o.cfg.partials)) << ", \"sms\": " << info.sms
     << ", \"l2_bytes\": " << info.l2_bytes << ", \"trace\": " << (o.trace_path.empty() ? "null" : jstr(o.trace_path))
     << ",\n    \"timing\": \"us per iteration: median over repeats of (ev1-ev0)/iters, every repeat behind a start "
        "gate, slowest rank; NCCL in place on C, tw::allreduce out of place"

@@ -9,8 +9,7 @@
 //             the row says "whole GPU"
 //
 //   per shape, every rank   its (A, B, C) sets (seeded by rank; rank 0's are bench_gemm.cu's)
-//   per --plans entry       barrier; rank 0: gemm_impl::set_measurement_plan (process-global: never
-//                           while a rank is inside tw::gemm); barrier
+//   per --plans entry       barrier; every rank: testing::set_gemm_plan (its thread's); barrier
 //                           vote: the plan runs on every rank (else the row says why not)
 //                           check: every set, every element against cuBLASLt's (bench_gemm.cu's bound)
 //                           warm-up of both, ungated; then R repeats of tilewire and cuBLASLt in
@@ -43,9 +42,9 @@
 #include "bench_gate.hpp"  // HostBarrier, StartGate
 #include "bench_gemm.hpp"
 #include "bench_raii.hpp"
-#include "ops/gemm/launch.hpp"     // gemm_impl::set_measurement_plan
+#include "testing/measurement.hpp"  // testing::set_gemm_plan
 #include "ops/gemm/team_gemm.hpp"  // gemm_impl::sms_outside_budget
-#include "runtime/cublaslt.hpp"
+#include "ops/gemm/cublaslt.hpp"
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -237,7 +236,7 @@ class RankRun {
     const size_t shape_rows = t_.rows.size();  // rank 0's rows of this shape start here
     for (const std::string& spec : a_.plans) {
       t_.barrier.arrive_and_wait("plan: no rank inside tw::gemm");
-      if (me_ == 0) gemm_impl::set_measurement_plan(measurement_plan_of(spec));
+      testing::set_gemm_plan(measurement_plan_of(spec));
       t_.barrier.arrive_and_wait("plan set");
       Sample smp;
       smp.cublas_algo = mm.describe();
@@ -286,8 +285,8 @@ class RankRun {
       done_reading("samples read");
     }
     t_.barrier.arrive_and_wait("shape's plans done");
+    testing::set_gemm_plan(std::nullopt);
     if (me_ == 0) {
-      gemm_impl::set_measurement_plan(std::nullopt);  // no rank calls tw::gemm before the next barrier
       const Row* best = nullptr;
       for (size_t i = shape_rows; i < t_.rows.size(); ++i) {
         const Row& r = t_.rows[i];
@@ -398,7 +397,6 @@ int bench_gemm_virtual(const GemmBenchArgs& a) {
       }
     });
   } catch (...) {
-    gemm_impl::set_measurement_plan(std::nullopt);
     if (json.is_open()) {  // no half-written evidence: the file appears only for a finished sweep
       json.close();
       std::remove(a.json_path.c_str());

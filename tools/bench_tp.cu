@@ -55,7 +55,7 @@
 #include "commands.hpp"
 #include "ops/fused_gemm/cost_model.hpp"
 #include "ops/gemm/team_gemm.hpp"  // sms_outside_budget
-#include "runtime/cublaslt.hpp"
+#include "ops/gemm/cublaslt.hpp"
 #include "tilewire/device/barrier.cuh"
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/gemm.hpp"
@@ -127,11 +127,14 @@ TpOptions parse(TpOp op, const std::vector<std::string>& argv) {
       TW_REQUIRE(v == "llama", kInvalidArgument, "bench: --sweep takes llama, got '" + v + "'");
       o.llama = true;
     } else if (a == "--dtype") {
-      TW_REQUIRE(v == "bf16" || v == "fp16", kInvalidArgument, "bench: --dtype takes bf16 or fp16, got '" + v + "'");
-      o.dtype = v == "bf16" ? DType::kBFloat16 : DType::kFloat16;
+      const std::optional<DType> t = parse_dtype(v);  // any spelling of bf16 or fp16
+      TW_REQUIRE(t == DType::kBFloat16 || t == DType::kFloat16, kInvalidArgument,
+                 "bench: --dtype takes bf16 or fp16, got '" + v + "'");
+      o.dtype = *t;
     } else if (a == "--layout") {
-      TW_REQUIRE(v == "nk" || v == "kn", kInvalidArgument, "bench: --layout takes nk or kn, got '" + v + "'");
-      o.b = v == "nk" ? BLayout::kNK : BLayout::kKN;
+      const std::optional<BLayout> l = parse_blayout(v);
+      TW_REQUIRE(l.has_value(), kInvalidArgument, "bench: --layout takes nk or kn, got '" + v + "'");
+      o.b = *l;
     } else if (a == "--chunks") o.chunks = int_list(v, "--chunks");
     else if (a == "--iters") o.iters = int_list(v, "--iters").at(0);
     else if (a == "-R") o.repeats = int_list(v, "-R").at(0);
@@ -628,7 +631,7 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
   const bool rs = op == TpOp::kGemmRs;
   std::printf("# tilewire bench %s: %d %s ranks, %s, B %s; times: per call, median of %d repeats of %d calls, slowest rank\n",
               op_name.c_str(), P, o.virtual_ranks > 0 ? "virtual (one GPU: correctness only)" : "GPU",
-              dtype_name(o.dtype), o.b == BLayout::kNK ? "nk" : "kn", o.repeats, o.iters);
+              dtype_name(o.dtype), blayout_name(o.b), o.repeats, o.iters);
   std::printf("# %s; e = the faster of (e), (g); op/gemm = e/(a); speedup = min((c), (d)) / e; overlap = ((a) + (f) - e) / min((a), (f))\n",
               rs ? "M x N x K_local, C_shard = rows of shard r of sum_q A_q B_q" : "M x N_local x K, C = gathered A x B_r");
   std::ofstream json;
@@ -636,7 +639,7 @@ int bench_tp(const std::string& op_name, const std::vector<std::string>& argv) {
     json.open(o.json_path, std::ios::out | std::ios::trunc);
     TW_REQUIRE(json.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
     json << "{\"bench\": \"" << op_name << "\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false")
-         << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"layout\": \"" << (o.b == BLayout::kNK ? "nk" : "kn")
+         << ", \"dtype\": \"" << dtype_name(o.dtype) << "\", \"layout\": \"" << blayout_name(o.b)
          << "\", \"wrong\": " << bench.shared().wrong << ", \"shapes\": [";
   }
   bool first = true;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "bindings.hpp"
@@ -27,42 +28,27 @@ T* ptr(uintptr_t p) {
 }
 cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
 
-tw::DType dtype_of(const std::string& s) {
-  const auto t = tw::parse_dtype(s);
-  TW_REQUIRE(t.has_value(), kInvalidArgument, "dtype '" + s + "' is not one of bfloat16, float16, float32");
-  return *t;
+// An enum argument `arg` = `s`, read by the library's tw::parse_* function; else kInvalidArgument
+// (a ValueError in Python) naming the argument, the value and `accepted`.
+template <class E>
+E enum_arg(const char* arg, const std::string& s, std::optional<E> (*parse)(const std::string&), const char* accepted) {
+  const std::optional<E> e = parse(s);
+  TW_REQUIRE(e.has_value(), kInvalidArgument, std::string(arg) + " '" + s + "' is not " + accepted);
+  return *e;
 }
+tw::DType dtype_of(const std::string& s) { return enum_arg("dtype", s, tw::parse_dtype, "one of bfloat16, float16, float32"); }
 tw::BLayout layout_of(const std::string& s) {
-  TW_REQUIRE(s == "nk" || s == "kn", kInvalidArgument, "b_layout '" + s + "' is not 'nk' ([N, K]) or 'kn' ([K, N])");
-  return s == "nk" ? tw::BLayout::kNK : tw::BLayout::kKN;
+  return enum_arg("b_layout", s, tw::parse_blayout, "'nk' ([N, K]) or 'kn' ([K, N])");
 }
-tw::AllReduceAlgo algo_of(const std::string& s) {
-  const auto a = tw::parse_algo(s);
-  TW_REQUIRE(a.has_value(), kInvalidArgument, "algo '" + s + "' is not one of auto, oneshot, twoshot");
-  return *a;
-}
+tw::AllReduceAlgo algo_of(const std::string& s) { return enum_arg("algo", s, tw::parse_algo, "one of auto, oneshot, twoshot"); }
 tw::GemmAllReduceConfig fused_config(const std::string& path, const std::string& algo, const std::string& partials) {
   tw::GemmAllReduceConfig c;
-  TW_REQUIRE(path == "auto" || path == "fused" || path == "sequential", kInvalidArgument,
-             "path '" + path + "' is not one of auto, fused, sequential");
-  c.path = path == "fused" ? tw::GemmAllReducePath::kFused
-           : path == "sequential" ? tw::GemmAllReducePath::kSequential
-                                  : tw::GemmAllReducePath::kAuto;
-  TW_REQUIRE(algo == "auto" || algo == "relay" || algo == "exchange" || algo == "owner", kInvalidArgument,
-             "algo '" + algo + "' is not one of auto, relay, exchange, owner");
-  c.algo = algo == "relay" ? tw::GemmAllReduceAlgo::kRelay
-           : algo == "exchange" ? tw::GemmAllReduceAlgo::kExchange
-           : algo == "owner" ? tw::GemmAllReduceAlgo::kOwner
-                             : tw::GemmAllReduceAlgo::kAuto;
-  TW_REQUIRE(partials == "bfloat16" || partials == "float32", kInvalidArgument,
-             "partials '" + partials + "' is not bfloat16 or float32");
-  c.partials = partials == "float32" ? tw::PartialPrecision::kFloat32 : tw::PartialPrecision::kBFloat16;
+  c.path = enum_arg("path", path, tw::parse_gemm_allreduce_path, "one of auto, fused, sequential");
+  c.algo = enum_arg("algo", algo, tw::parse_gemm_allreduce_algo, "one of auto, relay, exchange, owner");
+  c.partials = enum_arg("partials", partials, tw::parse_partial_precision, "bfloat16 or float32");
   return c;
 }
-tw::EpPayload payload_of(const std::string& s) {
-  TW_REQUIRE(s == "bfloat16" || s == "fp8", kInvalidArgument, "payload '" + s + "' is not bfloat16 or fp8");
-  return s == "fp8" ? tw::EpPayload::kFp8E4M3 : tw::EpPayload::kBFloat16;
-}
+tw::EpPayload payload_of(const std::string& s) { return enum_arg("payload", s, tw::parse_ep_payload, "bfloat16 or fp8"); }
 
 struct PyEp {
   std::unique_ptr<tw::EpBuffer> buf;
@@ -136,10 +122,8 @@ void bind_ops(nb::module_& m) {
 
   // Sequence parallelism (tilewire/ops/gemm_scatter_gather.hpp); path: auto | sequential | fused.
   const auto tp_config = [](const std::string& path, int reserved_sms) {
-    TW_REQUIRE(path == "auto" || path == "sequential" || path == "fused", kInvalidArgument,
-               "path '" + path + "' is not auto, sequential or fused");
     tw::TpConfig cfg;
-    cfg.path = path == "auto" ? tw::TpPath::kAuto : path == "sequential" ? tw::TpPath::kSequential : tw::TpPath::kFused;
+    cfg.path = enum_arg("path", path, tw::parse_tp_path, "auto, sequential or fused");
     cfg.reserved_sms = reserved_sms;
     return cfg;
   };

@@ -67,8 +67,7 @@ std::string first_disagreement(const std::vector<Record>& records) {
 }
 
 Record environment_knobs() {
-  static const char* const kNotProtocol[] = {"TILEWIRE_TIMEOUT_MS", "TILEWIRE_HOST_TIMEOUT_MS", "TILEWIRE_DEBUG",
-                                             "TILEWIRE_COMMIT"};
+  static const char* const kNotProtocol[] = {"TILEWIRE_TIMEOUT_MS", "TILEWIRE_HOST_TIMEOUT_MS", "TILEWIRE_DEBUG"};
   Record r;
   for (const env::Var& v : env::table()) {
     if (std::any_of(std::begin(kNotProtocol), std::end(kNotProtocol),

@@ -1,7 +1,7 @@
 // src/runtime/agreement.hpp — the protocol every rank of a communicator must agree on.
 //
 // Everything that shapes a kernel's protocol or grid — the environment knobs, the agreed SM
-// count, grid and block sizes, the one-shot staging size, versions — is written into a record
+// count, grid and block sizes, what each op asked of the communicator (needs.hpp), versions — is written into a record
 // of (name, value) pairs when the communicator is created. The ranks compare a hash of it in one
 // host all-reduce (min and max); only when they differ are the records gathered, to name the
 // first knob that differs and both values, and every rank fails with that message. A rank can
@@ -29,7 +29,7 @@ uint64_t hash(const Record& r);
 std::string first_disagreement(const std::vector<Record>& records);
 
 // The environment knobs that shape kernels: every TILEWIRE_* variable of the table except
-// those that only bound waits or label output (timeouts, debug printing, the commit label).
+// those that only bound waits or print (timeouts, debug printing).
 Record environment_knobs();
 
 }  // namespace tw::agreement

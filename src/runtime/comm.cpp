@@ -18,15 +18,17 @@
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/version.hpp"
 #include "agreement.hpp"
+#include "comm_impl.hpp"
 #include "nccl_compat.hpp"
 #include "nccl_window.hpp"
+#include "needs.hpp"
 #include "virtual_team.hpp"
 
 namespace tw {
 
 template <class F>
 ncclResult_t Comm::nccl_call(F&& f) noexcept {
-  std::lock_guard<std::mutex> lk(nccl_mu_);
+  std::lock_guard<std::mutex> lk(impl_->nccl_mu);
   if (aborted_) return ncclInvalidUsage;
   const ncclResult_t r = f();
   if (abort_requested_) abort_locked();
@@ -46,7 +48,6 @@ void nccl_check(const Comm& c, ncclResult_t r, const char* expr, const char* fil
 namespace {
 constexpr size_t kAlign = NCCL_WIN_REQUIRED_ALIGNMENT;
 size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-constexpr int kOneShotMaxBlocks = 128;  // must match src/ops/allreduce/kernels.cuh
 }  // namespace
 
 // ------------------------------------------------------------------------------------ Window
@@ -80,6 +81,14 @@ void Window::reset() {
 }
 
 // -------------------------------------------------------------------------------------- Comm
+Comm::Comm() : impl_(std::make_unique<Impl>()) {}
+
+const Comm::Grant& Comm::grant(int need) const {
+  TW_REQUIRE(need >= 0 && need < (int)impl_->grants.size(), kInvalidArgument,
+             "Comm::grant: need " + std::to_string(need) + " is not registered (src/runtime/needs.hpp)");
+  return impl_->grants[need];
+}
+
 ncclUniqueId Comm::unique_id() {
   check_nccl_runtime();
   ncclUniqueId id;
@@ -212,13 +221,13 @@ void Comm::init(const ncclUniqueId& id, int rank, int nranks, int device, const 
   init_common(cfg, prop.multiProcessorCount);
 }
 
-void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg) {
+void Comm::init_virtual(int rank, int device, const CommConfig& cfg) {
   device_ = device;
+  virtual_ = true;
   TW_CUDA_CHECK(cudaSetDevice(device));
-  team_ = std::move(team);
   int sms = 0;
   TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  const int P = team_->nranks();
+  const int P = impl_->team->nranks();
   TW_REQUIRE(sms / P >= 2, kUnsupported,
              "run_virtual: " + std::to_string(P) + " ranks on a GPU of " + std::to_string(sms) +
                  " SMs leave fewer than 2 SMs per rank (the fused kernels run clusters of 2)");
@@ -226,7 +235,7 @@ void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device,
   ctx_.nranks = P;
   // One GPU: every rank could reach every other with loads and stores; in virtual nodes the LSA
   // team is the node, and other nodes are reached through the emulated GIN.
-  const int L = team_->ranks_per_node();
+  const int L = impl_->team->ranks_per_node();
   ctx_.lsa_rank = rank % L;
   ctx_.lsa_size = L;
   init_common(cfg, sms / P);  // the SM budget: P co-resident grids of sm_count() CTAs fit the GPU
@@ -234,7 +243,7 @@ void Comm::init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device,
 
 void Comm::init_common(const CommConfig& cfg, int device_sms) {
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  TW_CUDA_CHECK(cudaEventCreateWithFlags(&last_call_, cudaEventDisableTiming));
+  TW_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->last_call, cudaEventDisableTiming));
   // Agree on the SM count (the grid of every kernel, and so the barrier indices, must match).
   {
     uint64_t v = (uint64_t)device_sms;
@@ -244,42 +253,29 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
   const int rank = ctx_.rank, nranks = ctx_.nranks;
   int max_blocks = cfg.max_blocks > 0 ? cfg.max_blocks : (int)env::get_int("TILEWIRE_MAX_BLOCKS");
   if (max_blocks <= 0) max_blocks = 2 * sm_count_;
-  // One-shot and two-shot CTAs wait for their peers' CTAs of the same index: on a virtual team
-  // their grids must fit the SM budget. The defaults are clamped to it; a setting beyond it is
-  // refused (it could not run there without deadlocking).
-  auto within_budget = [&](const char* knob, int64_t v) {
-    bool set = false;
-    env::value_of(*env::find(knob), &set);
-    TW_REQUIRE(!is_virtual() || !set || v <= sm_count_, kInvalidArgument,
-               std::string(knob) + "=" + std::to_string(v) + " exceeds the SM budget of a virtual rank (" +
-                   std::to_string(sm_count_) + " SMs: the GPU's SMs / " + std::to_string(ctx_.nranks) +
-                   "); the ranks' grids must be resident together");
-  };
-  within_budget("TILEWIRE_ONESHOT_BLOCKS", env::get_int("TILEWIRE_ONESHOT_BLOCKS"));
-  within_budget("TILEWIRE_ALLREDUCE_BLOCKS", env::get_int("TILEWIRE_ALLREDUCE_BLOCKS"));
-  ctx_.oneshot_blocks = (int)std::clamp<int64_t>(env::get_int("TILEWIRE_ONESHOT_BLOCKS"), 1,
-                                                 std::min(kOneShotMaxBlocks, sm_count_));
-  max_blocks = std::max(max_blocks, ctx_.oneshot_blocks);
+  // What the ops need of this communicator (needs.hpp); each need checks its own knobs. A need
+  // that refuses them is not thrown at once: its verdict goes into the protocol record, so that
+  // every rank fails together (the same message where every rank refused alike, else the
+  // agreement's, naming the need) instead of one rank failing while its peers wait for it.
+  const CommShape shape{nranks, ctx_.lsa_size, sm_count_, is_virtual(), &cfg};
+  for (const Need& n : needs()) {
+    NeedRequest q;
+    std::string verdict = "ok";
+    try {
+      q = n.fn(shape);
+    } catch (const Error& e) {
+      if (!impl_->refused) impl_->refused = std::current_exception();
+      verdict = e.what();
+    }
+    impl_->verdicts.push_back(std::move(verdict));
+    max_blocks = std::max(max_blocks, q.grid_blocks);
+    impl_->requests.push_back(std::move(q));
+  }
   ctx_.max_blocks = max_blocks;
   // PDL lets a rank's next kernel become resident while its previous one still runs: on a virtual
   // team that grid would sit on SMs of the budget its peers' waiting grids need (measured: the
   // two-shot all-reduce at 8 ranks then never met its peers), so the virtual backend runs without.
   tuning_.pdl = env::get_bool("TILEWIRE_PDL") && !is_virtual();
-  tuning_.oneshot_threads = (int)env::get_int("TILEWIRE_ONESHOT_THREADS");
-  TW_REQUIRE(tuning_.oneshot_threads >= 32 && tuning_.oneshot_threads <= 512 && tuning_.oneshot_threads % 32 == 0,
-             kInvalidArgument, "TILEWIRE_ONESHOT_THREADS must be a multiple of 32 in [32, 512]");
-  tuning_.twoshot_threads = (int)env::get_int("TILEWIRE_ALLREDUCE_THREADS");
-  TW_REQUIRE(tuning_.twoshot_threads >= 64 && tuning_.twoshot_threads <= 512 && tuning_.twoshot_threads % 32 == 0,
-             kInvalidArgument, "TILEWIRE_ALLREDUCE_THREADS must be a multiple of 32 in [64, 512]");
-  tuning_.twoshot_block_cap = (int)env::get_int("TILEWIRE_ALLREDUCE_BLOCKS");
-  {
-    const std::string v = env::get_string("TILEWIRE_TWOSHOT_VARIANT");
-    TW_REQUIRE(v == "auto" || v == "load" || v == "push", kInvalidArgument,
-               "TILEWIRE_TWOSHOT_VARIANT='" + v + "' is not one of auto, load, push");
-    tuning_.twoshot_variant = v == "load"   ? KernelTuning::Variant::kLoad
-                              : v == "push" ? KernelTuning::Variant::kPush
-                                            : KernelTuning::Variant::kAuto;
-  }
   const int64_t timeout_ms = cfg.timeout_ms > 0 ? cfg.timeout_ms : env::get_int("TILEWIRE_TIMEOUT_MS");
   ctx_.timeout_ns = (uint64_t)std::max<int64_t>(1, timeout_ms) * 1000000ull;
   ctx_.signal_count = std::max(1, cfg.signal_count);
@@ -290,7 +286,7 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
   // it). LSA needs none: barriers and signals live in tilewire's control window.
   const bool need_gin = cfg.want_gin && env::get_bool("TILEWIRE_GIN") && ctx_.lsa_size < nranks;
   if (need_gin && is_virtual()) {  // virtual nodes: the emulated backend (gin_emu.hpp)
-    ctx_.gin_emu = team_->gin_emu()->view(rank);
+    ctx_.gin_emu = impl_->team->gin_emu()->view(rank);
     ctx_.gin_contexts = 1;
   } else if (need_gin) {
     const ncclDevCommRequirements reqs = nccl_compat::gin_requirements(1, ctx_.signal_count);
@@ -299,19 +295,26 @@ void Comm::init_common(const CommConfig& cfg, int device_sms) {
     ctx_.gin_contexts = (int)ctx_.comm.ginContextCount;
   }
 
-  // Control window: [signals | barrier inboxes (max_blocks x lsa_size uint32) |
-  //                  one-shot staging (2 parities x P sources x 2 (LL) x max bytes)].
-  size_t oneshot = cfg.oneshot_max_bytes ? cfg.oneshot_max_bytes : env::get_bytes("TILEWIRE_ONESHOT_MAX_BYTES");
-  oneshot = round_up(std::max<size_t>(oneshot, 16 * ctx_.oneshot_blocks), 16 * ctx_.oneshot_blocks);
+  // Control window: [signals | barrier inboxes (max_blocks x lsa_size uint32) | each need's bytes].
   ctx_.signal_offset = 0;
   ctx_.barrier_offset = round_up(sizeof(uint64_t) * ctx_.signal_count, kAlign);
-  ctx_.staging_offset = round_up(ctx_.barrier_offset + sizeof(uint32_t) * (size_t)max_blocks * ctx_.lsa_size, kAlign);
-  ctx_.staging_bytes = 2 * (size_t)ctx_.lsa_size * 2 * oneshot;
-  control_ = alloc_window(ctx_.staging_offset + ctx_.staging_bytes);
+  size_t control_bytes = round_up(ctx_.barrier_offset + sizeof(uint32_t) * (size_t)max_blocks * ctx_.lsa_size, kAlign);
+  for (const NeedRequest& q : impl_->requests) {
+    Grant g;
+    g.control_offset = control_bytes;
+    control_bytes = round_up(control_bytes + q.control_bytes, kAlign);
+    g.record = q.record;
+    impl_->grants.push_back(std::move(g));
+  }
+  control_ = alloc_window(control_bytes);
   ctx_.control = control_.dev();
   TW_CUDA_CHECK(cudaMemsetAsync(control_.data(), 0, control_.bytes(), stream_));
-  TW_CUDA_CHECK(cudaMalloc(&ctx_.epochs, sizeof(uint32_t) * kOneShotMaxBlocks));
-  TW_CUDA_CHECK(cudaMemsetAsync(ctx_.epochs, 0, sizeof(uint32_t) * kOneShotMaxBlocks, stream_));
+  for (size_t i = 0; i < impl_->requests.size(); ++i) {
+    const size_t bytes = impl_->requests[i].local_bytes;
+    if (bytes == 0) continue;
+    TW_CUDA_CHECK(cudaMalloc(&impl_->grants[i].local, bytes));
+    TW_CUDA_CHECK(cudaMemsetAsync(impl_->grants[i].local, 0, bytes, stream_));
+  }
   TW_CUDA_CHECK(cudaMalloc(&ctx_.barrier_epochs, sizeof(uint32_t) * max_blocks));
   TW_CUDA_CHECK(cudaMemsetAsync(ctx_.barrier_epochs, 0, sizeof(uint32_t) * max_blocks, stream_));
   TW_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -341,7 +344,7 @@ void Comm::agree_on_call(const char* op, std::initializer_list<CallField> fields
   TW_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
   std::string why;
   try {
-    why = first_difference(r);
+    why = first_difference(agreement::encode(r));
   } catch (...) {
     cudaThreadExchangeStreamCaptureMode(&mode);
     throw;
@@ -354,14 +357,15 @@ void Comm::agree_on_call(const char* op, std::initializer_list<CallField> fields
                     "same windows; nothing was enqueued");
 }
 
-std::string Comm::first_difference(const std::vector<agreement::Knob>& r) {
+std::string Comm::first_difference(const std::string& encoded_record) {
+  const agreement::Record r = agreement::decode(encoded_record);
   uint64_t lo = agreement::hash(r), hi = lo;
   allreduce_host(&lo, 1, HostReduce::kMin);
   allreduce_host(&hi, 1, HostReduce::kMax);
   if (lo == hi) return "";
   // Some rank differs: gather every record (fixed-size slots) to say what, on every rank.
   constexpr size_t kSlot = 16384;
-  std::string mine = agreement::encode(r);
+  std::string mine = encoded_record;
   mine.resize(kSlot, '\0');
   std::vector<char> all(kSlot * ctx_.nranks);
   allgather_host(mine.data(), all.data(), kSlot);
@@ -372,8 +376,7 @@ std::string Comm::first_difference(const std::vector<agreement::Knob>& r) {
 }
 
 void Comm::agree_on_protocol(const CommConfig& cfg) {
-  // What every rank's kernels must share (agreement.hpp). The staging size is resolved here the
-  // way the control window is sized below.
+  // What every rank's kernels must share (agreement.hpp), the ops' needs' knobs among it.
   agreement::Record r = agreement::environment_knobs();
   auto add = [&](const char* name, const std::string& v) { r.push_back({name, v}); };
   add("tilewire version", kVersion);
@@ -383,14 +386,18 @@ void Comm::agree_on_protocol(const CommConfig& cfg) {
   add("LSA team size", std::to_string(ctx_.lsa_size));
   add("SM count (agreed)", std::to_string(sm_count_));
   add("max blocks", std::to_string(ctx_.max_blocks));
-  add("one-shot blocks", std::to_string(ctx_.oneshot_blocks));
-  add("CommConfig.oneshot_max_bytes", std::to_string(cfg.oneshot_max_bytes));
   add("CommConfig.signal_count", std::to_string(ctx_.signal_count));
   add("CommConfig.max_blocks", std::to_string(cfg.max_blocks));
   add("CommConfig.want_gin", cfg.want_gin ? "1" : "0");
   add("PDL", tuning_.pdl ? "1" : "0");
-  const std::string why = first_difference(r);
+  const std::vector<Need>& ns = needs();
+  for (size_t i = 0; i < impl_->requests.size(); ++i) {
+    add((std::string(ns[i].owner) + ": verdict").c_str(), impl_->verdicts[i]);
+    for (const agreement::Knob& k : impl_->requests[i].agree) add((std::string(ns[i].owner) + ": " + k.name).c_str(), k.value);
+  }
+  const std::string why = first_difference(agreement::encode(r));
   if (why.empty()) {
+    if (impl_->refused) std::rethrow_exception(impl_->refused);  // every rank refused alike
     check_calls_ = env::get_bool("TILEWIRE_CHECK_CALLS");  // agreed: it is in the record
     return;
   }
@@ -412,48 +419,49 @@ Comm::~Comm() {
   abort_if_context_lost();
   // No device synchronization: the caller has completed its work on our windows (comm.hpp). The
   // barrier makes sure no peer still uses them when they go.
-  if (!aborted_ && (comm_ != nullptr || team_ != nullptr)) {
+  if (!aborted_ && (comm_ != nullptr || impl_->team != nullptr)) {
     try {
       barrier();
       // Nothing the emulated GIN still carries may land in windows freed below.
-      if (team_ && team_->gin_emu()) team_->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
+      if (impl_->team && impl_->team->gin_emu()) impl_->team->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
     } catch (...) {
       abort();
     }
   }
   // User windows still registered: release them (their Window objects become empty shells).
-  std::lock_guard<std::mutex> lk(windows_mu_);
+  std::lock_guard<std::mutex> lk(impl_->windows_mu);
   const uintptr_t control = reinterpret_cast<uintptr_t>(control_.data());
-  for (auto& r : windows_) {
+  for (auto& r : impl_->windows) {
     if (r.base == control) continue;
-    if (!team_) {
+    if (!impl_->team) {
       (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, r.dev.nccl); });  // skipped once aborted
       ncclMemFree(reinterpret_cast<void*>(r.base));
     }
   }
-  windows_.erase(std::remove_if(windows_.begin(), windows_.end(), [&](const Reg& r) { return r.base != control; }),
-                 windows_.end());
+  impl_->windows.erase(std::remove_if(impl_->windows.begin(), impl_->windows.end(), [&](const Impl::Reg& r) { return r.base != control; }),
+                 impl_->windows.end());
   {
     // The control window, without another collective: every rank passed the barrier above.
-    auto it = std::find_if(windows_.begin(), windows_.end(), [&](const Reg& r) { return r.base == control; });
-    if (it != windows_.end()) {
-      if (!team_) {
+    auto it = std::find_if(impl_->windows.begin(), impl_->windows.end(), [&](const Impl::Reg& r) { return r.base == control; });
+    if (it != impl_->windows.end()) {
+      if (!impl_->team) {
         (void)nccl_call([&] { return ncclCommWindowDeregister(comm_, it->dev.nccl); });
         ncclMemFree(reinterpret_cast<void*>(it->base));
       }
-      windows_.erase(it);
+      impl_->windows.erase(it);
     }
     control_.comm_ = nullptr;  // released above: the Window object is an empty shell now
     control_.reset();
   }
   if (devcomm_made_) (void)nccl_call([&] { return ncclDevCommDestroy(comm_, &ctx_.comm); });
   if (stream_) cudaStreamSynchronize(stream_);
-  if (ctx_.epochs) cudaFree(ctx_.epochs);
+  for (const Grant& g : impl_->grants)
+    if (g.local) cudaFree(g.local);
   if (ctx_.barrier_epochs) cudaFree(ctx_.barrier_epochs);
   if (fault_host_) cudaFreeHost(fault_host_);
-  if (scratch_) cudaFree(scratch_);
+  if (impl_->scratch) cudaFree(impl_->scratch);
   if (stream_) cudaStreamDestroy(stream_);
-  if (last_call_) cudaEventDestroy(last_call_);
+  if (impl_->last_call) cudaEventDestroy(impl_->last_call);
   if (comm_ != nullptr)
     (void)nccl_call([&] {
       ncclCommFinalize(comm_);
@@ -462,13 +470,13 @@ Comm::~Comm() {
 }
 
 void Comm::abort() noexcept {
-  std::lock_guard<std::mutex> lk(nccl_mu_);
+  std::lock_guard<std::mutex> lk(impl_->nccl_mu);
   abort_locked();
 }
 
 void Comm::abort_locked() noexcept {
   if (fault_host_) static_cast<volatile DeviceFault*>(fault_host_)->abort = 1u;  // device waits end now
-  if (team_) team_->abort();
+  if (impl_->team) impl_->team->abort();
   if (aborted_.exchange(true)) return;
   if (comm_ != nullptr) ncclCommAbort(comm_);
 }
@@ -476,8 +484,8 @@ void Comm::abort_locked() noexcept {
 void Comm::request_abort() noexcept {
   abort_requested_ = true;
   if (fault_host_) static_cast<volatile DeviceFault*>(fault_host_)->abort = 1u;
-  if (team_) team_->abort();  // rendezvous waiters fail now (the team's own lock)
-  std::unique_lock<std::mutex> lk(nccl_mu_, std::try_to_lock);
+  if (impl_->team) impl_->team->abort();  // rendezvous waiters fail now (the team's own lock)
+  std::unique_lock<std::mutex> lk(impl_->nccl_mu, std::try_to_lock);
   if (lk.owns_lock()) abort_locked();  // else the owner is inside NCCL: nccl_call aborts on its way out
 }
 
@@ -495,13 +503,13 @@ Window Comm::alloc_window(size_t bytes) {
   TW_REQUIRE(bytes > 0, kInvalidArgument, "alloc_window: size must be > 0");
   const size_t size = round_up(bytes, kAlign);
   Window w;
-  Reg reg{};
-  if (team_) {
+  Impl::Reg reg{};
+  if (impl_->team) {
     // One allocation of P slices, made by the rank that completes the round; every rank asked
     // for the same size (checked: a symmetric window is the same size everywhere).
     const int P = ctx_.nranks;
     const uint64_t mine = size;
-    VirtualTeam::Round r = team_->exchange(ctx_.rank, "alloc_window", &mine, sizeof(mine), [&](VirtualTeam::Round& rd) {
+    VirtualTeam::Round r = impl_->team->exchange(ctx_.rank, "alloc_window", &mine, sizeof(mine), [&](VirtualTeam::Round& rd) {
       uint64_t s0 = 0;
       for (int q = 0; q < P; ++q) {
         uint64_t sq = 0;
@@ -516,7 +524,7 @@ Window Comm::alloc_window(size_t bytes) {
       // A team in nodes puts the windows the emulated GIN moves data between in mapped host
       // memory (src/runtime/gin_emu.hpp says why); the control window (the first one made) stays
       // in device memory: its signals and barriers take system-scope atomics.
-      const bool host = team_->gin_emu() != nullptr && control_.data() != nullptr;
+      const bool host = impl_->team->gin_emu() != nullptr && control_.data() != nullptr;
       rd.obj = virtual_slab(device_, virtual_slice(s0) * P, host);
     });
     reg.slab = r.obj;
@@ -556,32 +564,32 @@ Window Comm::alloc_window(size_t bytes) {
   reg.serial = next_serial.fetch_add(1);
   reg.ordinal = windows_made_++;
   {
-    std::lock_guard<std::mutex> lk(windows_mu_);
-    windows_.push_back(std::move(reg));
+    std::lock_guard<std::mutex> lk(impl_->windows_mu);
+    impl_->windows.push_back(std::move(reg));
   }
   return w;
 }
 
 void Comm::release_window(Window& w) noexcept {
-  Reg reg;
+  Impl::Reg reg;
   {
-    std::lock_guard<std::mutex> lk(windows_mu_);
-    auto it = std::find_if(windows_.begin(), windows_.end(),
-                           [&](const Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
-    if (it == windows_.end()) return;  // already released by ~Comm
+    std::lock_guard<std::mutex> lk(impl_->windows_mu);
+    auto it = std::find_if(impl_->windows.begin(), impl_->windows.end(),
+                           [&](const Impl::Reg& r) { return r.base == reinterpret_cast<uintptr_t>(w.ptr_); });
+    if (it == impl_->windows.end()) return;  // already released by ~Comm
     reg = std::move(*it);
-    windows_.erase(it);  // no longer found by find_window from here on
+    impl_->windows.erase(it);  // no longer found by find_window from here on
   }
   cudaSetDevice(device_);
   abort_if_context_lost();
-  if (team_) {
+  if (impl_->team) {
     // Collective: no rank lets go before every rank got here (its work on the window is done),
     // nor before the emulated GIN delivered every op posted so far (some may put into it).
     if (!aborted()) {
       try {
         const uint64_t b = reg.bytes;
-        team_->exchange(ctx_.rank, "release_window", &b, sizeof(b));
-        if (team_->gin_emu()) team_->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
+        impl_->team->exchange(ctx_.rank, "release_window", &b, sizeof(b));
+        if (impl_->team->gin_emu()) impl_->team->gin_emu()->drain((int64_t)(ctx_.timeout_ns / 1000000));
       } catch (...) {
         abort();
       }
@@ -595,8 +603,8 @@ void Comm::release_window(Window& w) noexcept {
 WindowRef Comm::find_window(const void* p, size_t bytes, const char* what) const {
   TW_REQUIRE(p != nullptr, kInvalidArgument, std::string(what) + " is null");
   const auto a = reinterpret_cast<uintptr_t>(p);
-  std::lock_guard<std::mutex> lk(windows_mu_);
-  for (const Reg& r : windows_) {
+  std::lock_guard<std::mutex> lk(impl_->windows_mu);
+  for (const Impl::Reg& r : impl_->windows) {
     if (r.base == reinterpret_cast<uintptr_t>(control_.data())) continue;
     if (a >= r.base && a < r.base + r.bytes) {
       TW_REQUIRE(bytes <= r.base + r.bytes - a, kInvalidArgument,
@@ -658,19 +666,19 @@ void Comm::barrier() {
 }
 
 void Comm::reserve_scratch(size_t bytes) {
-  if (scratch_bytes_ >= bytes) return;
-  if (scratch_) cudaFree(scratch_);
-  scratch_ = nullptr;
-  scratch_bytes_ = 0;
-  TW_CUDA_CHECK(cudaMalloc(&scratch_, bytes));
-  scratch_bytes_ = bytes;
+  if (impl_->scratch_bytes >= bytes) return;
+  if (impl_->scratch) cudaFree(impl_->scratch);
+  impl_->scratch = nullptr;
+  impl_->scratch_bytes = 0;
+  TW_CUDA_CHECK(cudaMalloc(&impl_->scratch, bytes));
+  impl_->scratch_bytes = bytes;
 }
 
 void Comm::launched(const char* op) const {
-  if (!team_ || aborted()) return;
+  if (!impl_->team || aborted()) return;
   // While peers are still to enqueue theirs, this rank's kernel may already have timed out: its
   // diagnostic ends the wait (kTimeout), not the host bound.
-  team_->exchange(ctx_.rank, op, nullptr, 0, {}, [this] { check_fault(); });
+  impl_->team->exchange(ctx_.rank, op, nullptr, 0, {}, [this] { check_fault(); });
 }
 
 // An event per call rather than one only when the stream changes: the previous call's stream
@@ -678,7 +686,7 @@ void Comm::launched(const char* op) const {
 // compared below never are).
 Comm::CallOrder::CallOrder(Comm& comm, cudaStream_t stream)
     : comm_(comm), stream_(stream), exceptions_(std::uncaught_exceptions()) {
-  if (comm_.call_depth_++ > 0) return;
+  if (comm_.impl_->call_depth++ > 0) return;
   outer_ = true;
   try {
     cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
@@ -691,21 +699,21 @@ Comm::CallOrder::CallOrder(Comm& comm, cudaStream_t stream)
     if (capture_ == 0) TW_CUDA_CHECK(cudaStreamGetId(stream, &id));
     // Across a capture boundary no edge can be made (cudaErrorStreamCaptureIsolation), nor is
     // one needed: a graph runs when it is launched, ordered by the stream it is launched on.
-    if (comm_.any_call_ && id != comm_.last_stream_id_ && capture_ == comm_.last_capture_)
-      TW_CUDA_CHECK(cudaStreamWaitEvent(stream, comm_.last_call_, 0));
-    comm_.last_stream_id_ = id;
+    if (comm_.impl_->any_call && id != comm_.impl_->last_stream_id && capture_ == comm_.impl_->last_capture)
+      TW_CUDA_CHECK(cudaStreamWaitEvent(stream, comm_.impl_->last_call, 0));
+    comm_.impl_->last_stream_id = id;
   } catch (...) {
-    --comm_.call_depth_;
+    --comm_.impl_->call_depth;
     throw;
   }
 }
 
 Comm::CallOrder::~CallOrder() {
-  --comm_.call_depth_;
+  --comm_.impl_->call_depth;
   if (!outer_ || std::uncaught_exceptions() > exceptions_) return;  // a failed call launched nothing usable
-  if (cudaEventRecord(comm_.last_call_, stream_) == cudaSuccess) {
-    comm_.last_capture_ = capture_;
-    comm_.any_call_ = true;
+  if (cudaEventRecord(comm_.impl_->last_call, stream_) == cudaSuccess) {
+    comm_.impl_->last_capture = capture_;
+    comm_.impl_->any_call = true;
   } else {
     // The next call could not be ordered after this one: the communicator is unusable.
     (void)cudaGetLastError();
@@ -717,7 +725,7 @@ int Comm::reserve_signals(int n, const char* owner) {
   require_usable(owner);
   // Highest free range below the clock-sync index: walk the reserved ranges from the top.
   int top = ctx_.signal_count - 1;
-  for (auto it = signal_ranges_.rbegin(); it != signal_ranges_.rend(); ++it)
+  for (auto it = impl_->signal_ranges.rbegin(); it != impl_->signal_ranges.rend(); ++it)
     if (it->first + it->second > top - n) top = std::min(top, it->first);
   const int base = top - n;
   TW_REQUIRE(n > 0 && base >= 0, kInvalidArgument,
@@ -730,17 +738,17 @@ int Comm::reserve_signals(int n, const char* owner) {
   TW_REQUIRE(lo == hi, kState,
              std::string(owner) + ": ranks reserved different signal ranges (from " + std::to_string(lo) + " to " +
                  std::to_string(hi) + "): they made or destroyed their objects in different orders");
-  signal_ranges_[base] = n;
+  impl_->signal_ranges[base] = n;
   return base;
 }
 
-void Comm::release_signals(int base) noexcept { signal_ranges_.erase(base); }
+void Comm::release_signals(int base) noexcept { impl_->signal_ranges.erase(base); }
 
 void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   TW_REQUIRE(!aborted(), kState, "host collective: the communicator was aborted; create a new one");
-  if (team_) {
+  if (impl_->team) {
     const VirtualTeam::Round r =
-        team_->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t), {}, [this] { check_fault(); });
+        impl_->team->exchange(ctx_.rank, "allreduce_host", values, n * sizeof(uint64_t), {}, [this] { check_fault(); });
     for (size_t i = 0; i < n; ++i) {
       uint64_t acc = 0;
       for (int q = 0; q < ctx_.nranks; ++q) {
@@ -756,26 +764,26 @@ void Comm::allreduce_host(uint64_t* values, size_t n, HostReduce op) {
   const size_t bytes = n * sizeof(uint64_t);
   reserve_scratch(bytes);
   const ncclRedOp_t nop = op == HostReduce::kSum ? ncclSum : op == HostReduce::kMin ? ncclMin : ncclMax;
-  TW_CUDA_CHECK(cudaMemcpyAsync(scratch_, values, bytes, cudaMemcpyHostToDevice, stream_));
-  TW_NCCL_CALL(ncclAllReduce(scratch_, scratch_, n, ncclUint64, nop, comm_, stream_));
-  TW_CUDA_CHECK(cudaMemcpyAsync(values, scratch_, bytes, cudaMemcpyDeviceToHost, stream_));
+  TW_CUDA_CHECK(cudaMemcpyAsync(impl_->scratch, values, bytes, cudaMemcpyHostToDevice, stream_));
+  TW_NCCL_CALL(ncclAllReduce(impl_->scratch, impl_->scratch, n, ncclUint64, nop, comm_, stream_));
+  TW_CUDA_CHECK(cudaMemcpyAsync(values, impl_->scratch, bytes, cudaMemcpyDeviceToHost, stream_));
   sync(stream_);
 }
 
 void Comm::allgather_host(const void* send, void* recv, size_t bytes) {
   TW_REQUIRE(!aborted(), kState, "host collective: the communicator was aborted; create a new one");
-  if (team_) {
-    const VirtualTeam::Round r = team_->exchange(ctx_.rank, "allgather_host", send, bytes, {}, [this] { check_fault(); });
+  if (impl_->team) {
+    const VirtualTeam::Round r = impl_->team->exchange(ctx_.rank, "allgather_host", send, bytes, {}, [this] { check_fault(); });
     for (int q = 0; q < ctx_.nranks; ++q)
       if (bytes) std::memcpy(static_cast<char*>(recv) + (size_t)q * bytes, r.data[q].data(), bytes);
     return;
   }
   if (bytes == 0) return;
   reserve_scratch(bytes * ((size_t)ctx_.nranks + 1));
-  char* in = static_cast<char*>(scratch_) + bytes * ctx_.nranks;
+  char* in = static_cast<char*>(impl_->scratch) + bytes * ctx_.nranks;
   TW_CUDA_CHECK(cudaMemcpyAsync(in, send, bytes, cudaMemcpyHostToDevice, stream_));
-  TW_NCCL_CALL(ncclAllGather(in, scratch_, bytes, ncclUint8, comm_, stream_));
-  TW_CUDA_CHECK(cudaMemcpyAsync(recv, scratch_, bytes * ctx_.nranks, cudaMemcpyDeviceToHost, stream_));
+  TW_NCCL_CALL(ncclAllGather(in, impl_->scratch, bytes, ncclUint8, comm_, stream_));
+  TW_CUDA_CHECK(cudaMemcpyAsync(recv, impl_->scratch, bytes * ctx_.nranks, cudaMemcpyDeviceToHost, stream_));
   sync(stream_);
 }
 

@@ -102,7 +102,6 @@ static const Var kVars[] = {
      "Emulated GIN: a signal becomes visible a uniform 0..this many us after the data it covers landed."},
     {"TILEWIRE_GIN_EMU_SLOW_FLUSH_US", Type::kInt, "0",
      "Emulated GIN: a put's source counts as read (gin_flush) a uniform 0..this many us after it was."},
-    {"TILEWIRE_COMMIT", Type::kString, "", "Commit id recorded in bench JSON (set by scripts/gpu_run.sh)."},
     {"TILEWIRE_CHECK_CALLS", Type::kBool, "0",
      "Compare every call's record (op, sizes, dtypes, algorithm, buffers' windows and offsets) across ranks in a "
      "host collective before it is enqueued: a call that differs fails on every rank naming the field, instead of "
@@ -116,16 +115,6 @@ const Var* find(const std::string& name) {
   for (const Var& v : kVars)
     if (name == v.name) return &v;
   return nullptr;
-}
-
-const char* type_name(Type t) {
-  switch (t) {
-    case Type::kBool: return "bool";
-    case Type::kInt: return "int";
-    case Type::kBytes: return "bytes";
-    case Type::kString: return "string";
-  }
-  return "?";
 }
 
 std::string value_of(const Var& v, bool* from_env) {

@@ -14,7 +14,6 @@
 #include <optional>
 #include <utility>
 
-#include "tilewire/ops/allreduce.hpp"  // Status
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <exception>
 
+#include "comm_impl.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -179,7 +180,8 @@ void Comm::run_virtual(int device, std::span<const CommConfig> per_rank, const s
         TW_CUDA_CHECK(cudaSetDevice(device));
         std::unique_ptr<Comm> comm(new Comm());
         try {
-          comm->init_virtual(team, r, device, per_rank[r]);
+          comm->impl_->team = team;
+          comm->init_virtual(r, device, per_rank[r]);
         } catch (...) {
           comm->abort();
           throw;

@@ -18,8 +18,9 @@
 
 #include "common.cuh"
 #include "ops/gemm/gemm_sm90.cuh"
-#include "ops/gemm/launch.hpp"  // set_measurement_plan
+#include "ops/gemm/launch.hpp"
 #include "ops/gemm/plan.hpp"
+#include "testing/measurement.hpp"  // testing::set_gemm_plan
 #include "tilewire/ops/gemm.hpp"
 
 namespace {
@@ -414,7 +415,7 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
     int M, N;
   };
   struct ResetPlan {
-    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+    ~ResetPlan() { tw::testing::set_gemm_plan(std::nullopt); }
   } reset;
   // The swapped 128-row tile (C^T = B A^T) through tw::gemm, forced: the rule runs it at M <= 64
   // only on grids under sms / 16 ping-pong tiles (split-K there), and at M = 65..256 in one wave.
@@ -423,8 +424,8 @@ TEST(Gemm, DecodeShapesOnTheSwappedTile) {
                      Shape{33, 5144}}) {
       const Problem p{sh.M, sh.N, 4096, BLayout::kNK, Fill::kRandom, t};
       SCOPED_TRACE(p.name());
-      tw::gemm_impl::set_measurement_plan(
-          tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, "tile=swap128x64"});
+      tw::testing::set_gemm_plan(
+          tw::testing::GemmPlan{tw::gemm_impl::KernelPref::kStreamK, "tile=swap128x64"});
       check_decode_call(p, reference(p), "streamk swap128x64c1");
     }
 }
@@ -438,7 +439,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     int M, N;
   };
   struct ResetPlan {
-    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+    ~ResetPlan() { tw::testing::set_gemm_plan(std::nullopt); }
   } reset;
   struct Tile {
     const char* spec;       // TILEWIRE_GEMM_STREAMK_PLAN's name
@@ -457,8 +458,8 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
                         Tile{"128x128pp", "128x128pp"}, Tile{"128x112pp", "128x112pp"},
                         Tile{"swap128x128pp", "swap128x128pp"}}) {
         SCOPED_TRACE(p.name() + " " + tile.spec);
-        tw::gemm_impl::set_measurement_plan(
-            tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});
+        tw::testing::set_gemm_plan(
+            tw::testing::GemmPlan{tw::gemm_impl::KernelPref::kStreamK, std::string("tile=") + tile.spec});
         check_decode_call(p, ref, std::string("streamk ") + tile.described + " mode dp");
       }
     }
@@ -471,7 +472,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
 TEST(Gemm, RaggedShapesOnTheWideTiles) {
   TW_SKIP_UNLESS_SM90();
   struct ResetPlan {
-    ~ResetPlan() { tw::gemm_impl::set_measurement_plan(std::nullopt); }
+    ~ResetPlan() { tw::testing::set_gemm_plan(std::nullopt); }
   } reset;
   for (DType t : {kBf16, DType::kFloat16}) {
     const Problem p{520, 1032, 1000, BLayout::kNK, Fill::kRandom, t};
@@ -480,7 +481,7 @@ TEST(Gemm, RaggedShapesOnTheWideTiles) {
       for (const char* mode : {"dp", "streamk"}) {
         SCOPED_TRACE(p.name() + " " + tile + " " + mode);
         const std::string spec = std::string("tile=") + tile + ",mode=" + mode;
-        tw::gemm_impl::set_measurement_plan(tw::gemm_impl::MeasurementPlan{tw::gemm_impl::KernelPref::kStreamK, spec});
+        tw::testing::set_gemm_plan(tw::testing::GemmPlan{tw::gemm_impl::KernelPref::kStreamK, spec});
         const std::string described = std::string(tile) == "256x160c2" ? tile : std::string(tile) + "c1";
         check_decode_call(p, ref, "streamk " + described + " mode " + mode);
       }

@@ -72,7 +72,7 @@ struct DevCtx {
   DeviceFault* fault;       // host-mapped; first timed-out waiter records itself here
 
   // Signals: a uint64 counter per index, local copy in the control window at signal_offset.
-  DevWindow control;        // library-owned symmetric window (signals, barriers, LL staging)
+  DevWindow control;        // library-owned symmetric window (signals, barriers, the ops' needs)
   uint64_t signal_offset;   // byte offset of signals[0] in `control`
   int signal_count;
   // LSA barriers (device/barrier.cuh): max_blocks x lsa_size uint32 inbox slots in `control`
@@ -80,10 +80,8 @@ struct DevCtx {
   // rank's own epoch per barrier in local device memory.
   uint64_t barrier_offset;
   uint32_t* barrier_epochs;
-  uint64_t staging_offset;  // byte offset of the one-shot staging area in `control`
-  uint64_t staging_bytes;   // its size
-  uint32_t* epochs;         // local device memory: one-shot epoch per block
-  int oneshot_blocks;       // one-shot grid, fixed for the communicator's life
+  // The rest of `control` holds what the ops asked of the communicator at its creation (their
+  // needs: src/runtime/needs.hpp); each op knows its own offsets (Comm::grant).
 };
 
 static_assert(std::is_trivially_copyable_v<DevWindow>, "DevWindow is passed to kernels by value");

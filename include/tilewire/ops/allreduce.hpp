@@ -36,14 +36,17 @@
 #include <string>
 
 #include "tilewire/runtime/dtype.hpp"
+#include "tilewire/runtime/errors.hpp"  // tw::Status
 
 namespace tw {
 
 class Comm;
 
 enum class AllReduceAlgo { kAuto, kOneShot, kTwoShot };
+// "auto", "oneshot", "twoshot"; parse_algo also accepts one-shot|1 and two-shot|2 (the CLI's -a
+// and Python's algo take the same spellings; src/ops/names.cpp).
 const char* algo_name(AllReduceAlgo a);
-std::optional<AllReduceAlgo> parse_algo(const std::string& s);  // auto|oneshot|twoshot
+std::optional<AllReduceAlgo> parse_algo(const std::string& s);
 
 struct AllReduceArgs {
   const void* send = nullptr;
@@ -51,14 +54,6 @@ struct AllReduceArgs {
   size_t count = 0;  // elements per rank
   DType dtype = DType::kBFloat16;
   AllReduceAlgo algo = AllReduceAlgo::kAuto;
-};
-
-// What the op would do, or why it cannot. Pure host logic (no GPU needed) except for the
-// window lookups that need a Comm.
-struct Status {
-  bool ok = true;
-  std::string reason;
-  explicit operator bool() const { return ok; }
 };
 
 // Size -> algorithm. One-shot while bytes <= oneshot_max_bytes (TILEWIRE_ONESHOT_MAX_BYTES),
@@ -78,12 +73,15 @@ Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_m
 Status can_implement(const Comm& comm, const AllReduceArgs& a);
 void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream);
 
+enum class ScatterGather { kReduceScatter, kAllGather };
+const char* scatter_gather_name(ScatterGather op);  // "reduce_scatter", "all_gather"
+std::optional<ScatterGather> parse_scatter_gather(const std::string& s);  // exactly those
+
 // Checks of reduce_scatter / all_gather that need no communicator: nulls, alignment, dtype, the
 // size count x element size x nranks without overflow, and send and recv disjoint (neither runs
 // in place). `count` is recv_count (reduce-scatter) or send_count (all-gather). The launchers
 // check the windowed buffer's extent between the two (check_overlap false, then true): an
 // extent past the end of its window is what to report first.
-enum class ScatterGather { kReduceScatter, kAllGather };
 Status check_scatter_gather_args(ScatterGather op, const void* send, const void* recv, size_t count, DType dtype,
                                  int nranks, bool check_overlap = true);
 

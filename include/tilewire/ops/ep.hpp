@@ -30,9 +30,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/errors.hpp"  // tw::Status
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/trace/event.hpp"
 
@@ -40,11 +41,21 @@ namespace tw {
 
 // What a token row carries: bf16, or fp8 e4m3 with an fp32 scale per 128 columns.
 enum class EpPayload { kBFloat16, kFp8E4M3 };
+// "bf16", "fp8". parse_ep_payload accepts exactly bf16|bfloat16 and fp8: the union of the CLI's
+// --payload (bf16, fp8) and Python's payload (bfloat16, fp8).
+const char* ep_payload_name(EpPayload p);
+std::optional<EpPayload> parse_ep_payload(const std::string& s);
+
 enum class EpIndex { kInt64, kInt32 };  // topk_idx element type; -1 = no expert
+const char* ep_index_name(EpIndex i);                        // "int64", "int32"
+std::optional<EpIndex> parse_ep_index(const std::string& s);  // exactly those
+
 // High throughput (prefill, training): rows deduplicated per rank, rank-major. Low latency
 // (decode, 1 to 256 tokens per rank): a row per (token, expert), stored once, straight into the
 // expert-major block the expert reads; send and receive split.
 enum class EpMode { kHighThroughput, kLowLatency };
+const char* ep_mode_name(EpMode m);                        // "ht" (high throughput), "ll" (low latency)
+std::optional<EpMode> parse_ep_mode(const std::string& s);  // exactly ht|ll (the CLI's --mode)
 
 constexpr int kEpMaxTopk = 16;
 constexpr int kEpMaxRanks = 32;  // ranks of an EP communicator (a token's destinations are a 32-bit mask)

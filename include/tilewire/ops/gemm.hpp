@@ -12,26 +12,8 @@
 // cluster 2x1x1 (B tiles multicast to both CTAs), persistent over num_sms - reserved_sms SMs, in
 // the tile order of src/ops/gemm/scheduler.hpp.
 //
-// Epilogue hook contract (src/ops/gemm/epilogue_hook.cuh has the types; the plain GEMM uses
-// StoreC, which writes the tile to C):
-//   * called exactly once per output tile that intersects [0, M) x [0, N), by all 256 consumer
-//     threads of the CTA that computed it, after the last wgmma of that tile has retired
-//     (accumulators final, fp32, in registers, in the wgmma C-fragment layout);
-//   * it gets the tile coordinates (tile_m, tile_n), the first row/column, how many rows/columns
-//     are inside C (edge tiles are partial), the fragment, the identity (row, col) of every
-//     fragment element, and a pointer to the hook's own shared memory (Hook::SharedStorage, carved
-//     out of the mainloop's stages; empty for StoreC);
-//   * in flight meanwhile: the producer warp is already TMA-loading the *next* tiles' A/B into the
-//     mainloop stages (the hook must not touch them); other CTAs run other tiles; nothing is
-//     ordered against other ranks;
-//   * barriers: none is held. The hook may synchronise the 256 consumer threads with
-//     cutlass::arch::NamedBarrier(256, tw::gemm_impl::kHookBarrierId); never __syncthreads() (the
-//     producer warp does not take part). Tiles that lie wholly outside C (the padding CTA of a
-//     2x1 cluster on the last M tile) do not call the hook, and all consumer threads of a CTA
-//     take the same branch;
-//   * the hook's global stores are ordinary weak stores: they are visible to the next kernel on
-//     the stream; making them visible to a peer earlier is the hook's job (release fence +
-//     signal, tilewire/device/signal.cuh).
+// The fused ops plug their communication into a per-tile epilogue hook of this kernel; the hook
+// contract is internal to the library (src/ops/gemm/epilogue_hook.cuh), not API.
 //
 // Two kernel families for the plain GEMM. tw::gemm() runs, per call, either the hook kernel above
 // (with StoreC) or, for B kNK (bf16 and fp16), one of CUTLASS's own kernels (src/ops/gemm/streamk.cuh):
@@ -81,9 +63,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
-#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/errors.hpp"  // tw::Status
 #include "tilewire/runtime/dtype.hpp"
 
 namespace tw {
@@ -92,7 +75,8 @@ enum class BLayout {
   kNK,  // B stored [N, K] row-major (each output column's K values contiguous: weights)
   kKN,  // B stored [K, N] row-major
 };
-const char* blayout_name(BLayout l);  // "nk", "kn"
+const char* blayout_name(BLayout l);                        // "nk", "kn"
+std::optional<BLayout> parse_blayout(const std::string& s);  // exactly nk|kn (CLI --layout, Python b_layout)
 
 struct GemmArgs {
   const void* A = nullptr;  // [M, K] row-major
@@ -104,6 +88,8 @@ struct GemmArgs {
 };
 
 enum class GemmRaster { kAuto, kAlongM, kAlongN };
+const char* gemm_raster_name(GemmRaster r);                        // "auto", "m", "n"
+std::optional<GemmRaster> parse_gemm_raster(const std::string& s);  // exactly auto|m|n (CLI --raster)
 
 struct GemmConfig {
   int reserved_sms = 0;                  // SMs left free for communication (0 .. num_sms - 2)

@@ -80,8 +80,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <optional>
+#include <string>
 
-#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/errors.hpp"  // tw::Status
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
 #include "tilewire/trace/event.hpp"
@@ -105,6 +107,10 @@ struct GemmAllReduceArgs {
 // when the op was bf16 only). Two-byte partials halve the NVLink bytes; fp32 keeps one rounding
 // in the whole op. Both give bit-identical results on every rank.
 enum class PartialPrecision { kBFloat16, kFloat32 };
+// "bf16", "fp32". parse_partial_precision accepts exactly bf16|bfloat16 and fp32|float32: the
+// union of the CLI's --partials (bf16, fp32) and Python's partials (bfloat16, float32).
+const char* partial_precision_name(PartialPrecision p);
+std::optional<PartialPrecision> parse_partial_precision(const std::string& s);
 
 // How tiles are reduced (docs/gemm_allreduce.md compares them):
 //   kRelay     P >= 2 ranks (bf16): the ranks walk the tiles 1/P of the grid apart, so each tile
@@ -125,6 +131,8 @@ enum class PartialPrecision { kBFloat16, kFloat32 };
 //              P = 1 (B [N, K]), else kOwner; fp16: kOwner (kRelay and kExchange are bf16
 //              kernels, refused for fp16).
 enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
+const char* gemm_allreduce_algo_name(GemmAllReduceAlgo a);  // "auto", "exchange", "owner", "relay"
+std::optional<GemmAllReduceAlgo> parse_gemm_allreduce_algo(const std::string& s);  // exactly those
 
 // Fused kernel, or the sequential path: the partial A_r B_r (cuBLASLt, loaded at run time; tw::gemm
 // where it cannot be loaded or TILEWIRE_SEQUENTIAL_GEMM=tilewire), then tw::allreduce into C (out of
@@ -137,6 +145,8 @@ enum class GemmAllReduceAlgo { kAuto, kExchange, kOwner, kRelay };
 // in place through the LSA team (an owner per shard sums the P partials in rank order, fp32,
 // and stores the result into every rank's C; per-CTA barriers); the workspace is not touched.
 enum class GemmAllReducePath { kAuto, kFused, kSequential };
+const char* gemm_allreduce_path_name(GemmAllReducePath p);  // "auto", "fused", "sequential"
+std::optional<GemmAllReducePath> parse_gemm_allreduce_path(const std::string& s);  // exactly those
 
 struct GemmAllReduceConfig {
   int reserved_sms = 0;                   // SMs the GEMM leaves idle (0 .. num_sms - 2)
@@ -149,15 +159,7 @@ struct GemmAllReduceConfig {
   // partials seen, reduction done, tile landed, into this device ring (tilewire/trace/trace.hpp's
   // TraceBuffer::ring()). Null events pointer: off, one uniform branch per tile.
   trace::Ring trace{};
-  // Measurement only: run the relay or exchange kernel built without any trace code (trace must
-  // be off), so `tilewire bench gemm-allreduce --trace` can show what tracing-off costs. Exists
-  // in the measurement build only (-DTILEWIRE_BENCH_KERNELS=ON; gemm_allreduce_has_untraced_kernels()),
-  // refused with kUnsupported otherwise.
-  bool untraced_kernel = false;
 };
-
-// Whether this build carries the kernels without trace code (GemmAllReduceConfig::untraced_kernel).
-bool gemm_allreduce_has_untraced_kernels();
 
 // The kAuto path rule: one rank: fused (the GEMM straight into C); 2 to 8 ranks: fused where the
 // cost model (src/ops/fused_gemm/cost_model.hpp) predicts the fused kernel faster than the GEMM

@@ -47,8 +47,10 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <optional>
+#include <string>
 
-#include "tilewire/ops/allreduce.hpp"  // tw::Status
+#include "tilewire/runtime/errors.hpp"  // tw::Status
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
 #include "tilewire/trace/event.hpp"
@@ -58,7 +60,8 @@ namespace tw {
 class Comm;
 
 enum class TpPath { kAuto, kSequential, kFused };
-const char* tp_path_name(TpPath p);
+const char* tp_path_name(TpPath p);                        // "auto", "sequential", "fused"
+std::optional<TpPath> parse_tp_path(const std::string& s);  // exactly those (Python's path)
 
 struct TpConfig {
   TpPath path = TpPath::kAuto;

@@ -1,7 +1,8 @@
 // tilewire/runtime/comm.hpp — communicators and symmetric windows.
 //
 // A tw::Comm is a team of ranks whose kernels reach each other's symmetric windows with loads
-// and stores (the LSA team), plus the library's control window (signals, barriers, staging).
+// and stores (the LSA team), plus the library's control window (signals, barriers, and what the
+// ops asked of it).
 // Two backends, one interface: the ops and the device code cannot tell them apart.
 //   NCCL      an NCCL communicator; one rank per GPU; windows registered with NCCL
 //             (NCCL_WIN_COLL_SYMMETRIC); GIN for peers outside the LSA team.
@@ -32,24 +33,17 @@
 #include <cstddef>
 #include <functional>
 #include <initializer_list>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
-#include <vector>
 
 #include "tilewire/device/context.hpp"
 
 namespace tw {
 
-class VirtualTeam;  // src/runtime/virtual_team.hpp
-namespace agreement {
-struct Knob;  // src/runtime/agreement.hpp
-}
-
 struct CommConfig {
-  // Bytes of one-shot all-reduce staging per (peer, parity). 0: TILEWIRE_ONESHOT_MAX_BYTES.
+  // The all-reduce's one-shot staging per (peer, parity), in bytes (0: TILEWIRE_ONESHOT_MAX_BYTES):
+  // window sizes are fixed when the communicator is made, so the one op knob creation must know.
   size_t oneshot_max_bytes = 0;
   int signal_count = 1024;  // tw signals available to device code
   int max_blocks = 0;       // 0: 2 x SM count. Bounds the grid of every tilewire kernel.
@@ -67,14 +61,11 @@ struct CommConfig {
 
 class Comm;
 
-// Launch knobs, read from the environment once, when the communicator is created (so every
-// rank of a communicator uses the same values, and no launch parses the environment).
+// Launch knobs every op shares, read from the environment once, when the communicator is created
+// (so every rank of a communicator uses the same values, and no launch parses the environment).
+// An op's own knobs belong to the op (its need, src/runtime/needs.hpp).
 struct KernelTuning {
-  bool pdl = true;              // TILEWIRE_PDL
-  int oneshot_threads = 256;    // TILEWIRE_ONESHOT_THREADS
-  int twoshot_threads = 512;    // TILEWIRE_ALLREDUCE_THREADS
-  int twoshot_block_cap = 0;    // TILEWIRE_ALLREDUCE_BLOCKS (0: SM count)
-  enum class Variant { kAuto, kLoad, kPush } twoshot_variant = Variant::kAuto;  // TILEWIRE_TWOSHOT_VARIANT
+  bool pdl = true;  // TILEWIRE_PDL
 };
 
 // A symmetric window: the same size on every rank, registered with NCCL_WIN_COLL_SYMMETRIC,
@@ -154,14 +145,22 @@ class Comm {
   // SMs this rank's persistent / co-resident grids may occupy: the smallest GPU's SM count on
   // the NCCL backend, the GPU's SMs / P on a virtual team (agreed by every rank).
   int sm_count() const { return sm_count_; }
-  bool is_virtual() const { return team_ != nullptr; }
+  bool is_virtual() const { return virtual_; }
   // Ranks sharing this rank's GPU (1 on the NCCL backend): a device-wide residency limit (e.g.
   // co-resident clusters) is divided by it.
-  int ranks_per_device() const { return team_ ? ctx_.nranks : 1; }
+  int ranks_per_device() const { return virtual_ ? ctx_.nranks : 1; }
   const char* backend_name() const { return is_virtual() ? "virtual" : "nccl"; }
   ncclComm_t nccl() const { return comm_; }  // null on a virtual team
   const DevCtx& dev_ctx() const { return ctx_; }
   const KernelTuning& tuning() const { return tuning_; }
+  // What this communicator placed for an op's need (src/runtime/needs.hpp: the index
+  // register_need returned): its control-window offset, its local device memory, its record.
+  struct Grant {
+    size_t control_offset = 0;
+    void* local = nullptr;
+    std::shared_ptr<const void> record;
+  };
+  const Grant& grant(int need) const;
 
   // Collective. bytes > 0; rounded up to NCCL_WIN_REQUIRED_ALIGNMENT. Throws when NCCL could
   // not make the registration symmetric (2.28.9 returns success with no handle then).
@@ -248,13 +247,15 @@ class Comm {
   void require_usable(const char* op) const;
 
  private:
-  Comm() = default;
+  struct Impl;  // src/runtime/comm_impl.hpp: registries, locks, the virtual team, call order, grants
+  Comm();
   void init(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg);
-  void init_virtual(std::shared_ptr<VirtualTeam> team, int rank, int device, const CommConfig& cfg);
+  void init_virtual(int rank, int device, const CommConfig& cfg);  // impl_->team set first
   void init_common(const CommConfig& cfg, int device_sms);  // everything after the team exists
   void agree_on_protocol(const CommConfig& cfg);            // every rank's knobs equal, or throw
-  // "" when every rank's record equals this one's, else what differs (the same on every rank).
-  std::string first_difference(const std::vector<agreement::Knob>& record);
+  // "" when every rank's record (agreement.hpp, encoded) equals this one's, else what differs (the
+  // same on every rank).
+  std::string first_difference(const std::string& encoded_record);
   void release_window(Window& w) noexcept;
   void reserve_scratch(size_t bytes);
   static void require_device(int device);  // a visible CUDA device, or kUnsupported / kInvalidArgument
@@ -272,43 +273,22 @@ class Comm {
                           const std::function<void(Comm&)>& fn, const std::function<void()>& on_fail);
   friend class Window;
 
-  std::map<int, int> signal_ranges_;  // reserve_signals: base -> count
+  std::unique_ptr<Impl> impl_;
   std::shared_ptr<int> alive_ = std::make_shared<int>(0);
   int device_ = -1;
   int sm_count_ = 0;
+  bool virtual_ = false;
   std::atomic<bool> aborted_{false};
   std::atomic<bool> abort_requested_{false};  // request_abort: the owner aborts at its next NCCL exit
-  // Held around every NCCL call on comm_ (NcclCall) and by abort, so that request_abort from
-  // another thread never runs ncclCommAbort while the owner is inside NCCL.
-  std::mutex nccl_mu_;
   ncclComm_t comm_ = nullptr;
   bool devcomm_made_ = false;
   DevCtx ctx_{};
   KernelTuning tuning_{};
   Window control_;
   DeviceFault* fault_host_ = nullptr;
-  void* scratch_ = nullptr;         // NCCL backend: device bounce buffer of the host collectives
-  size_t scratch_bytes_ = 0;
   cudaStream_t stream_ = nullptr;   // the library's own work (host collectives, window probes)
-  std::shared_ptr<VirtualTeam> team_;  // virtual backend only
-  // CallOrder's state: the event recorded after the last call, its stream's id and capture.
-  cudaEvent_t last_call_ = nullptr;
-  unsigned long long last_stream_id_ = 0;
-  unsigned long long last_capture_ = 0;
-  bool any_call_ = false;
   bool check_calls_ = false;  // TILEWIRE_CHECK_CALLS, agreed at creation
   uint64_t windows_made_ = 0;  // WindowRef::ordinal of the next window
-  int call_depth_ = 0;  // nested scopes (the sequential path's all-reduce) order once
-  struct Reg {
-    uintptr_t base;
-    size_t bytes;
-    DevWindow dev;
-    std::shared_ptr<void> slab;  // virtual backend: the team's allocation this window is a slice of
-    uint64_t serial = 0;         // WindowRef::serial
-    uint64_t ordinal = 0;        // WindowRef::ordinal
-  };
-  std::vector<Reg> windows_;  // guarded by windows_mu_: windows may be made, found and released
-  mutable std::mutex windows_mu_;  // from several host threads
 };
 
 }  // namespace tw

@@ -9,7 +9,11 @@ namespace tw {
 enum class DType { kFloat32, kFloat16, kBFloat16 };
 
 inline constexpr size_t dtype_size(DType t) { return t == DType::kFloat32 ? 4 : 2; }
-const char* dtype_name(DType t);                          // "float", "half", "bfloat16"
-std::optional<DType> parse_dtype(const std::string& s);   // float|fp32|half|fp16|bfloat16|bf16
+// Name and spellings (every public enum has such a pair: src/runtime/names.cpp). dtype_name:
+// "float", "half", "bfloat16". parse_dtype accepts exactly float|fp32|float32|f32,
+// half|fp16|float16|f16, bfloat16|bf16: the union of the CLI's (bf16, fp16, fp32) and Python's
+// (bfloat16, float16, float32) spellings; nullopt for anything else.
+const char* dtype_name(DType t);
+std::optional<DType> parse_dtype(const std::string& s);
 
 }  // namespace tw

@@ -22,7 +22,9 @@ struct Var {
 // All variables tilewire reads, in display order.
 std::span<const Var> table();
 const Var* find(const std::string& name);
+// "bool", "int", "bytes", "string"; parse_type accepts exactly these (src/runtime/names.cpp).
 const char* type_name(Type t);
+std::optional<Type> parse_type(const std::string& s);
 
 // Typed getters. Unknown names are a programming error (throws kInvalidArgument);
 // a malformed value throws kInvalidArgument naming the variable and the accepted form.

@@ -4,6 +4,7 @@
 // The CHECK macros add file:line and the CUDA/NCCL error string. Exceptions stop at the CLI
 // (and later the Python edge), which print one line and exit non-zero.
 #pragma once
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -19,7 +20,18 @@ enum class Errc {
   kState,            // use after destroy, wrong thread/device
 };
 
+// "invalid argument", "unsupported", "version mismatch", "CUDA error", "NCCL error", "timeout",
+// "invalid state"; parse_errc accepts exactly these (src/runtime/names.cpp).
 const char* errc_name(Errc e);
+std::optional<Errc> parse_errc(const std::string& s);
+
+// A check's verdict without throwing: what an op would do, or why it cannot (can_implement and
+// the ops' argument checks; pure host logic, no GPU needed, except window lookups).
+struct Status {
+  bool ok = true;
+  std::string reason;
+  explicit operator bool() const { return ok; }
+};
 
 class Error : public std::runtime_error {
  public:

@@ -61,12 +61,15 @@ Status window_check(const Comm& comm, const void* p, size_t bytes, const char* w
   return Status{};
 }
 
+int twoshot_threads(const Comm& comm) { return ops::allreduce_state(comm).knobs->twoshot_threads; }
+
 int twoshot_blocks(const Comm& comm, size_t vectors_per_rank) {
-  int cap = comm.tuning().twoshot_block_cap;
+  const ops::AllReduceKnobs& k = *ops::allreduce_state(comm).knobs;
+  int cap = k.twoshot_block_cap;
   if (cap <= 0) cap = comm.sm_count();
   cap = std::min(cap, comm.dev_ctx().max_blocks);
   if (comm.is_virtual()) cap = std::min(cap, comm.sm_count());  // the SM budget (Comm checked the knob)
-  const size_t per_block = (size_t)comm.tuning().twoshot_threads * 4;
+  const size_t per_block = (size_t)k.twoshot_threads * 4;
   const size_t want = (vectors_per_rank + per_block - 1) / per_block;
   return (int)std::max<size_t>(1, std::min<size_t>(cap, want));
 }
@@ -92,7 +95,9 @@ void agree(Comm& comm, const char* op, const void* send, size_t send_bytes, cons
 
 }  // namespace
 
-size_t oneshot_max_bytes(const Comm& comm) { return comm.dev_ctx().staging_bytes / (4 * (size_t)comm.lsa_size()); }
+size_t oneshot_max_bytes(const Comm& comm) {
+  return ops::allreduce_state(comm).knobs->staging_bytes / (4 * (size_t)comm.lsa_size());
+}
 
 AllReduceAlgo resolve_allreduce_algo(const Comm& comm, const AllReduceArgs& a) {
   if (a.algo != AllReduceAlgo::kAuto) return a.algo;
@@ -122,22 +127,25 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
   const OpEntry entry(comm, "allreduce", stream, check, record, a.count == 0);
   if (entry.moves_nothing()) return;
   const DevCtx& ctx = comm.dev_ctx();
+  const ops::AllReduceState st = ops::allreduce_state(comm);
+  const ops::AllReduceKnobs& k = *st.knobs;
   dispatch_dtype(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     if (algo == AllReduceAlgo::kOneShot) {
       ops::OneShotLayout lay;
-      lay.base = ctx.staging_offset;
+      lay.base = st.staging_offset;
+      lay.epochs = st.epochs;
       lay.nranks = ctx.lsa_size;
-      lay.blocks = ctx.oneshot_blocks;
-      lay.blk_lines = ctx.staging_bytes / (2 * (size_t)ctx.lsa_size * ctx.oneshot_blocks * 16);
-      launch(comm, ops::oneshot_allreduce<T>, ctx.oneshot_blocks, comm.tuning().oneshot_threads, stream, ctx,
+      lay.blocks = k.oneshot_blocks;
+      lay.blk_lines = k.staging_bytes / (2 * (size_t)ctx.lsa_size * k.oneshot_blocks * 16);
+      launch(comm, ops::oneshot_allreduce<T>, k.oneshot_blocks, k.oneshot_threads, stream, ctx,
              static_cast<const T*>(a.send), static_cast<T*>(a.recv), a.count, lay);
     } else {
       WindowRef ws = comm.find_window(a.send, bytes, "send"), wr = comm.find_window(a.recv, bytes, "recv");
       const size_t vecs = bytes / 16 / comm.nranks() + 1;
       const int grid = twoshot_blocks(comm, vecs);
-      const auto variant = comm.tuning().twoshot_variant;
-      using V = KernelTuning::Variant;
+      const auto variant = k.twoshot_variant;
+      using V = ops::TwoShotVariant;
       // Push (stores only) wins from ~8 MiB (364 vs 343 GB/s at 1 GiB); below, its extra barrier
       // costs more than it saves (measured on 2xH200, see docs/allreduce.md).
       const bool push = comm.lsa_size() == 2 && a.send != a.recv &&
@@ -145,7 +153,7 @@ void allreduce(Comm& comm, const AllReduceArgs& a, cudaStream_t stream) {
       dispatch_ranks(comm.lsa_size(), [&](auto kp) {
         constexpr int kP = decltype(kp)::value;
         auto kernel = push ? ops::twoshot<T, 2, ops::Mode::kAllReducePush> : ops::twoshot<T, kP, ops::Mode::kAllReduce>;
-        launch(comm, kernel, grid, comm.tuning().twoshot_threads, stream, ctx, ws.win, ws.offset, static_cast<const T*>(a.send),
+        launch(comm, kernel, grid, twoshot_threads(comm), stream, ctx, ws.win, ws.offset, static_cast<const T*>(a.send),
                wr.win, wr.offset, static_cast<T*>(a.recv), a.count);
       });
     }
@@ -174,7 +182,7 @@ void reduce_scatter(Comm& comm, const void* send, void* recv, size_t recv_count,
     using T = decltype(tag);
     dispatch_ranks(comm.lsa_size(), [&](auto kp) {
       launch(comm, ops::twoshot<T, decltype(kp)::value, ops::Mode::kReduceScatter>, twoshot_blocks(comm, bytes / 16 + 1),
-             comm.tuning().twoshot_threads, stream, comm.dev_ctx(), ws.win, ws.offset, static_cast<const T*>(send),
+             twoshot_threads(comm), stream, comm.dev_ctx(), ws.win, ws.offset, static_cast<const T*>(send),
              DevWindow{}, size_t{0}, static_cast<T*>(recv), recv_count);
     });
   });
@@ -201,7 +209,7 @@ void all_gather(Comm& comm, const void* send, void* recv, size_t send_count, DTy
   dispatch_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     launch(comm, ops::twoshot<T, 1, ops::Mode::kAllGather>, twoshot_blocks(comm, bytes / 16 + 1),
-           comm.tuning().twoshot_threads, stream,
+           twoshot_threads(comm), stream,
            comm.dev_ctx(), DevWindow{}, size_t{0}, static_cast<const T*>(send), wr.win, wr.offset,
            static_cast<T*>(recv), send_count);
   });

@@ -2,12 +2,11 @@
 // docs/allreduce.md for the timeline.
 #pragma once
 #include "pack.cuh"
+#include "state.hpp"  // kOneShotMaxBlocks
 #include "tilewire/device.cuh"
 
 namespace tw::ops {
 
-inline constexpr int kOneShotMaxBlocks = 128;  // grid is ctx.oneshot_blocks, fixed per communicator:
-                                               // staging regions and epochs are per block
 inline constexpr int kOneShotMaxThreads = 512;
 inline constexpr int kTwoShotThreads = 512;
 inline constexpr int kMaxRanks = 8;         // LSA team size the kernels are compiled for
@@ -15,7 +14,8 @@ inline constexpr int kMaxRanks = 8;         // LSA team size the kernels are com
 // ---------------------------------------------------------------------------------- one-shot
 // LL line: 16 bytes = {w0, flag, w1, flag}; 8 payload bytes, flags = the block's epoch.
 struct OneShotLayout {
-  size_t base;        // byte offset of staging in ctx.control
+  size_t base;        // byte offset of staging in ctx.control (the family's need, state.hpp)
+  uint32_t* epochs;   // [blocks]: each block's last epoch (local device memory, the need's)
   size_t blk_lines;   // lines per (parity, source rank, block)
   int nranks;
   int blocks;
@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kOneShotMaxThreads) oneshot_allreduce(const __
   ptx::griddep_launch_dependents();
   // The epoch load (thread 0) and each thread's first payload load are in flight together.
   uint2 first = l0 + threadIdx.x < l1 ? load_payload(src, bytes, l0 + threadIdx.x) : make_uint2(0, 0);
-  if (threadIdx.x == 0) epoch_sh = ctx.epochs[b] + 1;
+  if (threadIdx.x == 0) epoch_sh = lay.epochs[b] + 1;
   __syncthreads();
   const uint32_t epoch = epoch_sh;
   const int parity = epoch & 1;
@@ -108,7 +108,7 @@ __global__ void __launch_bounds__(kOneShotMaxThreads) oneshot_allreduce(const __
     pack_words<T, 2>(acc, out);
     store_payload(reinterpret_cast<char*>(recv), bytes, i, make_uint2(out[0], out[1]));
   }
-  if (threadIdx.x == 0) ctx.epochs[b] = epoch;
+  if (threadIdx.x == 0) lay.epochs[b] = epoch;
 }
 
 // ---------------------------------------------------------------------------------- two-shot

@@ -6,22 +6,6 @@
 
 namespace tw {
 
-const char* algo_name(AllReduceAlgo a) {
-  switch (a) {
-    case AllReduceAlgo::kAuto: return "auto";
-    case AllReduceAlgo::kOneShot: return "oneshot";
-    case AllReduceAlgo::kTwoShot: return "twoshot";
-  }
-  return "?";
-}
-
-std::optional<AllReduceAlgo> parse_algo(const std::string& s) {
-  if (s == "auto") return AllReduceAlgo::kAuto;
-  if (s == "oneshot" || s == "one-shot" || s == "1") return AllReduceAlgo::kOneShot;
-  if (s == "twoshot" || s == "two-shot" || s == "2") return AllReduceAlgo::kTwoShot;
-  return std::nullopt;
-}
-
 AllReduceAlgo choose_allreduce_algo(size_t bytes, int nranks, size_t oneshot_max_bytes) {
   (void)nranks;
   return bytes <= oneshot_max_bytes ? AllReduceAlgo::kOneShot : AllReduceAlgo::kTwoShot;
@@ -55,7 +39,7 @@ Status check_allreduce_args(const AllReduceArgs& a, int nranks, size_t oneshot_m
 
 Status check_scatter_gather_args(ScatterGather op, const void* send, const void* recv, size_t count, DType dtype,
                                  int nranks, bool check_overlap) {
-  const char* name = op == ScatterGather::kReduceScatter ? "reduce_scatter" : "all_gather";
+  const char* name = scatter_gather_name(op);
   auto bad = [&](const std::string& why) { return fail(std::string(name) + ": " + why); };
   if (nranks < 1) return bad("communicator has no ranks");
   if (count == 0) return Status{};  // nothing to do, nothing written

@@ -21,7 +21,7 @@ namespace {
 // naming the first field that differs. The local checks that follow then give every rank the
 // same verdict (they read only agreed values).
 void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
-  const char* pay[] = {"bf16", "fp8"};
+  const char* pay[] = {ep_payload_name(EpPayload::kBFloat16), ep_payload_name(EpPayload::kFp8E4M3)};
   const char* mode[] = {"high throughput", "low latency"};
   struct Field {
     const char* name;
@@ -178,8 +178,8 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
     TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
                std::string(op) + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
     TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
-               std::string(op) + ": the payload is " + (a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8") +
-                   " but the buffer was made for " + (cfg_.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"));
+               std::string(op) + ": the payload is " + ep_payload_name(a.payload) + " but the buffer was made for " +
+                   ep_payload_name(cfg_.payload));
     TW_REQUIRE(a.num_tokens >= 0 && a.num_tokens <= cfg_.max_tokens_per_rank, kInvalidArgument,
                std::string(op) + ": " + std::to_string(a.num_tokens) + " tokens; the buffer holds at most " +
                    std::to_string(cfg_.max_tokens_per_rank) + " per rank (EpConfig::max_tokens_per_rank)");
@@ -198,7 +198,7 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   const bool idx64 = a.index_type == EpIndex::kInt64;
   // Ordered before layout() rewrites the routing a previous call reads.
   const OpEntry entry(comm_, op, stream, check, [&] {
-    comm_.agree_on_call(op, {{"payload", a.payload == EpPayload::kBFloat16 ? "bf16" : "fp8"}});
+    comm_.agree_on_call(op, {{"payload", ep_payload_name(a.payload)}});
   });
   if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
   ops::ep::DispatchParams p{};

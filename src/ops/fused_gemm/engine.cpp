@@ -11,6 +11,8 @@
 #include <tuple>
 
 #include "../gemm/plan.hpp"
+#include "../sm90.hpp"
+#include "../../runtime/needs.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
@@ -91,17 +93,9 @@ const Kernel* find_kernel(const KernelKey& k) {
 }
 
 Status residency(const Comm& comm, const KernelKey& k, const char* op, Residency* out) {
-  int dev = 0, major = 0, minor = 0;
+  int dev = 0;
   out->num_sms = comm.sm_count();
-  if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    cudaGetLastError();
-    return fail(op, "cannot query the current CUDA device");
-  }
-  if (major != 9 || minor != 0)
-    return fail(op, "device " + std::to_string(dev) + " is sm_" + std::to_string(major * 10 + minor) +
-                        "; the fused kernel is built for sm_90a (Hopper) only");
+  if (Status s = ops::sm90_device(op, "the fused kernel", &dev); !s) return s;
   const Kernel* kernel = find_kernel(k);
   if (kernel == nullptr)
     return fail(op, std::string("no fused kernel is built for this algorithm, dtype ") + dtype_name(k.dtype) +
@@ -147,36 +141,58 @@ void fill_schedule(LaunchParams& p, const Residency& r, int reserved_sms) {
 
 // The plain t % P owners and the final wait polled by every thread, each to show what the
 // default saves (measurement build only; no effect otherwise).
-void apply_owner_knobs([[maybe_unused]] LaunchParams& p) {
+namespace {
+// The kernels' knobs, read when a communicator is made (its need: src/runtime/needs.hpp), so
+// that every call on it uses the same values and no call parses the environment. The
+// environment is agreed by every rank then (agreement.hpp).
+struct Knobs {
+  bool owner_plain = false;     // TILEWIRE_OWNER_PLAIN, measurement build only
+  bool final_poll_all = false;  // TILEWIRE_OWNER_FINAL_POLL_ALL, measurement build only
+  int consumer_rows = 16;       // TILEWIRE_RELAY_CONSUMER_ROWS
+  int poll_ns = 0;              // TILEWIRE_RELAY_POLL_NS
+  bool no_push = false;         // TILEWIRE_RELAY_NO_PUSH, measurement build only: C is wrong
+  bool pull = false;            // TILEWIRE_RELAY_PULL
+  int comm_inflight = 4;        // TILEWIRE_RELAY_COMM_INFLIGHT: 2, 4 or 8
+  int pace_pct = 60;            // TILEWIRE_RELAY_PACE_PCT
+};
+
+NeedRequest knobs_need(const CommShape&) {
+  auto k = std::make_shared<Knobs>();
 #ifdef TILEWIRE_BENCH_KERNELS
-  static const bool owner_plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
-  static const bool final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
-  p.lay.spread = !owner_plain;
-  p.final_poll_all = final_poll_all;
+  k->owner_plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
+  k->final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
+  k->no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
 #endif
+  k->consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
+  k->poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
+  k->pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  const long long inflight = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
+  k->comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
+  k->pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  NeedRequest r;
+  r.record = std::move(k);
+  return r;
 }
 
-// Read once like the other kernel knobs: not per call.
-void apply_relay_knobs(LaunchParams& p) {
-  static const int consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
-  static const int poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
-#ifdef TILEWIRE_BENCH_KERNELS
-  static const bool no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");  // measurement build only: C is wrong
-#else
-  constexpr bool no_push = false;
-#endif
-  static const bool pull = env::get_bool("TILEWIRE_RELAY_PULL");
-  p.relay_consumer_rows = consumer_rows;
-  p.relay_poll_ns = poll_ns;
-  static const int comm_inflight = [] {
-    const long long v = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
-    return v == 2 || v == 8 ? (int)v : 4;
-  }();
-  p.relay_comm_inflight = comm_inflight;
-  static const int pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
-  p.relay_pace_pct = pace_pct;
-  p.relay_no_push = no_push;
-  p.relay_pull = pull;
+const int kKnobsNeed = register_need("fused GEMM", knobs_need);
+
+const Knobs& knobs(const Comm& comm) { return *static_cast<const Knobs*>(comm.grant(kKnobsNeed).record.get()); }
+}  // namespace
+
+void apply_owner_knobs(const Comm& comm, LaunchParams& p) {
+  const Knobs& k = knobs(comm);
+  if (k.owner_plain) p.lay.spread = false;
+  p.final_poll_all = k.final_poll_all;
+}
+
+void apply_relay_knobs(const Comm& comm, LaunchParams& p) {
+  const Knobs& k = knobs(comm);
+  p.relay_consumer_rows = k.consumer_rows;
+  p.relay_poll_ns = k.poll_ns;
+  p.relay_comm_inflight = k.comm_inflight;
+  p.relay_pace_pct = k.pace_pct;
+  p.relay_no_push = k.no_push;
+  p.relay_pull = k.pull;
 }
 
 uint64_t layout_signature(const Layout& l) {

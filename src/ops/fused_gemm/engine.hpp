@@ -64,10 +64,10 @@ Status residency(const Comm& comm, const KernelKey& k, const char* op, Residency
 // from hw_info.sm_count = num_sms - reserved_sms, on r's tile.
 void fill_schedule(LaunchParams& p, const Residency& r, int reserved_sms);
 
-// The kernels' knobs, read once: the owner kernel's measurement knobs (measurement build only)
-// and the relay's TILEWIRE_RELAY_*.
-void apply_owner_knobs(LaunchParams& p);
-void apply_relay_knobs(LaunchParams& p);
+// The kernels' knobs, read when the communicator was made (engine.cpp's need): the owner
+// kernel's measurement knobs (measurement build only) and the relay's TILEWIRE_RELAY_*.
+void apply_owner_knobs(const Comm& comm, LaunchParams& p);
+void apply_relay_knobs(const Comm& comm, LaunchParams& p);
 
 // Workspace records. What a workspace last held, per rank: the layout signature of the last
 // fused call, or kHeldSequential after a sequential path wrote its data over it.

@@ -1,5 +1,25 @@
-// src/ops/gemm/epilogue_hook.cuh — the per-tile epilogue hook of the sm90 GEMM (contract:
-// include/tilewire/ops/gemm.hpp, "Epilogue hook contract") and the default hook StoreC.
+// src/ops/gemm/epilogue_hook.cuh — the per-tile epilogue hook of the sm90 GEMM and the default
+// hook StoreC. Internal to the library: the fused ops are its only users.
+//
+// The contract (the plain GEMM uses StoreC, which writes the tile to C):
+//   * called exactly once per output tile that intersects [0, M) x [0, N), by all 256 consumer
+//     threads of the CTA that computed it, after the last wgmma of that tile has retired
+//     (accumulators final, fp32, in registers, in the wgmma C-fragment layout);
+//   * it gets the tile coordinates (tile_m, tile_n), the first row/column, how many rows/columns
+//     are inside C (edge tiles are partial), the fragment, the identity (row, col) of every
+//     fragment element, and a pointer to the hook's own shared memory (Hook::SharedStorage, carved
+//     out of the mainloop's stages; empty for StoreC);
+//   * in flight meanwhile: the producer warp is already TMA-loading the *next* tiles' A/B into the
+//     mainloop stages (the hook must not touch them); other CTAs run other tiles; nothing is
+//     ordered against other ranks;
+//   * barriers: none is held. The hook may synchronise the 256 consumer threads with
+//     cutlass::arch::NamedBarrier(256, tw::gemm_impl::kHookBarrierId); never __syncthreads() (the
+//     producer warp does not take part). Tiles that lie wholly outside C (the padding CTA of a
+//     2x1 cluster on the last M tile) do not call the hook, and all consumer threads of a CTA
+//     take the same branch;
+//   * the hook's global stores are ordinary weak stores: they are visible to the next kernel on
+//     the stream; making them visible to a peer earlier is the hook's job (release fence +
+//     signal, tilewire/device/signal.cuh).
 //
 // A hook is a trivially copyable struct (it travels in the kernel's parameters) with
 //   using SharedStorage = ...;                     // its shared memory (an empty struct if none)
@@ -158,13 +178,6 @@ struct StoreC {
   CUTLASS_DEVICE void tail(int thread_idx) const {
     if (thread_idx < kRows) cute::tma_store_wait<0>();
   }
-};
-
-// A hook that does nothing: times the mainloop alone (bench gemm --epilogue none; C is not written).
-struct NullHook {
-  struct SharedStorage {};
-  template <class View>
-  CUTLASS_DEVICE void operator()(View const&) const {}
 };
 
 }  // namespace tw::gemm_impl

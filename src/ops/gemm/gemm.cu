@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "../../testing/measurement.hpp"
+#include "../sm90.hpp"
 #include "launch.hpp"
 #include "plan.hpp"
 #include "tilewire/ops/gemm.hpp"
@@ -46,19 +48,6 @@ const std::string& streamk_plan_override() {
   return v;
 }
 
-std::optional<MeasurementPlan>& measurement_plan() {
-  static std::optional<MeasurementPlan> p;
-  return p;
-}
-void set_measurement_plan(const std::optional<MeasurementPlan>& plan) {
-  if (plan) {
-    StreamKPlan probe;
-    const Status st = apply_streamk_plan_override(plan->streamk, &probe);
-    TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
-  }
-  measurement_plan() = plan;
-}
-
 namespace {
 struct Choice {
   GemmKernel kernel;
@@ -73,11 +62,11 @@ int device_sms() {
   return num_sms;
 }
 
-// Which kernel: TILEWIRE_GEMM_KERNEL (or the measurement plan), else plan.hpp's rule; the stream-K
-// plan with TILEWIRE_GEMM_STREAMK_PLAN's (or the measurement plan's) overrides. The TILEWIRE_GEMM_EPILOGUE variants exist to measure the
+// Which kernel: TILEWIRE_GEMM_KERNEL (or this thread's testing::gemm_plan), else plan.hpp's rule;
+// the stream-K plan with TILEWIRE_GEMM_STREAMK_PLAN's (or the testing plan's) overrides. The TILEWIRE_GEMM_EPILOGUE variants exist to measure the
 // hook kernel, so with one of them set "auto" means the hook kernel.
 Choice choose(const GemmArgs& a, const GemmConfig& cfg, int num_sms) {
-  const std::optional<MeasurementPlan>& mp = measurement_plan();
+  const std::optional<testing::GemmPlan>& mp = testing::gemm_plan();
   KernelPref pref = mp ? mp->kernel : kernel_pref();
   if (pref == KernelPref::kAuto && epilogue_variant() != Epilogue::kStaged) pref = KernelPref::kHook;
   Choice c{kernel_for(a, cfg, num_sms, pref), {}, resolve_raster(a, cfg, kBlkM, kBlkN)};
@@ -165,15 +154,9 @@ void gemm(const GemmArgs& a, const GemmConfig& cfg, cudaStream_t stream) {
   const Status st = can_implement(a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
 
-  int dev = 0, major = 0, minor = 0, num_sms = 0;
-  TW_CUDA_CHECK(cudaGetDevice(&dev));
-  TW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  TW_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  TW_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, dev));
-  // sm_90a code (wgmma, setmaxnreg) runs on compute capability 9.0 only.
-  TW_REQUIRE(major == 9 && minor == 0, kUnsupported,
-             "gemm: device " + std::to_string(dev) + " is sm_" + std::to_string(major) + std::to_string(minor) +
-                 "; tilewire's GEMM is built for sm_90a (Hopper) only");
+  int num_sms = 0;
+  const Status dev = ops::sm90_device("gemm", "tilewire's GEMM", nullptr, &num_sms);
+  TW_REQUIRE(dev.ok, kUnsupported, dev.reason);
   const Status sms = gemm_impl::check_sms(cfg, num_sms, gemm_impl::kClusterM);
   TW_REQUIRE(sms.ok, kInvalidArgument, sms.reason);
 

@@ -104,14 +104,4 @@ inline bool gated_tile_is_decode(int M) { return M <= kHookDecodeMaxM; }
 // TILEWIRE_GEMM_KERNEL = auto | hook | streamk, read once (gemm.cu).
 KernelPref kernel_pref();
 
-// Measurement only (`tilewire bench gemm --plans`): a process-wide choice that stands in for
-// TILEWIRE_GEMM_KERNEL and TILEWIRE_GEMM_STREAMK_PLAN (same meanings) until reset with nullopt, so
-// that one process can time many plans on the same inputs. Set it between calls, from the thread
-// that makes them. A bad stream-K spec throws kInvalidArgument and changes nothing.
-struct MeasurementPlan {
-  KernelPref kernel = KernelPref::kAuto;
-  std::string streamk;  // apply_streamk_plan_override's syntax; empty: the plan's own
-};
-void set_measurement_plan(const std::optional<MeasurementPlan>& plan);
-
 }  // namespace tw::gemm_impl

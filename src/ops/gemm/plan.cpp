@@ -10,14 +10,6 @@
 
 namespace tw {
 
-const char* blayout_name(BLayout l) {
-  switch (l) {
-    case BLayout::kNK: return "nk";
-    case BLayout::kKN: return "kn";
-  }
-  return "?";
-}
-
 namespace {
 
 Status fail(std::string why) { return Status{false, "gemm: " + std::move(why)}; }
@@ -33,7 +25,7 @@ bool overlap(const void* p, size_t pn, const void* q, size_t qn) {
 
 Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
   if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16)
-    return fail(std::string("unsupported dtype ") + (a.dtype == DType::kFloat32 ? "float" : "?") +
+    return fail(std::string("unsupported dtype ") + dtype_name(a.dtype) +
                 " (A, B and C must be bfloat16 or half)");
   if (a.b_layout != BLayout::kNK && a.b_layout != BLayout::kKN) return fail("unknown B layout (kNK or kKN)");
   if (a.M <= 0 || a.N <= 0 || a.K <= 0)

@@ -4,9 +4,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <tuple>
 
-#include "../../runtime/cublaslt.hpp"
+#include "cublaslt.hpp"
 #include "scratch.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
@@ -15,33 +14,36 @@
 namespace tw::gemm_impl {
 namespace {
 
-// False when cuBLASLt cannot be loaded (or has no algorithm) or TILEWIRE_SEQUENTIAL_GEMM=tilewire.
+// False when cuBLASLt cannot be loaded, has no algorithm for this shape, or
+// TILEWIRE_SEQUENTIAL_GEMM=tilewire. A library that cannot be loaded is tried once per process;
+// a shape without an algorithm falls back alone (LtPlans), the other shapes keep cuBLASLt.
 bool cublaslt_gemm(const GemmArgs& g, cudaStream_t stream) {
   static const bool wanted = env::get_string("TILEWIRE_SEQUENTIAL_GEMM") != "tilewire";
   if (!wanted) return false;
   static std::mutex mu;
-  static bool unavailable = false;
+  static bool unloadable = false;
   static std::map<int, std::unique_ptr<lt::LtHandle>> handles;
-  // device, M, N, K, B layout, dtype
-  static std::map<std::tuple<int, int, int, int, int, int>, std::unique_ptr<lt::LtMatmul>> plans;
+  static LtPlans<lt::LtMatmul> plans;
   constexpr size_t kWorkspace = size_t(32) << 20;
   int dev = 0;
   TW_CUDA_CHECK(cudaGetDevice(&dev));
   const lt::LtMatmul* mm = nullptr;
   {
     std::lock_guard<std::mutex> lk(mu);
-    if (unavailable) return false;
+    if (unloadable) return false;
     try {
-      auto& h = handles[dev];
-      if (!h) h = std::make_unique<lt::LtHandle>();
-      auto& p = plans[{dev, g.M, g.N, g.K, int(g.b_layout), int(g.dtype)}];
-      if (!p) p = std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace, g.dtype);
-      mm = p.get();
+      lt::lt_api();
     } catch (const Error& e) {
       if (e.code() != Errc::kUnsupported) throw;
-      unavailable = true;  // no libcublasLt here (or no algorithm): tw::gemm from now on
+      unloadable = true;  // no libcublasLt in this process: tw::gemm from now on
       return false;
     }
+    auto& h = handles[dev];
+    if (!h) h = std::make_unique<lt::LtHandle>();
+    mm = plans.get({dev, g.M, g.N, g.K, int(g.b_layout), int(g.dtype)}, [&] {
+      return std::make_unique<lt::LtMatmul>(h->get(), g.M, g.N, g.K, g.b_layout, kWorkspace, g.dtype);
+    });
+    if (mm == nullptr) return false;
   }
   ScratchLease ws = lease_scratch(stream, kWorkspace);
   mm->run(g.A, g.B, g.C, ws.data(), stream);

@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "../../testing/measurement.hpp"
 #include "../gemm/launch.hpp"
 #include "../gemm/team_gemm.hpp"
 #include "decode.hpp"
@@ -119,7 +120,7 @@ __global__ void __launch_bounds__(kThreads)
 
 bool runs_decode_path(const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, int P) {
   return P > 1 && a.M <= kDecodeMaxM && cfg.algo == GemmAllReduceAlgo::kAuto &&
-         cfg.partials == PartialPrecision::kBFloat16 && !cfg.untraced_kernel;
+         cfg.partials == PartialPrecision::kBFloat16 && !testing::untraced_kernels();
 }
 
 void decode_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream) {

@@ -8,8 +8,8 @@ namespace tw {
 class Comm;
 namespace gemm_allreduce_impl {
 
-// kAuto with 2-byte partials, M <= kDecodeMaxM, P > 1 (the measurement build's untraced_kernel
-// keeps the owner kernel): the plain GEMM into C, then one kernel that all-reduces C in place
+// kAuto with 2-byte partials, M <= kDecodeMaxM, P > 1 (testing::set_untraced_kernels keeps the
+// owner kernel): the plain GEMM into C, then one kernel that all-reduces C in place
 // through the LSA team. The workspace is not touched.
 bool runs_decode_path(const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, int P);
 void decode_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream);

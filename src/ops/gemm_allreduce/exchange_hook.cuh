@@ -56,7 +56,7 @@
 namespace tw::gemm_allreduce_impl {
 
 // kTraced = false: the same hook with the trace code compiled out (the kernel tracing-off is
-// measured against: GemmAllReduceConfig::untraced_kernel).
+// measured against: testing::set_untraced_kernels, src/testing/measurement.hpp).
 template <bool kTraced>
 struct ExchangeHookT {
   using E = cutlass::bfloat16_t;

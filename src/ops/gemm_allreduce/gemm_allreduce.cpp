@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "../../runtime/op_entry.hpp"
+#include "../../testing/measurement.hpp"
 #include "../fused_gemm/engine.hpp"
 #include "../gemm/plan.hpp"
 #include "../gemm/team_gemm.hpp"
@@ -51,11 +52,11 @@ void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceCo
                       {"N", num(a.N)},
                       {"K_local", num(a.K_local)},
                       {"dtype", dtype_name(a.dtype)},
-                      {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
-                      {"path", fused ? "fused" : "sequential"},
-                      {"algorithm", num((int)algo)},
+                      {"B layout", blayout_name(a.b_layout)},
+                      {"path", gemm_allreduce_path_name(fused ? GemmAllReducePath::kFused : GemmAllReducePath::kSequential)},
+                      {"algorithm", gemm_allreduce_algo_name(algo)},
                       {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "2-byte (C's dtype)"},
-                      {"raster", num((int)cfg.raster)},
+                      {"raster", gemm_raster_name(cfg.raster)},
                       {"swizzle", num(cfg.swizzle)},
                       {"reserved_sms", num(cfg.reserved_sms)},
                       {"C", at(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C")},
@@ -63,14 +64,6 @@ void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceCo
 }
 
 }  // namespace
-
-bool gemm_allreduce_has_untraced_kernels() {
-#ifdef TILEWIRE_BENCH_KERNELS
-  return true;
-#else
-  return false;
-#endif
-}
 
 Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
   if (comm.aborted()) return fail("communicator was aborted; create a new one");
@@ -102,10 +95,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
   const auto check = [&] {
     if (Status s = can_implement(comm, a, cfg); !s) return s;
-    TW_REQUIRE(!cfg.untraced_kernel || gemm_allreduce_has_untraced_kernels(), kUnsupported,
-               "gemm_allreduce: untraced_kernel needs the measurement build (configure with -DTILEWIRE_BENCH_KERNELS=ON)");
-    if (cfg.untraced_kernel && cfg.trace.on())
-      return fail("untraced_kernel and a trace ring together (the untraced kernel records nothing)");
+    if (testing::untraced_kernels() && cfg.trace.on())
+      return fail("the kernels without trace code (testing::set_untraced_kernels) and a trace ring together");
     return Status{};
   };
   // Ordered before the sequential GEMM writes the workspace.
@@ -157,7 +148,7 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
                      : gemm_allreduce_impl::as_gemm_config(cfg);
   fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
   p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
-  fused_gemm::apply_owner_knobs(p);
+  fused_gemm::apply_owner_knobs(comm, p);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
@@ -165,8 +156,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.c_win = wc.win, p.c_off = wc.offset;
   p.ws_win = ww.win, p.ws_off = ww.offset;
   p.ws = a.workspace;
-  fused_gemm::apply_relay_knobs(p);
-  p.untraced = cfg.untraced_kernel;
+  fused_gemm::apply_relay_knobs(comm, p);
+  p.untraced = testing::untraced_kernels();
   p.ring = cfg.trace;
   p.ring.rank = (uint16_t)comm.rank();
   fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_allreduce reinit", "gemm_allreduce launch"}, stream);

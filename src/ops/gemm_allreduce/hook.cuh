@@ -1,5 +1,5 @@
 // src/ops/gemm_allreduce/hook.cuh — the epilogue hook of the fused GEMM + all-reduce (contract
-// of hooks: include/tilewire/ops/gemm.hpp; the op: include/tilewire/ops/gemm_allreduce.hpp).
+// of hooks: src/ops/gemm/epilogue_hook.cuh; the op: include/tilewire/ops/gemm_allreduce.hpp).
 // Runs on 2 x H200 (GemmAllReduce tests with algo kOwner; docs/gemm_allreduce.md).
 //
 // Called once per output tile by the 256 consumer threads of the CTA that computed it, with the

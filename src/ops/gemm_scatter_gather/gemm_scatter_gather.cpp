@@ -29,7 +29,9 @@
 #include "../fused_gemm/cost_model.hpp"
 #include "../gemm/team_gemm.hpp"
 #include "../gemm_allreduce/plan.hpp"
+#include "../sm90.hpp"
 #include "fused.hpp"
+#include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -114,15 +116,6 @@ int ag_push_ctas(int S, int K, DType dtype, bool virtual_team, int max_blocks) {
 }
 
 }  // namespace tp_impl
-
-const char* tp_path_name(TpPath p) {
-  switch (p) {
-    case TpPath::kAuto: return "auto";
-    case TpPath::kSequential: return "sequential";
-    case TpPath::kFused: return "fused";
-  }
-  return "?";
-}
 
 int shard_rows(int M, int P) {
   if (M <= 0 || P <= 0) return 0;
@@ -222,7 +215,7 @@ void gemm_reducescatter(Comm& comm, const GemmReduceScatterArgs& a, const TpConf
                             {"N", num(a.N)},
                             {"K_local", num(a.K_local)},
                             {"dtype", dtype_name(a.dtype)},
-                            {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
+                            {"B layout", blayout_name(a.b_layout)},
                             {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, part_bytes, "workspace")}});
   });
@@ -284,16 +277,8 @@ namespace {
 // loads read the peers' copies of the workspace (16-byte aligned offsets and LSA stride).
 Status ag_fused_usable(const Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg) {
   const char* op = "allgather_gemm";
-  int dev = 0, major = 0, minor = 0, sms = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) {
-    cudaGetLastError();
-    return fail(op, "cannot query the current CUDA device");
-  }
-  if (major != 9 || minor != 0)
-    return fail(op, "the fused path runs tilewire's sm_90a GEMM; device " + std::to_string(dev) + " is sm_" +
-                        std::to_string(major * 10 + minor));
+  int sms = 0;
+  if (Status s = ops::sm90_device(op, "the fused path's GEMM", nullptr, &sms); !s) return s;
   const int free_sms = comm.sm_count() - cfg.reserved_sms;
   if (free_sms < 2)
     return fail(op, "the fused path's GEMM needs at least 2 SMs; " + std::to_string(comm.sm_count()) + " SMs, " +
@@ -355,7 +340,7 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
                             {"N_local", num(a.N_local)},
                             {"K", num(a.K)},
                             {"dtype", dtype_name(a.dtype)},
-                            {"B layout", a.b_layout == BLayout::kNK ? "NK" : "KN"},
+                            {"B layout", blayout_name(a.b_layout)},
                             {"path", tp_path_name(path)},
                             {"workspace", at(comm, a.workspace, gathered_bytes, "workspace")}});
   });

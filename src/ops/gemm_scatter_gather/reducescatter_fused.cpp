@@ -70,8 +70,8 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
   p.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.sched.units(), P, shard_rows)
                 : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
-  fused_gemm::apply_owner_knobs(p);
-  if (relay) fused_gemm::apply_relay_knobs(p);
+  fused_gemm::apply_owner_knobs(comm, p);
+  if (relay) fused_gemm::apply_relay_knobs(comm, p);
   p.final_ctas = final_wait_ctas(p.sched);
   p.ctx = comm.dev_ctx();
   const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");

@@ -1,4 +1,4 @@
-// src/runtime/cublaslt.hpp — cuBLASLt, loaded at run time: the baseline GEMM of the benches (bench gemm,
+// src/ops/gemm/cublaslt.hpp — cuBLASLt, loaded at run time: the baseline GEMM of the benches (bench gemm,
 // bench gemm-allreduce) and the GEMM of gemm_allreduce's sequential path (where the fused kernel does not
 // pay, the op runs exactly what a user would: cuBLASLt, then tw::allreduce).
 //
