@@ -60,7 +60,12 @@ __global__ void __launch_bounds__(kOneShotMaxThreads) oneshot_allreduce(const __
   ptx::griddep_launch_dependents();
   // The epoch load (thread 0) and each thread's first payload load are in flight together.
   uint2 first = l0 + threadIdx.x < l1 ? load_payload(src, bytes, l0 + threadIdx.x) : make_uint2(0, 0);
-  if (threadIdx.x == 0) epoch_sh = lay.epochs[b] + 1;
+  // 0 is the tag of every staging line no call has written yet: a counter that wraps skips to 2
+  // (the parity still alternates), so a peer's untouched line never reads as this call's.
+  if (threadIdx.x == 0) {
+    const uint32_t next = lay.epochs[b] + 1;
+    epoch_sh = next == 0 ? 2u : next;
+  }
   __syncthreads();
   const uint32_t epoch = epoch_sh;
   const int parity = epoch & 1;
