@@ -33,9 +33,9 @@
 
 namespace tw::ops::ep {
 
-// A CTA's call counter (next_epoch). 64 bits: it never wraps (a 32-bit counter wrapped after
-// 2^32 calls, about 20 days at 2,500 calls per second, and a wait for call 0 then passed on any
-// earlier call's flag).
+// A CTA's call counter (next_epoch). 64 bits, so it never wraps: a 32-bit one would after 2^32
+// calls (about 20 days at 2,500 calls per second), and a wait for call 0 would then pass on any
+// earlier call's flag (EpEpoch.* cross that point).
 using Epoch = uint64_t;
 
 constexpr int kThreads = 512;
