@@ -86,6 +86,9 @@
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
 #                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
 #                 turn; one traced call (trace_ll.json)
+#   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
+#                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
+#                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -95,7 +98,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | ep | ll | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | ep | ll | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -735,6 +738,35 @@ if [ "$MODE" = full ]; then
   TILEWIRE_ONESHOT_MAX_BYTES=2M run 120 "$TW" bench allreduce -b 256K -e 2M -f 2 -d bf16 -a oneshot
 fi
 
+fi
+
+if [ "$MODE" = house ]; then
+  # A change that must not move performance (nvidia-h200): this dist and the one in BEFORE_TAR (a
+  # tar.xz of a dist before the change) in alternation, twice each, in this one call: `bench
+  # allreduce` at the real rank (8K..256M) and `bench gemm --sweep acceptance`, one JSON line per
+  # run with its commit (bench_house.jsonl), and the whole GPU test binary at the real rank.
+  header
+  dists=$DIST
+  if [ -f "${BEFORE_TAR:-/nonexistent}" ]; then
+    x=$(mktemp -d) && tar xJf "$BEFORE_TAR" -C "$x" && dists="$(ls -d "$x"/*/ | head -1) $DIST"
+  fi
+  : >"$OUT/bench_house.jsonl"
+  for round in 1 2; do
+    for d in $dists; do
+      for b in "allreduce -b 8K -e 256M -f 4" "gemm --sweep acceptance -R 5"; do
+        step "bench $b, round $round ($(cat "$d/COMMIT"))"
+        # The line's "dist" names the build measured (bench allreduce's own "commit" reads
+        # TILEWIRE_COMMIT, set for this dist too).
+        TILEWIRE_COMMIT=$(cat "$d/COMMIT") LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 150 "$d/bin/tilewire" bench $b \
+          --json "$OUT/h.json" &&
+          sed "s/^{/{\"dist\": \"$(cat "$d/COMMIT")\", \"round\": $round, /" "$OUT/h.json" | tr -d '\n' >>"$OUT/bench_house.jsonl" &&
+          echo >>"$OUT/bench_house.jsonl"
+      done
+    done
+  done
+  rm -f "$OUT/h.json"
+  step "GPU tests, the real rank"
+  run 240 "$TESTS" --gtest_output=json:"$OUT/gpu_tests_p1.json"
 fi
 
 if [ "$MODE" = sanitize ]; then
