@@ -42,6 +42,11 @@ constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA team is at most 8 of them
 constexpr uint32_t kCombineId = 1u << 16;
+// The low-latency send's phases (trace ids, + CTA): the layout in shared memory (mma_start /
+// mma_end: the CTA's own compute), every rank's counts arrived (chunk_recv); CTA 0's counts
+// leave (chunk_send kCountsId).
+constexpr uint32_t kLayoutId = 1u << 17;
+constexpr uint32_t kCountsId = 1u << 18;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
 // kStatusDuplicate: low latency, topk_idx[token][slot] = value repeats an expert of that token's

@@ -242,7 +242,9 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
   extern __shared__ int16_t lsm[];
   __shared__ int cnt[kEpMaxExperts];
+  stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
   const int16_t* pos = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
+  stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
   // 1. CTA 0: this rank's verdict and its counts for every expert, to every rank.
   if (blockIdx.x == 0)
     for (int d = warp; d < g.P; d += kWarps) {
@@ -259,6 +261,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       if (!lsa)
         dev::put_signal(dev::Warp{}, ctx, d, p.win, g.slot(buf, g.me), p.win, staged, g.slot_bytes,
                         g.signal(Geo::kSigCounts, buf, g.me), 1);
+      if (lane == 0 && d == g.P - 1) trace::emit(p.ring, trace::EventKind::kChunkSend, kCountsId, ptx::globaltimer());
     }
   // 2. Every CTA: every rank's counts of this call. They place this rank's rows, and each says
   //    that its rank has begun the call (it reads no earlier rows any more).
@@ -275,6 +278,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
+  stamp(p.ring, trace::EventKind::kChunkRecv, kCountsId + blockIdx.x);
   for (int q = threadIdx.x; q < g.P; q += blockDim.x)
     if (*at<const int>(ctx, p.win, g.slot(buf, q) + 8, g.me) != 0) bad = 1;
   for (int x = threadIdx.x; x < g.E; x += blockDim.x) {
