@@ -48,6 +48,7 @@
 #include "bench_args.hpp"
 #include "bench_gate.hpp"
 #include "commands.hpp"
+#include "ep_timeline.hpp"
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/comm.hpp"
@@ -283,6 +284,7 @@ struct Shared {
   double hbm_gbps = 0;  // one real rank: HBM copy bandwidth (read + write), measured in the run
   unsigned long long wrong = 0;
   int sms = 0;  // CTAs of each EP kernel
+  std::string timeline;  // --trace, low latency: the traced call's phases (ep_timeline.hpp)
 };
 
 double pct(std::vector<double> v, double p) {

@@ -320,7 +320,10 @@ void EpBench::run(Comm& comm) {
     buf.set_trace(trace::Ring{});
     comm.sync(s);
     const trace::Trace t = trace::gather_trace(comm, tb, cs, s);
-    if (me == 0) trace::save_trace_file(o_.trace_path, t);
+    if (me == 0) {
+      trace::save_trace_file(o_.trace_path, t);
+      if (ll) sh_.timeline = format_ep_timeline(ep_timeline(t.align(), P_));
+    }
   }
   // Bandwidth: this rank's bytes over the slowest rank's median (rank 0 reports).
   if (me == 0) {
@@ -433,6 +436,7 @@ int bench_ep(const std::vector<std::string>& argv) {
                 r.max_us, r.logical_gbps, r.wire_gbps, sh.ceiling_gbps > 0 ? 100.0 * r.wire_gbps / sh.ceiling_gbps : 0.0,
                 r.per_token_us, r.per_pair_us, r.floor_us, r.floor_us > 0 && r.med_us > 0 ? 100.0 * r.floor_us / r.med_us : 0.0);
   }
+  if (!sh.timeline.empty()) std::printf("%s", sh.timeline.c_str());
   std::printf("# #wrong %llu%s\n", sh.wrong, sh.wrong ? "  <-- WRONG RESULTS" : "");
   if (json.is_open()) {
     json << "{\"bench\": \"ep\", \"ranks\": " << P << ", \"virtual\": " << (o.virtual_ranks > 0 ? "true" : "false")

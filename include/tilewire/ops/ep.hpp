@@ -64,6 +64,14 @@ constexpr int kEpMaxTokens = 32768;
 constexpr int kEpMaxLowLatencyTokens = 1024;
 constexpr int kEpDefaultSms = 24;  // high throughput; low latency takes the SM budget (ep_default_sms)
 
+// Trace event ids (EpBuffer::set_trace; docs/ep.md): dispatch's are the CTA or the source rank;
+// combine's are offset by kEpTraceCombine; the low-latency send's setup phases by kEpTraceLayout
+// (mma_start / mma_end around each CTA's layout) and kEpTraceCounts (chunk_send: CTA 0's counts
+// left; chunk_recv + CTA: the CTA has every rank's counts).
+constexpr uint32_t kEpTraceCombine = 1u << 16;
+constexpr uint32_t kEpTraceLayout = 1u << 17;
+constexpr uint32_t kEpTraceCounts = 1u << 18;
+
 struct EpConfig {
   int max_tokens_per_rank = 0;  // the most tokens any rank dispatches in one call (1..32768)
   int hidden = 0;               // H; a payload row is a multiple of 16 bytes (fp8: H % 128 == 0)

@@ -41,12 +41,9 @@ using Epoch = uint64_t;
 constexpr int kThreads = 512;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxRanks = 64;  // shared arrays per rank in the kernels; the LSA team is at most 8 of them
-constexpr uint32_t kCombineId = 1u << 16;
-// The low-latency send's phases (trace ids, + CTA): the layout in shared memory (mma_start /
-// mma_end: the CTA's own compute), every rank's counts arrived (chunk_recv); CTA 0's counts
-// leave (chunk_send kCountsId).
-constexpr uint32_t kLayoutId = 1u << 17;
-constexpr uint32_t kCountsId = 1u << 18;
+constexpr uint32_t kCombineId = kEpTraceCombine;
+constexpr uint32_t kLayoutId = kEpTraceLayout;  // the low-latency send's phases (tilewire/ops/ep.hpp)
+constexpr uint32_t kCountsId = kEpTraceCounts;
 
 // What layout found wrong, in device memory (EpBuffer::check copies it back).
 // kStatusDuplicate: low latency, topk_idx[token][slot] = value repeats an expert of that token's
