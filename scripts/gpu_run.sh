@@ -46,7 +46,8 @@
 #                 one traced fused call of each at 4 virtual ranks (traces_tp.tgz)
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
-#                 torchrun on every GPU
+#                 torchrun on every GPU, then gemm_allreduce at 8192 x 8192 x 4096 on one rank from the
+#                 CLI and from Python in alternation (python_vs_cli.jsonl: what the Python layer adds)
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
@@ -509,6 +510,30 @@ if [ "$MODE" = python ]; then
     step "examples/python/$ex.py under torchrun, $ngpu processes"
     PYTHONPATH=$PYLIB run 120 torchrun --nproc-per-node "$ngpu" "$REPO/examples/python/$ex.py"
   done
+  # What the Python layer adds to gemm_allreduce: the CLI's fused row (e) and the same call from
+  # Python (view=True: no copy), 8192 x 8192 x 4096 at one rank, in alternation, twice each.
+  : >"$OUT/python_vs_cli.jsonl"
+  for round in 1 2; do
+    step "bench gemm-allreduce -m 8192 -n 8192 -k 4096 on GPU 0, round $round"
+    CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 --json "$OUT/cli.json" &&
+      tr -d '\n' <"$OUT/cli.json" >>"$OUT/python_vs_cli.jsonl" && echo >>"$OUT/python_vs_cli.jsonl"
+    step "scripts/py_gemm_allreduce_time.py 8192 8192 4096, round $round"
+    PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 120 torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" \
+      8192 8192 4096 --json "$OUT/py.json" && cat "$OUT/py.json" >>"$OUT/python_vs_cli.jsonl"
+  done
+  rm -f "$OUT/cli.json" "$OUT/py.json"
+  python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"
+import json, sys
+cli, py = [], []
+for line in open(sys.argv[1]):
+    if not line.strip(): continue
+    j = json.loads(line)
+    if j.get("bench") == "gemm-allreduce": cli.append(j["rows"][0]["t_fused_us"])
+    else: py.append(j["t_python_us"])
+if cli and py:
+    print("# python / cli gemm_allreduce 8192x8192x4096, 1 rank: cli %s us, python %s us, ratio %.4f"
+          % (cli, py, min(py) / min(cli)))
+PY
   cd "$REPO"
 fi
 

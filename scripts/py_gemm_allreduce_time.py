@@ -1,0 +1,64 @@
+"""comm.gemm_allreduce timed from Python the way `tilewire bench gemm-allreduce` times row (e).
+
+    torchrun --nproc-per-node 1 scripts/py_gemm_allreduce_time.py [M N K] [--json FILE]
+
+bf16, A [M, K], B [N, K] (b_layout "nk"), the inputs rotating over two (A, B) sets, C returned as
+a view (no copy): `iters` calls back to back between two CUDA events on torch's current stream,
+after `warmup` untimed calls; the median over `repeats` of (elapsed / iters). The same defaults as
+the CLI (20, 5, 5). Prints one JSON line (and writes it to FILE): what the Python layer adds over
+the C++ call is the difference between the two figures (scripts/gpu_run.sh python compares them
+in the same call)."""
+import json
+import os
+import statistics
+import sys
+
+import torch
+import torch.distributed as dist
+
+import tilewire
+
+
+def main(argv) -> int:
+    out = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        out = argv[i + 1]
+        argv = argv[:i] + argv[i + 2:]
+    M, N, K = (int(v) for v in argv) if argv else (8192, 8192, 4096)
+    iters, warmup, repeats = 20, 5, 5
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group("nccl")
+    comm = tilewire.init()
+    g = torch.Generator(device="cuda").manual_seed(1 + dist.get_rank())
+    sets = [(torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16),
+             torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)) for _ in range(2)]
+    for j in range(warmup):
+        comm.gemm_allreduce(*sets[j % 2], view=True)
+    times = []
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(repeats):
+        dist.barrier()
+        torch.cuda.synchronize()
+        start.record()
+        for j in range(iters):
+            comm.gemm_allreduce(*sets[j % 2], view=True)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / iters)
+    row = {"bench": "python gemm_allreduce", "M": M, "N": N, "K_local": K, "nranks": dist.get_world_size(),
+           "iters": iters, "warmup": warmup, "repeats": repeats, "t_python_us": statistics.median(times),
+           "t_python_all_us": times}
+    if dist.get_rank() == 0:
+        line = json.dumps(row)
+        print(line)
+        if out:
+            with open(out, "w") as f:
+                f.write(line + "\n")
+    comm.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
