@@ -83,10 +83,10 @@ void Window::reset() {
 // -------------------------------------------------------------------------------------- Comm
 Comm::Comm() : impl_(std::make_unique<Impl>()) {}
 
-const Comm::Grant& Comm::grant(int need) const {
-  TW_REQUIRE(need >= 0 && need < (int)impl_->grants.size(), kInvalidArgument,
-             "Comm::grant: need " + std::to_string(need) + " is not registered (src/runtime/needs.hpp)");
-  return impl_->grants[need];
+const Grant& NeedAccess::grant(const Comm& comm, int index) {
+  TW_REQUIRE(index >= 0 && index < (int)comm.impl_->grants.size(), kInvalidArgument,
+             "need_grant: need " + std::to_string(index) + " is not registered (src/runtime/needs.hpp)");
+  return comm.impl_->grants[index];
 }
 
 ncclUniqueId Comm::unique_id() {

@@ -44,7 +44,7 @@ struct Comm::Impl {
   mutable std::mutex windows_mu;  // from several host threads
   // The ops' needs (needs.hpp), in registration order: what each asked, and what it was granted.
   std::vector<NeedRequest> requests;
-  std::vector<Grant> grants;
+  std::vector<tw::Grant> grants;
   // Each need's verdict on this rank's knobs ("ok" or its refusal), compared across ranks with
   // the protocol; the first refusal is rethrown once the ranks agree that they all refused alike.
   std::vector<std::string> verdicts;

@@ -17,4 +17,6 @@ int register_need(const char* owner, NeedFn fn) {
 
 const std::vector<Need>& needs() { return registry(); }
 
+const Grant& need_grant(const Comm& comm, int index) { return NeedAccess::grant(comm, index); }
+
 }  // namespace tw

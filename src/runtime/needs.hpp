@@ -10,7 +10,7 @@
 //   * grows DevCtx::max_blocks to `grid_blocks` (the LSA barriers' slots),
 //   * puts `agree` into the protocol record every rank must share (agreement.hpp),
 //   * and keeps `record`, the op's own description of what it chose (its knobs).
-// The op reads them back with Comm::grant(index). The runtime knows a need by its index and
+// The op reads them back with need_grant(comm, index). The runtime knows a need by its index and
 // owner name only: the op owns its layout, its knobs and their meaning.
 #pragma once
 #include <cstddef>
@@ -47,8 +47,24 @@ struct Need {
   NeedFn fn;
 };
 
-// Registers a need; returns its index (Comm::grant). At static initialization only.
+// What a communicator placed for a need: its control-window offset, its local device memory
+// (null when it asked for none), its record.
+struct Grant {
+  size_t control_offset = 0;
+  void* local = nullptr;
+  std::shared_ptr<const void> record;
+};
+
+// Registers a need; returns its index (need_grant). At static initialization only.
 int register_need(const char* owner, NeedFn fn);
+
+// `comm`'s grant for need `index` (register_need's), made when the communicator was created.
+const Grant& need_grant(const Comm& comm, int index);
+
+// Comm's side of need_grant (a friend of Comm: the grants are no public API).
+struct NeedAccess {
+  static const Grant& grant(const Comm& comm, int index);
+};
 // Every registered need, in registration order.
 const std::vector<Need>& needs();
 

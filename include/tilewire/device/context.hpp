@@ -81,7 +81,7 @@ struct DevCtx {
   uint64_t barrier_offset;
   uint32_t* barrier_epochs;
   // The rest of `control` holds what the ops asked of the communicator at its creation (their
-  // needs: src/runtime/needs.hpp); each op knows its own offsets (Comm::grant).
+  // needs: src/runtime/needs.hpp); each op knows its own offsets (need_grant).
 };
 
 static_assert(std::is_trivially_copyable_v<DevWindow>, "DevWindow is passed to kernels by value");

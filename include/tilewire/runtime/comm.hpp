@@ -153,14 +153,6 @@ class Comm {
   ncclComm_t nccl() const { return comm_; }  // null on a virtual team
   const DevCtx& dev_ctx() const { return ctx_; }
   const KernelTuning& tuning() const { return tuning_; }
-  // What this communicator placed for an op's need (src/runtime/needs.hpp: the index
-  // register_need returned): its control-window offset, its local device memory, its record.
-  struct Grant {
-    size_t control_offset = 0;
-    void* local = nullptr;
-    std::shared_ptr<const void> record;
-  };
-  const Grant& grant(int need) const;
 
   // Collective. bytes > 0; rounded up to NCCL_WIN_REQUIRED_ALIGNMENT. Throws when NCCL could
   // not make the registration symmetric (2.28.9 returns success with no handle then).
@@ -248,6 +240,7 @@ class Comm {
 
  private:
   struct Impl;  // src/runtime/comm_impl.hpp: registries, locks, the virtual team, call order, grants
+  friend struct NeedAccess;  // src/runtime/needs.hpp: what this communicator placed for each op's need
   Comm();
   void init(const ncclUniqueId& id, int rank, int nranks, int device, const CommConfig& cfg);
   void init_virtual(int rank, int device, const CommConfig& cfg);  // impl_->team set first

@@ -63,7 +63,7 @@ const int kNeed = register_need("all-reduce", allreduce_need);
 }  // namespace
 
 AllReduceState allreduce_state(const Comm& comm) {
-  const Comm::Grant& g = comm.grant(kNeed);
+  const Grant& g = need_grant(comm, kNeed);
   return AllReduceState{static_cast<const AllReduceKnobs*>(g.record.get()), g.control_offset,
                         static_cast<uint32_t*>(g.local)};
 }

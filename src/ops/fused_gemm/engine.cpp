@@ -176,7 +176,7 @@ NeedRequest knobs_need(const CommShape&) {
 
 const int kKnobsNeed = register_need("fused GEMM", knobs_need);
 
-const Knobs& knobs(const Comm& comm) { return *static_cast<const Knobs*>(comm.grant(kKnobsNeed).record.get()); }
+const Knobs& knobs(const Comm& comm) { return *static_cast<const Knobs*>(need_grant(comm, kKnobsNeed).record.get()); }
 }  // namespace
 
 void apply_owner_knobs(const Comm& comm, LaunchParams& p) {
