@@ -57,6 +57,8 @@ struct Grant {
 
 // Registers a need; returns its index (need_grant). At static initialization only.
 int register_need(const char* owner, NeedFn fn);
+// Every registered need, in registration order.
+const std::vector<Need>& needs();
 
 // `comm`'s grant for need `index` (register_need's), made when the communicator was created.
 const Grant& need_grant(const Comm& comm, int index);
@@ -65,7 +67,5 @@ const Grant& need_grant(const Comm& comm, int index);
 struct NeedAccess {
   static const Grant& grant(const Comm& comm, int index);
 };
-// Every registered need, in registration order.
-const std::vector<Need>& needs();
 
 }  // namespace tw
