@@ -14,16 +14,10 @@
 
 #include "common.cuh"
 #include "ops/allreduce/state.hpp"  // allreduce_state: the per-block epochs
-#include "tilewire/device/ptx.cuh"
 
 namespace {
 using namespace tw_test;
 using tw::DType;
-
-__global__ void hold_for(uint64_t ns) {
-  const uint64_t t0 = tw::ptx::globaltimer();
-  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
-}
 
 TEST(AllReduceEpoch, OneShotPastTheWrap) {
   TW_SKIP_UNLESS_RANKS(2);
@@ -49,7 +43,7 @@ TEST(AllReduceEpoch, OneShotPastTheWrap) {
     comm.sync(s);
     comm.barrier();
     for (int c = 0; c < kCalls; ++c) {
-      if (c % P == r) hold_for<<<1, 32, 0, s>>>(2'000'000);
+      if (c % P == r) hold_stream(s, 2'000'000);
       const tw::AllReduceArgs a{send.as<char>() + c * bytes, recv.as<char>() + c * bytes, count, dt,
                                 tw::AllReduceAlgo::kOneShot};
       tw::allreduce(comm, a, s);

@@ -29,6 +29,7 @@
 
 #include "../scoped_env.hpp"
 #include "host_ref.hpp"
+#include "tilewire/device/ptx.cuh"  // globaltimer (hold_stream)
 #include "tilewire/ops/allreduce.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"
@@ -233,6 +234,14 @@ struct DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void* data() const { return p; }
 };
+
+// Holds stream `s` for about `ns` nanoseconds (one warp spinning on %globaltimer): a rank held
+// back, so that its peers reach their waits first, or work queued behind a slow kernel.
+static __global__ void hold_kernel(uint64_t ns) {
+  const uint64_t t0 = tw::ptx::globaltimer();
+  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
+}
+inline void hold_stream(cudaStream_t s, uint64_t ns) { hold_kernel<<<1, 32, 0, s>>>(ns); }
 
 // ------------------------------------------------------------------------ seeded fills
 template <class T>

@@ -22,7 +22,6 @@
 
 #include "common.cuh"
 #include "ops/ep/state.cuh"  // EpAccess::set_calls
-#include "tilewire/device/ptx.cuh"
 #include "tilewire/ops/ep.hpp"
 
 namespace {
@@ -30,11 +29,6 @@ using namespace tw_test;
 
 constexpr int kMaxTokens = 64, kTopk = 4, kL = 8, kH = 1024, kSteps = 8;
 constexpr uint64_t kStart = (1ull << 32) - 3;
-
-__global__ void hold_for(uint64_t ns) {
-  const uint64_t t0 = tw::ptx::globaltimer();
-  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
-}
 
 int tokens_of(int rank) { return std::array<int, 4>{48, 0, 31, 5}[rank % 4]; }
 
@@ -117,7 +111,7 @@ void run_across_the_wrap(bool low_latency) {
     comm.sync(s);
     comm.barrier();
     for (int step = 0; step < kSteps; ++step) {
-      if (step % P == me) hold_for<<<1, 32, 0, s>>>(2'000'000);
+      if (step % P == me) hold_stream(s, 2'000'000);
       const void* x = step % 2 ? x1.data() : x0.data();
       void* out = static_cast<char*>(outs.data()) + (size_t)step * obytes;
       if (low_latency) {

@@ -28,17 +28,10 @@
 #include <vector>
 
 #include "common.cuh"
-#include "tilewire/device/ptx.cuh"
 #include "tilewire/ops/ep.hpp"
 
 namespace {
 using namespace tw_test;
-
-// Holds the stream for about `ns` nanoseconds.
-__global__ void hold(uint64_t ns) {
-  const uint64_t t0 = tw::ptx::globaltimer();
-  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
-}
 
 tw::EpConfig base_config(int P) {
   tw::EpConfig c;
@@ -134,7 +127,7 @@ TEST(EpHardening, ReadsFollowCallOrder) {
     if (n1 != want1) wrong[me].push_back("first dispatch: " + std::to_string(n1) + " rows, expected " + std::to_string(want1));
     comm.barrier();
     // Call 2 on stream a behind a 200 ms kernel; the count is read on stream b.
-    hold<<<1, 1, 0, a>>>(200ull * 1000 * 1000);
+    hold_stream(a, 200ull * 1000 * 1000);
     args.topk_idx = i2.data();
     buf.dispatch(args, a);
     const int n2 = buf.num_recv(b);
@@ -144,7 +137,7 @@ TEST(EpHardening, ReadsFollowCallOrder) {
     comm.sync(a);
     comm.barrier();
     // Call 3 with a bad expert id on the last rank, behind the same kernel; check() on stream b.
-    hold<<<1, 1, 0, a>>>(200ull * 1000 * 1000);
+    hold_stream(a, 200ull * 1000 * 1000);
     args.topk_idx = i3.data();
     buf.dispatch(args, a);
     const ::testing::AssertionResult r = throws_tw([&] { buf.check(b); }, tw::Errc::kInvalidArgument, {"wrote nothing"});

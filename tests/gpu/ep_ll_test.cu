@@ -37,7 +37,6 @@
 #include <vector>
 
 #include "common.cuh"
-#include "tilewire/device/ptx.cuh"
 #include "tilewire/ops/ep.hpp"
 
 namespace {
@@ -305,11 +304,6 @@ TEST(Ep, LowLatencyGraphReplayAndSkippedCombine) {
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
 }
 
-__global__ void hold_ns(uint64_t ns) {
-  const uint64_t t0 = tw::ptx::globaltimer();
-  while (tw::ptx::globaltimer() - t0 < ns) __nanosleep(1000);
-}
-
 TEST(Ep, LowLatencyBackToBackSteps) {
   TW_SKIP_UNLESS_GPUS(1);
   const int P = team_size();
@@ -343,7 +337,7 @@ TEST(Ep, LowLatencyBackToBackSteps) {
     comm.sync(s);
     comm.barrier();
     for (int step = 0; step < S; ++step) {
-      if (step % P == me) hold_ns<<<1, 32, 0, s>>>(20000);
+      if (step % P == me) hold_stream(s, 20000);
       tw::EpLowLatencyArgs a;
       a.x = step % 2 ? xb.data() : xa.data(), a.num_tokens = N, a.topk_idx = idx.data();
       buf.dispatch_send(a, s);
