@@ -90,6 +90,9 @@
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
+#   grouped       (nvidia-h200) the grouped GEMM: its tests (gpu_tests_grouped.json), memcheck on them,
+#                 `bench gemm --grouped` on the MoE expert shapes, uniform and skewed routing, every
+#                 tile (bench_grouped_{uniform,skewed}.json)
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -99,7 +102,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | ep | ll | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | grouped | ep | ll | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -617,6 +620,19 @@ if [ "$MODE" = house ]; then
   rm -f "$OUT/h.json"
   step "GPU tests, the real rank"
   run 240 "$TESTS" --gtest_output=json:"$OUT/gpu_tests_p1.json"
+fi
+
+if [ "$MODE" = grouped ]; then
+  header
+  step "grouped GEMM tests"
+  run 180 "$TESTS" --gtest_filter='GroupedGemm*' --gtest_output=json:"$OUT/gpu_tests_grouped.json"
+  step "memcheck on the grouped GEMM tests"
+  run 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter='GroupedGemm*'
+  for r in uniform skewed; do
+    step "bench gemm --grouped, routing $r"
+    run 200 "$TW" bench gemm --grouped --routing "$r" --tiles 'auto;64x128pp;128x256coop' -R 3 \
+      --json "$OUT/bench_grouped_$r.json"
+  done
 fi
 
 if [ "$MODE" = sanitize ]; then

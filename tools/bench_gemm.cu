@@ -23,6 +23,7 @@
 // (tw::gemm's rule), hook, streamk (the stream-K kernel, its own plan) or a TILEWIRE_GEMM_STREAMK_PLAN
 // spec (the stream-K kernel with those overrides), set through testing::set_gemm_plan.
 // --virtual P: P ranks on GPU 0 at once, each its own inputs on SMs / P, slowest rank (bench_gemm_virtual.cu).
+// --grouped: tw::grouped_gemm on MoE expert GEMMs, with its own options (bench_grouped.cu).
 // cuBLASLt is dlopen()ed (cublaslt.hpp), so the CLI does not need it to start.
 // Measured on nvidia-h200: docs/gemm.md names the result files.
 #include <cuda_bf16.h>
@@ -35,6 +36,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -129,7 +131,8 @@ constexpr const char* kUsage =
     "                        swap64x16|swap64x32|swap64x64|swap128x64pp|\n"
     "                        swap128x128pp|128x128pp|128x112pp),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n"
-    "  --virtual P           P ranks on GPU 0 at once, own inputs each, each on SMs / P; the slowest rank's times\n";
+    "  --virtual P           P ranks on GPU 0 at once, own inputs each, each on SMs / P; the slowest rank's times\n"
+    "  --grouped             the grouped GEMM on MoE expert shapes instead (its options: --grouped --help)\n";
 
 int to_int(const std::string& opt, const std::string& v) {
   char* end = nullptr;
@@ -357,6 +360,9 @@ std::vector<Row> bench_one(const GemmBenchArgs& a, Shape s, cublasLtHandle_t lt,
 }  // namespace
 
 int bench_gemm(const std::vector<std::string>& argv) {
+  std::vector<std::string> rest;  // argv without --grouped
+  std::copy_if(argv.begin(), argv.end(), std::back_inserter(rest), [](const std::string& s) { return s != "--grouped"; });
+  if (rest.size() != argv.size()) return gemm_bench::bench_grouped(rest);
   const GemmBenchArgs a = parse(argv);
   if (a.help) {
     std::fputs(kUsage, stdout);

@@ -46,4 +46,9 @@ std::optional<testing::GemmPlan> measurement_plan_of(const std::string& spec);
 // bench_gemm: 0 when every check passed, 1 when not. The caller has checked that a GPU exists.
 int bench_gemm_virtual(const GemmBenchArgs& a);
 
+// --grouped (bench_grouped.cu): tw::grouped_gemm on MoE expert GEMMs against cuBLASLt, its own
+// options (argv without --grouped). 0 when every check passed, 1 when not; throws
+// tw::Error(kUnsupported) without a GPU.
+int bench_grouped(const std::vector<std::string>& argv);
+
 }  // namespace tw::cli::gemm_bench

@@ -8,6 +8,7 @@
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
+#include "tilewire/ops/grouped_gemm.hpp"
 
 namespace tw {
 namespace {
@@ -42,6 +43,9 @@ constexpr Spelling<GemmAllReducePath> kGemmAllReducePath[] = {
 
 constexpr Spelling<TpPath> kTpPath[] = {{"auto", TpPath::kAuto}, {"sequential", TpPath::kSequential}, {"fused", TpPath::kFused}};
 
+constexpr Spelling<GroupedTile> kGroupedTile[] = {
+    {"auto", GroupedTile::kAuto}, {"64x128pp", GroupedTile::k64x128pp}, {"128x256coop", GroupedTile::k128x256coop}};
+
 // Expert parallelism.
 constexpr Spelling<EpPayload> kEpPayload[] = {
     {"bf16", EpPayload::kBFloat16}, {"bfloat16", EpPayload::kBFloat16}, {"fp8", EpPayload::kFp8E4M3}};
@@ -75,6 +79,9 @@ std::optional<GemmAllReducePath> parse_gemm_allreduce_path(const std::string& s)
 
 const char* tp_path_name(TpPath p) { return name_in(kTpPath, p); }
 std::optional<TpPath> parse_tp_path(const std::string& s) { return parse_in(kTpPath, s); }
+
+const char* grouped_tile_name(GroupedTile t) { return name_in(kGroupedTile, t); }
+std::optional<GroupedTile> parse_grouped_tile(const std::string& s) { return parse_in(kGroupedTile, s); }
 
 const char* ep_payload_name(EpPayload p) { return name_in(kEpPayload, p); }
 std::optional<EpPayload> parse_ep_payload(const std::string& s) { return parse_in(kEpPayload, s); }

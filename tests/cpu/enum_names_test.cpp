@@ -14,6 +14,7 @@
 #include "tilewire/ops/gemm.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 #include "tilewire/ops/gemm_scatter_gather.hpp"
+#include "tilewire/ops/grouped_gemm.hpp"
 #include "tilewire/runtime/dtype.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -113,6 +114,12 @@ TEST(EnumNames, TpPath) {
   using tw::TpPath;
   expect_round_trip("TpPath", {TpPath::kAuto, TpPath::kSequential, TpPath::kFused}, tw::tp_path_name,
                     tw::parse_tp_path);
+}
+
+TEST(EnumNames, GroupedTile) {
+  using tw::GroupedTile;
+  expect_round_trip("GroupedTile", {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k128x256coop},
+                    tw::grouped_tile_name, tw::parse_grouped_tile);
 }
 
 TEST(EnumNames, EpPayload) {

@@ -1,0 +1,215 @@
+// src/ops/grouped_gemm/grouped_sm90.cuh — the grouped GEMM's kernels (tilewire/ops/grouped_gemm.hpp)
+// for one B layout: CUTLASS's sm90 grouped GEMM behind a one-CTA kernel that turns the device
+// counts into CUTLASS's per-group arguments. Instantiated per (B layout, tile) in
+// grouped_sm90_bf16_{nk,kn}_{pp,coop}.cu, so a 2-core build compiles them in parallel.
+//
+// All CUTLASS 4.2, nothing copied:
+//   mainloop   CollectiveBuilder with KernelPtrArrayTmaWarpSpecialized{Pingpong,Cooperative} and
+//              pointer layouts (RowMajor* A, ColumnMajor* B for kNK: K-contiguous; RowMajor* B for
+//              kKN: N-contiguous): one TMA descriptor pair per CTA in global workspace, its address
+//              and extents replaced whenever the CTA's next tile is in another group.
+//   epilogue   CollectiveBuilder, PtrArrayTmaWarpSpecialized{Pingpong,Cooperative}, D = 1 * acc with
+//              no source (ElementC = void), stored through shared memory with TMA, clipped to the
+//              group's rows.
+//   scheduler  PersistentTileSchedulerSm90Group, with the group sizes read on the device only
+//              (GroupProblemShape without host shapes): a grid of sm_count CTAs whose lanes read
+//              32 groups' sizes at a time and walk the tiles of every group in turn.
+//
+// The preparation kernel (`prepare`, one CTA): thread g checks group g's count (and offset) and
+// writes its problem size (count, N, K), its A, B and C pointers and its strides; one bad group
+// makes every size (0, N, K), so the GEMM writes nothing, and records -(g + 1) for the first bad g.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include <cute/tensor.hpp>
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/dispatch_policy.hpp>
+#include <cutlass/gemm/group_array_problem_shape.hpp>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+
+#include "../gemm/scratch.hpp"
+#include "launch.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw::grouped_impl {
+
+template <bool kPingpong>
+struct Schedules {
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperative;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative;
+};
+template <>
+struct Schedules<true> {
+  using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
+  using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+
+template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong>
+struct GroupedGemm {
+  using E = cutlass::bfloat16_t;
+  static constexpr BLayout kLayout = kB;
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M_g, N, K) per group
+  using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
+  using ClusterShape = cute::Shape<cute::_1, cute::Int<kClusterN>, cute::_1>;  // along N: A multicast
+  using LayoutA = cutlass::layout::RowMajor;                                   // A_g [M_g, K]
+  using LayoutB = std::conditional_t<kB == BLayout::kNK, cutlass::layout::ColumnMajor,  // B_g [N, K]
+                                     cutlass::layout::RowMajor>;                        // B_g [K, N]
+  using LayoutD = cutlass::layout::RowMajor;                                   // C_g [M_g, N]
+  static constexpr int kAlign = 8;  // 16-byte rows (can_implement: K, N multiples of 8)
+
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, E, LayoutD*, kAlign,
+      typename Schedules<kPingpong>::Epilogue,
+      cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA*, kAlign, E, LayoutB*, kAlign, float, TileShape,
+      ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      typename Schedules<kPingpong>::Mainloop>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
+  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+
+  using StrideA = typename Kernel::InternalStrideA;
+  using StrideB = typename Kernel::InternalStrideB;
+  using StrideD = typename Kernel::InternalStrideD;
+  static_assert(cute::is_void_v<typename Kernel::ElementC>, "no source operand");
+  static_assert(std::is_same_v<StrideA, cute::Stride<int64_t, cute::_1, cute::_0>>, "A_g rows of K");
+  static_assert(std::is_same_v<StrideD, cute::Stride<int64_t, cute::_1, cute::_0>>, "C_g rows of N");
+};
+
+// The per-group arguments, in the scratch ahead of CUTLASS's own workspace.
+template <class G>
+struct GroupArrays {
+  typename G::ProblemShape::UnderlyingProblemShape* shapes;
+  const typename G::E** a;
+  const typename G::E** b;
+  typename G::E** d;
+  typename G::StrideA* sa;
+  typename G::StrideB* sb;
+  typename G::StrideD* sd;
+
+  // Bytes of the arrays for `groups` groups, each array 16-byte aligned; with base set, the arrays.
+  static size_t carve(void* base, int groups, GroupArrays* out) {
+    size_t off = 0;
+    auto take = [&](auto*& p, size_t elem) {
+      off = (off + 15) & ~size_t(15);
+      if (out) p = reinterpret_cast<std::remove_reference_t<decltype(p)>>(static_cast<char*>(base) + off);
+      off += elem * size_t(groups);
+    };
+    GroupArrays tmp{};
+    GroupArrays& o = out ? *out : tmp;
+    take(o.shapes, sizeof(*o.shapes));
+    take(o.a, sizeof(*o.a));
+    take(o.b, sizeof(*o.b));
+    take(o.d, sizeof(*o.d));
+    take(o.sa, sizeof(*o.sa));
+    take(o.sb, sizeof(*o.sb));
+    take(o.sd, sizeof(*o.sd));
+    return (off + 127) & ~size_t(127);  // CUTLASS's workspace follows, 128-byte aligned
+  }
+};
+
+inline constexpr int kPrepareThreads = 1024;
+
+// One CTA. Group g (thread g, then g + 1024, ...): count c = counts[g], first row f (offsets[g] or
+// g * group_rows). Good when 0 <= c, f >= 0, f + c <= rows, and c <= group_rows (padded) or
+// f + c <= offsets[g + 1] (packed: ascending, disjoint). Then every thread writes its groups'
+// arguments, sizes zeroed when any group was bad; thread 0 writes the status.
+template <class G>
+__global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs a, GroupArrays<G> out) {
+  int bad = a.groups;  // the first bad group, or groups
+  for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
+    const long long c = a.counts[g];
+    const long long f = a.offsets ? a.offsets[g] : (long long)g * a.group_rows;
+    bool ok = c >= 0 && f >= 0 && f + c <= a.rows;
+    if (a.offsets == nullptr) ok = ok && c <= a.group_rows;
+    else if (g + 1 < a.groups) ok = ok && f + c <= a.offsets[g + 1];
+    if (!ok) bad = min(bad, g);
+  }
+  __shared__ int first_bad;
+  if (threadIdx.x == 0) first_bad = a.groups;
+  __syncthreads();
+  if (bad < a.groups) atomicMin(&first_bad, bad);
+  __syncthreads();
+  const bool refuse = first_bad < a.groups;
+  using E = typename G::E;
+  for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
+    const int c = refuse ? 0 : a.counts[g];
+    const long long f = a.offsets ? a.offsets[g] : (long long)g * a.group_rows;
+    out.shapes[g] = cute::make_shape(c, a.N, a.K);
+    // A refused group points at the arrays' own start: never read (no tiles), always a valid address.
+    out.a[g] = refuse ? static_cast<const E*>(a.A) : static_cast<const E*>(a.A) + f * a.K;
+    out.b[g] = static_cast<const E*>(a.B) + (long long)g * a.N * a.K;
+    out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * a.N;
+    out.sa[g] = typename G::StrideA{int64_t(a.K), cute::_1{}, cute::_0{}};
+    if constexpr (G::kLayout == BLayout::kNK) out.sb[g] = typename G::StrideB{int64_t(a.K), cute::_1{}, cute::_0{}};
+    else out.sb[g] = typename G::StrideB{cute::_1{}, int64_t(a.N), cute::_0{}};
+    out.sd[g] = typename G::StrideD{int64_t(a.N), cute::_1{}, cute::_0{}};
+  }
+  if (threadIdx.x == 0 && a.status) *a.status = refuse ? -(first_bad + 1) : 0;
+}
+
+// Scratch key: the grouped kernels' arrays overwrite whatever the stream-K kernel left in the
+// stream's scratch, so the next stream-K call must zero its counters (scratch.hpp): a key no
+// stream-K layout has (its first field is a StreamKTile, >= 0).
+inline gemm_impl::ScratchKey scratch_key(int tile_id, const GroupedGemmArgs& a, int sm_count) {
+  return {-1 - tile_id, a.groups, a.N, a.K, a.rows, a.group_rows, sm_count, int64_t(a.b_layout), 0, 0};
+}
+
+template <class G>
+void run(const GroupedGemmArgs& a, int sm_count, int tile_id, cudaStream_t stream) {
+  using Kernel = typename G::Kernel;
+  typename G::Device::Arguments args{};
+  args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
+  args.hw_info.sm_count = sm_count;
+  TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
+  args.epilogue.thread.alpha = 1.0f;
+  args.epilogue.thread.beta = 0.0f;
+
+  // The arrays' size, then CUTLASS's workspace size: it depends on the SM count, not on pointers.
+  const size_t arrays = GroupArrays<G>::carve(nullptr, a.groups, nullptr);
+  args.problem_shape = {a.groups, nullptr, nullptr};
+  const size_t cutlass_ws = G::Device::get_workspace_size(args);
+  gemm_impl::ScratchLease lease = gemm_impl::lease_scratch(stream, arrays + cutlass_ws);
+  GroupArrays<G> arr{};
+  GroupArrays<G>::carve(lease.data(), a.groups, &arr);
+  void* workspace = static_cast<char*>(lease.data()) + arrays;
+
+  args.problem_shape = {a.groups, arr.shapes, /*host_problem_shapes=*/nullptr};
+  args.mainloop.ptr_A = arr.a;
+  args.mainloop.dA = arr.sa;
+  args.mainloop.ptr_B = arr.b;
+  args.mainloop.dB = arr.sb;
+  args.epilogue.ptr_C = nullptr;
+  args.epilogue.dC = nullptr;
+  args.epilogue.ptr_D = arr.d;
+  args.epilogue.dD = arr.sd;
+
+  typename G::Device op;
+  cutlass::Status st = op.can_implement(args);
+  TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
+             std::string("grouped_gemm: CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
+  prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, arr);
+  TW_CUDA_CHECK(cudaGetLastError());
+  lease.enqueued(scratch_key(tile_id, a, sm_count));  // the scratch no longer holds a stream-K layout
+  if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
+    st = op.initialize(args, workspace, stream);
+    TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+               std::string("grouped_gemm: kernel parameters: ") + cutlassGetStatusString(st));
+    TW_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       int(Kernel::SharedStorageSize)));
+    st = op.run(stream);
+    TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+               std::string("grouped_gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
+                   cudaGetErrorString(cudaGetLastError()) + ")");
+  }
+}
+
+}  // namespace tw::grouped_impl

@@ -1,0 +1,283 @@
+// The grouped GEMM (ops/grouped_gemm.hpp) against an fp64 host reference, on every element of C:
+// padded and packed layouts, both B layouts, both tiles, empty and full groups, groups of one
+// row, rows past the last group; every row outside the groups stays poisoned. Bad counts write
+// nothing and name the first bad group in the status; the next good call works. A captured graph
+// replays with the counts it finds. No rows at all is legal when every count is 0.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/grouped_gemm.hpp"
+
+namespace {
+using tw::BLayout;
+using tw::DType;
+using tw::GroupedTile;
+using tw_test::Bytes;
+using tw_test::DeviceBuffer;
+using tw_test::Fill;
+using tw_test::Stream;
+
+constexpr DType kBf16 = DType::kBFloat16;
+constexpr uint64_t kSeedA = 31, kSeedB = 47;
+
+// A grouped problem: the group layout on the host (counts, first rows) and its shape.
+struct Problem {
+  int groups, N, K;
+  int rows;        // rows A and C hold
+  int group_rows;  // padded; 0: packed (firsts are the offsets)
+  std::vector<int> counts, firsts;
+  BLayout layout = BLayout::kNK;
+  std::string name() const {
+    return std::to_string(groups) + " groups N=" + std::to_string(N) + " K=" + std::to_string(K) +
+           " rows=" + std::to_string(rows) + (group_rows ? " padded " + std::to_string(group_rows) : " packed") +
+           " B=" + tw::blayout_name(layout);
+  }
+};
+
+// Padded: counts drawn in [0, group_rows] with the ends forced in (an empty group, a full one, one row).
+Problem padded(int groups, int N, int K, int group_rows, uint64_t seed, BLayout l) {
+  Problem p{groups, N, K, groups * group_rows, group_rows, {}, {}, l};
+  for (int g = 0; g < groups; ++g) {
+    int c = int(tw_test::mix(seed, 0, g) % uint64_t(group_rows + 1));
+    if (g == 0) c = 0;
+    if (g == 1) c = group_rows;
+    if (g == 2) c = 1;
+    p.counts.push_back(c);
+    p.firsts.push_back(g * group_rows);
+  }
+  return p;
+}
+
+// Packed: groups one after another with seeded gaps (rows no group owns), and spare rows at the end.
+Problem packed(int groups, int N, int K, int max_rows, uint64_t seed, BLayout l) {
+  Problem p{groups, N, K, 0, 0, {}, {}, l};
+  int row = 0;
+  for (int g = 0; g < groups; ++g) {
+    row += int(tw_test::mix(seed, 1, g) % 3);  // 0-2 rows between groups
+    int c = int(tw_test::mix(seed, 0, g) % uint64_t(max_rows + 1));
+    if (g == 1) c = 0;
+    if (g == 2) c = max_rows;
+    p.firsts.push_back(row);
+    p.counts.push_back(c);
+    row += c;
+  }
+  p.rows = row + 5;
+  return p;
+}
+
+struct Buffers {
+  Problem p;
+  DeviceBuffer A, B, C, counts, offsets, status;
+  explicit Buffers(const Problem& pr)
+      : p(pr),
+        A(std::max<size_t>(16, size_t(pr.rows) * pr.K * 2)),
+        B(size_t(pr.groups) * pr.N * pr.K * 2),
+        C(std::max<size_t>(16, size_t(pr.rows) * pr.N * 2)),
+        counts(size_t(pr.groups) * 4),
+        offsets(size_t(pr.groups) * 4),
+        status(4) {}
+  void fill_and_poison(cudaStream_t s) {
+    tw_test::fill(A.data(), kBf16, size_t(p.rows) * p.K, Fill::kRandom, kSeedA, 0, s);
+    tw_test::fill(B.data(), kBf16, size_t(p.groups) * p.N * p.K, Fill::kRandom, kSeedB, 0, s);
+    tw_test::poison(C.data(), C.bytes, s);
+    set_counts(p.counts, s);
+    TW_CUDA_CHECK(cudaMemcpyAsync(offsets.data(), p.firsts.data(), offsets.bytes, cudaMemcpyHostToDevice, s));
+    TW_CUDA_CHECK(cudaMemsetAsync(status.data(), 0x7F, 4, s));  // neither 0 nor a verdict
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  void set_counts(const std::vector<int>& c, cudaStream_t s) {
+    TW_CUDA_CHECK(cudaMemcpyAsync(counts.data(), c.data(), counts.bytes, cudaMemcpyHostToDevice, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  }
+  tw::GroupedGemmArgs args() const {
+    tw::GroupedGemmArgs a;
+    a.A = A.data(), a.B = B.data(), a.C = C.data();
+    a.counts = static_cast<const int*>(counts.data());
+    a.offsets = p.group_rows ? nullptr : static_cast<const int*>(offsets.data());
+    a.groups = p.groups, a.N = p.N, a.K = p.K, a.rows = p.rows, a.group_rows = p.group_rows;
+    a.b_layout = p.layout;
+    a.status = static_cast<int*>(status.data());
+    return a;
+  }
+  int read_status(cudaStream_t s) const {
+    int v = 0;
+    TW_CUDA_CHECK(cudaMemcpyAsync(&v, status.data(), 4, cudaMemcpyDeviceToHost, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    return v;
+  }
+};
+
+// "" when every row of a group matches the fp64 reference (C = round(fp32 sum): half an ulp of
+// bf16, 2^-8 |ref|, plus the fp32 accumulation bound K 2^-24 sum |a b|) and every other row is
+// still poison (NaN); else the first problem. `counts` may differ from p.counts (a replay).
+std::string check(const Problem& p, const std::vector<int>& counts, const Bytes& c) {
+  const Bytes a_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.rows) * p.K, kSeedA, 0);
+  const Bytes b_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.groups) * p.N * p.K, kSeedB, 0);
+  std::vector<int> owner(size_t(p.rows), -1);
+  for (int g = 0; g < p.groups; ++g)
+    for (int r = 0; r < counts[g]; ++r) owner[size_t(p.firsts[g] + r)] = g;
+  std::vector<double> arow(p.K), bt(size_t(p.N) * p.K);
+  int bt_group = -1;
+  for (int m = 0; m < p.rows; ++m) {
+    const int g = owner[m];
+    if (g < 0) {
+      for (int n = 0; n < p.N; ++n)
+        if (!std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, size_t(m) * p.N + n))))
+          return "C[" + std::to_string(m) + "," + std::to_string(n) + "] (no group's row) was written";
+      continue;
+    }
+    if (g != bt_group) {  // B_g as [N][K]
+      const size_t base = size_t(g) * p.N * p.K;
+      for (int n = 0; n < p.N; ++n)
+        for (int k = 0; k < p.K; ++k) {
+          const size_t i = p.layout == BLayout::kNK ? size_t(n) * p.K + k : size_t(k) * p.N + n;
+          bt[size_t(n) * p.K + k] = tw_test::from_bits(kBf16, tw_test::elem(b_bits, kBf16, base + i));
+        }
+      bt_group = g;
+    }
+    for (int k = 0; k < p.K; ++k) arow[k] = tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(m) * p.K + k));
+    for (int n = 0; n < p.N; ++n) {
+      const double* br = &bt[size_t(n) * p.K];
+      double ref = 0, mag = 0;
+      for (int k = 0; k < p.K; ++k) {
+        ref += arow[k] * br[k];
+        mag += std::fabs(arow[k] * br[k]);
+      }
+      const double tol = std::ldexp(std::fabs(ref), -8) + p.K * std::ldexp(mag, -24);
+      const double got = tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, size_t(m) * p.N + n));
+      if (!(std::fabs(got - ref) <= tol))
+        return "C[" + std::to_string(m) + "," + std::to_string(n) + "] (group " + std::to_string(g) + ") = " +
+               std::to_string(got) + ", reference " + std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
+    }
+  }
+  return "";
+}
+
+void run_and_check(const Problem& p, GroupedTile tile) {
+  SCOPED_TRACE(p.name() + " tile " + tw::grouped_tile_name(tile));
+  Stream s;
+  Buffers b(p);
+  b.fill_and_poison(s);
+  tw::GroupedGemmConfig cfg;
+  cfg.tile = tile;
+  const tw::Status st = tw::can_implement(b.args(), cfg);
+  ASSERT_TRUE(st.ok) << st.reason;
+  tw::grouped_gemm(b.args(), cfg, s);
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_EQ(b.read_status(s), 0);
+  EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+}
+
+constexpr GroupedTile kTiles[] = {GroupedTile::k64x128pp, GroupedTile::k128x256coop};
+
+TEST(GroupedGemm, PaddedLayout) {
+  TW_SKIP_UNLESS_SM90();
+  for (BLayout l : {BLayout::kNK, BLayout::kKN})
+    for (GroupedTile t : kTiles) {
+      run_and_check(padded(6, 136, 72, 40, 5, l), t);     // N, K not multiples of the tile
+      run_and_check(padded(5, 520, 264, 200, 6, l), t);   // groups over one 128-row tile
+    }
+}
+
+TEST(GroupedGemm, PackedLayout) {
+  TW_SKIP_UNLESS_SM90();
+  for (BLayout l : {BLayout::kNK, BLayout::kKN})
+    for (GroupedTile t : kTiles) {
+      run_and_check(packed(7, 264, 128, 150, 8, l), t);
+      run_and_check(packed(40, 128, 64, 9, 9, l), t);  // more groups than a warp reads at once
+    }
+}
+
+// Counts that break the layout: nothing written, the first bad group in the status; the buffers
+// then take a good call.
+TEST(GroupedGemm, BadCountsWriteNothing) {
+  TW_SKIP_UNLESS_SM90();
+  Stream s;
+  for (bool pack : {false, true}) {
+    const Problem p = pack ? packed(6, 136, 64, 30, 3, BLayout::kNK) : padded(6, 136, 64, 30, 3, BLayout::kNK);
+    SCOPED_TRACE(p.name());
+    Buffers b(p);
+    b.fill_and_poison(s);
+    std::vector<int> bad = p.counts;
+    bad[3] = pack ? p.firsts[4] - p.firsts[3] + 1 : p.group_rows + 1;  // into the next group / block
+    bad[5] = -1;
+    b.set_counts(bad, s);
+    tw::grouped_gemm(b.args(), {}, s);
+    EXPECT_EQ(b.read_status(s), -(3 + 1));
+    const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+    for (size_t i = 0; i < size_t(p.rows) * p.N; ++i)
+      ASSERT_TRUE(std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)))) << "C element " << i << " written";
+    b.set_counts(p.counts, s);
+    tw::grouped_gemm(b.args(), {}, s);
+    EXPECT_EQ(b.read_status(s), 0);
+    EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+  }
+}
+
+// A graph captured once computes with the counts in device memory at each replay.
+TEST(GroupedGemm, GraphReplayReadsTheCounts) {
+  TW_SKIP_UNLESS_SM90();
+  Stream s;
+  const Problem p = padded(8, 264, 128, 64, 12, BLayout::kNK);
+  Buffers b(p);
+  b.fill_and_poison(s);
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  TW_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  tw::grouped_gemm(b.args(), {}, s);
+  TW_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int replay = 0; replay < 3; ++replay) {
+    std::vector<int> counts = p.counts;
+    for (int g = 0; g < p.groups; ++g) counts[g] = int(tw_test::mix(100 + replay, 0, g) % uint64_t(p.group_rows + 1));
+    b.set_counts(counts, s);
+    tw_test::poison(b.C.data(), b.C.bytes, s);
+    TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    SCOPED_TRACE("replay " + std::to_string(replay));
+    EXPECT_EQ(b.read_status(s), 0);
+    EXPECT_EQ(check(p, counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+}
+
+// A rank that received no rows: null A and C, rows 0, every count 0.
+TEST(GroupedGemm, NoRows) {
+  TW_SKIP_UNLESS_SM90();
+  Stream s;
+  DeviceBuffer B(size_t(4) * 64 * 64 * 2), counts(16), status(4);
+  TW_CUDA_CHECK(cudaMemsetAsync(counts.data(), 0, 16, s));
+  TW_CUDA_CHECK(cudaMemsetAsync(status.data(), 0x7F, 4, s));
+  tw::GroupedGemmArgs a;
+  a.B = B.data(), a.counts = static_cast<const int*>(counts.data()), a.status = static_cast<int*>(status.data());
+  a.groups = 4, a.N = 64, a.K = 64;
+  tw::grouped_gemm(a, {}, s);
+  int v = 1;
+  TW_CUDA_CHECK(cudaMemcpyAsync(&v, status.data(), 4, cudaMemcpyDeviceToHost, s));
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  EXPECT_EQ(v, 0);
+}
+
+TEST(GroupedGemm, BadArgumentsThrow) {
+  TW_SKIP_UNLESS_SM90();
+  Stream s;
+  Buffers b(padded(4, 64, 64, 16, 1, BLayout::kNK));
+  b.fill_and_poison(s);
+  tw::GroupedGemmArgs a = b.args();
+  a.K = 60;  // rows not 16-byte multiples
+  EXPECT_THROW(tw::grouped_gemm(a, {}, s), tw::Error);
+  a = b.args();
+  a.group_rows = 17;  // 4 x 17 rows > rows
+  EXPECT_THROW(tw::grouped_gemm(a, {}, s), tw::Error);
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+  for (size_t i = 0; i < size_t(b.p.rows) * b.p.N; ++i)
+    ASSERT_TRUE(std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)))) << "C element " << i << " written";
+}
+
+}  // namespace
