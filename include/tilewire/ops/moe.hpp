@@ -1,0 +1,98 @@
+// tilewire/ops/moe.hpp — a whole expert-parallel MoE FFN, from tokens and their routing to the
+// combined output: dispatch, the gate-up GEMM, SiLU(gate) x up, the down GEMM, the weighted combine.
+//
+//   out[t] = sum_j topk_weights[t][j] x W2_e (SiLU(W1g_e x[t]) * W1u_e x[t]),   e = topk_idx[t][j] >= 0
+//
+// Experts are split as EpBuffer splits them: rank d holds experts [d L, (d + 1) L), L = E / P,
+// with this rank's weights
+//   w_gate_up  [L, 2F, H] bf16   rows [0, F) of expert l: the gate projection, rows [F, 2F): up
+//   w_down     [L, H, F]  bf16
+// (both [N, K] for their GEMM: the weights' usual layout, as torch's Linear keeps them).
+//
+// Per call, on `stream` (docs/moe.md has the picture):
+//   high throughput  EpBuffer::dispatch (rows deduplicated per rank) -> the received rows put in
+//                    expert-major order, one copy per (row, local expert) -> grouped gate-up ->
+//                    SiLU x up -> grouped down -> per received row, its experts' outputs times
+//                    their weights summed in fp32 in slot order, rounded once -> EpBuffer::combine
+//   low latency      dispatch_send / dispatch_recv (rows land expert-major, where the GEMM reads
+//                    them) -> grouped gate-up -> SiLU x up -> grouped down, straight into the
+//                    buffer's combine block -> combine_send / combine_recv (weights applied by
+//                    the source, fp32, slot order)
+// The GEMMs are tw::grouped_gemm with the counts on the device: no host synchronization, and a
+// low-latency step is CUDA-graph capturable. Every step is deterministic, so the same inputs give
+// the same bits on every run.
+//
+// Rounding: the gate-up output, the activation and the down output are bf16 (fp32 inside each
+// step); the combine sums in fp32 and rounds once (high throughput: the per-rank sum of a row's
+// experts is rounded to bf16 before it travels).
+//
+// Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] and the activation
+// [R, F] bf16, with R = L x capacity (low latency) or capacity x min(topk, L) rows (high
+// throughput, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
+// and output [R, H] bf16 and the combine rows [capacity, H]. MoE::bytes() says how much.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "tilewire/ops/ep.hpp"
+#include "tilewire/ops/grouped_gemm.hpp"
+#include "tilewire/runtime/comm.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+
+struct MoeConfig {
+  EpConfig ep;    // hidden = H, topk, num_experts, max_tokens_per_rank, mode; payload bf16 only
+  int ffn = 0;    // F: each expert's intermediate size (a multiple of 8)
+  GroupedGemmConfig gemm;  // both GEMMs (tile kAuto: by the rows each expert is expected to get)
+};
+
+// Host checks that need no GPU: the EP config (check_ep_config), F, the payload.
+Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget);
+
+struct MoeArgs {
+  const void* x = nullptr;               // [N, H] bf16 (any device memory, 16-byte aligned)
+  int num_tokens = 0;                    // N (0..max_tokens_per_rank); ranks may differ
+  const void* topk_idx = nullptr;        // [N, topk] global expert ids, -1: none
+  EpIndex index_type = EpIndex::kInt64;
+  const float* topk_weights = nullptr;   // [N, topk]
+  const void* w_gate_up = nullptr;       // [L, 2F, H] bf16
+  const void* w_down = nullptr;          // [L, H, F] bf16
+  void* out = nullptr;                   // [N, H] bf16 (null when N = 0)
+};
+
+class MoE {
+ public:
+  // Collective (creates the EpBuffer: every rank the same config). Throws kInvalidArgument with
+  // check_moe_config's reason.
+  MoE(Comm& comm, const MoeConfig& cfg);
+  ~MoE();
+  MoE(const MoE&) = delete;
+  MoE& operator=(const MoE&) = delete;
+
+  const MoeConfig& config() const { return cfg_; }
+  EpBuffer& ep() { return *ep_; }
+  size_t bytes() const;  // the EpBuffer's plus this object's device memory on this rank
+
+  // Collective. Throws kInvalidArgument, writing nothing, on arguments that can be checked on
+  // the host (null pointers, N out of range); bad expert ids are found on the device as
+  // EpBuffer finds them (every rank's dispatch writes nothing; check() throws on every rank).
+  void forward(const MoeArgs& a, cudaStream_t stream);
+  // EpBuffer::check: throws when the last forward's routing was refused.
+  void check(cudaStream_t stream) { ep_->check(stream); }
+
+ private:
+  struct Buffers;  // src/ops/moe/moe.cpp
+  Comm& comm_;
+  MoeConfig cfg_;
+  int local_experts_ = 0;
+  std::unique_ptr<EpBuffer> ep_;
+  std::unique_ptr<Buffers> buf_;
+};
+
+// moe_ffn(moe, args, stream) = moe.forward(args, stream).
+inline void moe_ffn(MoE& moe, const MoeArgs& a, cudaStream_t stream) { moe.forward(a, stream); }
+
+}  // namespace tw

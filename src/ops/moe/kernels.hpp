@@ -1,0 +1,36 @@
+// src/ops/moe/kernels.hpp — the MoE FFN's own kernels (kernels.cu), between the EP and grouped-GEMM
+// calls moe.cpp makes: the high-throughput receive put in expert-major order and back, and the
+// activation. Every launch is asynchronous on `stream`; counts are read on the device.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tw::ops::moe {
+
+// High throughput: the received rows in expert-major order. Entry e = r x topk + j of the receive
+// (row r < *num_recv, slot j) with local expert l = idx[e] >= 0 gets the place
+//   pos(e) = offsets[l] + (entries of expert l before e, in (row, slot) order)
+// so experts' rows are packed one after another, each in receive order: deterministic, no atomics.
+// Writes counts[l], offsets[l] (L groups), perm[pos] = r, and pos_of[e] = pos (-1 for idx[e] < 0).
+void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int* counts, int* offsets, int* perm,
+                int* pos_of, cudaStream_t stream);
+
+// xg[pos] = x[perm[pos]] for pos < offsets[L - 1] + counts[L - 1]: rows of H bf16 (H % 8 == 0).
+// max_rows: the rows xg holds (the grid covers them; the count decides).
+void gather_rows(const void* x, const int* perm, const int* counts, const int* offsets, int L, int H, int max_rows,
+                 void* xg, cudaStream_t stream);
+
+// y[r] = sum over slots j (ascending) with pos_of[r x topk + j] >= 0 of w[r x topk + j] x yg[pos],
+// fp32, rounded once to bf16, for r < *num_recv: each received row's experts, weighted.
+void scatter_rows(const void* yg, const int* pos_of, const float* w, const int* num_recv, int topk, int H,
+                  int max_rows, void* y, cudaStream_t stream);
+
+// act[row][f] = SiLU(h[row][f]) x h[row][F + f] in fp32 (SiLU(g) = g / (1 + e^-g)), rounded once to
+// bf16, for the rows of every group: group g's counts[g] rows from first(g) = offsets[g], or
+// g x group_rows when offsets is null. h [rows, 2F], act [rows, F], F % 8 == 0. max_count: the
+// most rows a group can hold (the grid covers it).
+void silu_mul(const void* h, const int* counts, const int* offsets, int group_rows, int L, int F, int max_count,
+              void* act, cudaStream_t stream);
+
+}  // namespace tw::ops::moe

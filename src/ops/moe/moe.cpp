@@ -1,0 +1,163 @@
+// tw::MoE (tilewire/ops/moe.hpp): the FFN's buffers and its one call, the EP calls and the grouped
+// GEMMs in sequence with the kernels between them (kernels.cu). The steps are ordered by `stream`
+// alone; the EP calls order themselves across the communicator's calls (docs/architecture.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "kernels.hpp"
+#include "tilewire/ops/moe.hpp"
+#include "tilewire/runtime/errors.hpp"
+
+namespace tw {
+
+namespace {
+
+Status fail(std::string why) { return Status{false, "moe: " + std::move(why)}; }
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+template <class T>
+T* alloc(size_t n, size_t* bytes) {
+  void* p = nullptr;
+  const size_t b = std::max<size_t>(n, 1) * sizeof(T);
+  TW_CUDA_CHECK(cudaMalloc(&p, b));
+  *bytes += b;
+  return static_cast<T*>(p);
+}
+
+}  // namespace
+
+Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
+  const Status ep = check_ep_config(c.ep, nranks, sm_budget);
+  if (!ep.ok) return fail(ep.reason);
+  if (c.ep.payload != EpPayload::kBFloat16)
+    return fail("payload fp8 is not built for the FFN (its grouped GEMMs take bf16 rows); use bf16");
+  if (c.ffn <= 0 || c.ffn % 8 != 0)
+    return fail("ffn " + std::to_string(c.ffn) + " must be a positive multiple of 8 (16-byte rows of bf16)");
+  if (c.ep.hidden % 8 != 0) return fail("hidden " + std::to_string(c.ep.hidden) + " must be a multiple of 8");
+  if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
+    return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
+                std::to_string(c.gemm.reserved_sms) + " must not be negative");
+  return Status{};
+}
+
+// Device memory of one MoE. rows: the expert rows this rank can hold (moe.hpp, "Memory").
+struct MoE::Buffers {
+  int rows = 0;       // R
+  int capacity = 0;   // high throughput: rows the receive can hold (P x max_tokens)
+  void* h = nullptr;    // [R, 2F] gate-up output
+  void* act = nullptr;  // [R, F]
+  // High throughput only:
+  void* xg = nullptr;   // [R, H] received rows in expert-major order
+  void* yg = nullptr;   // [R, H] the down GEMM's output, same order
+  void* y = nullptr;    // [capacity, H] per received row, its experts' weighted sum
+  int* counts = nullptr;   // [L]
+  int* offsets = nullptr;  // [L]
+  int* perm = nullptr;     // [R]
+  int* pos_of = nullptr;   // [capacity x topk]
+  size_t bytes = 0;
+
+  ~Buffers() {
+    for (void* p : {h, act, xg, yg, y, (void*)counts, (void*)offsets, (void*)perm, (void*)pos_of})
+      if (p) cudaFree(p);
+  }
+};
+
+MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
+  const Status s = check_moe_config(cfg, comm.nranks(), comm.sm_count());
+  TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
+  const int P = comm.nranks(), L = cfg.ep.num_experts / P, H = cfg.ep.hidden, F = cfg.ffn, k = cfg.ep.topk;
+  local_experts_ = L;
+  // The GEMMs run on this rank's SM budget: on a virtual team every rank's GEMM shares the GPU.
+  int dev = 0, sms = 0;
+  TW_CUDA_CHECK(cudaGetDevice(&dev));
+  TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cfg_.gemm.reserved_sms += std::max(0, sms - comm.sm_count());
+  ep_ = std::make_unique<EpBuffer>(comm, cfg.ep);
+  buf_ = std::make_unique<Buffers>();
+  Buffers& b = *buf_;
+  const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
+  const long long rows =
+      cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity : capacity * std::min(k, L);
+  TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
+             "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
+             "max_tokens_per_rank");
+  b.rows = int(rows), b.capacity = int(capacity);
+  b.h = alloc<uint16_t>(size_t(rows) * 2 * F, &b.bytes);
+  b.act = alloc<uint16_t>(size_t(rows) * F, &b.bytes);
+  if (cfg.ep.mode == EpMode::kHighThroughput) {
+    b.xg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
+    b.yg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
+    b.y = alloc<uint16_t>(size_t(capacity) * H, &b.bytes);
+    b.counts = alloc<int>(L, &b.bytes);
+    b.offsets = alloc<int>(L, &b.bytes);
+    b.perm = alloc<int>(size_t(rows), &b.bytes);
+    b.pos_of = alloc<int>(size_t(capacity) * k, &b.bytes);
+  }
+}
+
+MoE::~MoE() = default;
+
+size_t MoE::bytes() const { return ep_->bytes() + buf_->bytes; }
+
+void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
+  const int H = cfg_.ep.hidden, F = cfg_.ffn, L = local_experts_, k = cfg_.ep.topk;
+  const int N = a.num_tokens;
+  TW_REQUIRE(N >= 0 && N <= cfg_.ep.max_tokens_per_rank, kInvalidArgument,
+             "moe: num_tokens " + std::to_string(N) + " is outside [0, max_tokens_per_rank " +
+                 std::to_string(cfg_.ep.max_tokens_per_rank) + "]");
+  TW_REQUIRE(a.w_gate_up && a.w_down, kInvalidArgument,
+             std::string("moe: ") + (a.w_gate_up ? "w_down" : "w_gate_up") + " is null ([L, 2F, H] / [L, H, F] bf16)");
+  TW_REQUIRE(aligned16(a.w_gate_up) && aligned16(a.w_down), kInvalidArgument,
+             "moe: the weights must be 16-byte aligned");
+  if (N > 0) {
+    TW_REQUIRE(a.x && a.topk_idx && a.topk_weights && a.out, kInvalidArgument,
+               std::string("moe: ") + (!a.x ? "x" : !a.topk_idx ? "topk_idx" : !a.topk_weights ? "topk_weights" : "out") +
+                   " is null with num_tokens " + std::to_string(N));
+    TW_REQUIRE(aligned16(a.x) && aligned16(a.out), kInvalidArgument, "moe: x and out must be 16-byte aligned");
+  }
+  Buffers& b = *buf_;
+  GroupedGemmArgs up, down;
+  up.groups = down.groups = L;
+  up.B = a.w_gate_up, up.N = 2 * F, up.K = H;
+  down.B = a.w_down, down.N = H, down.K = F;
+  up.C = b.h, down.A = b.act;
+
+  if (cfg_.ep.mode == EpMode::kLowLatency) {
+    ep_->dispatch_send(EpLowLatencyArgs{a.x, N, a.topk_idx, a.index_type}, stream);
+    const EpLowLatencyRecv r = ep_->dispatch_recv(stream);
+    // Expert l's rows: [l, 0 .. count[l]) of the receive block, the same rows of h, act and y.
+    for (GroupedGemmArgs* g : {&up, &down}) {
+      g->counts = r.count;
+      g->rows = b.rows, g->group_rows = r.capacity;
+    }
+    up.A = r.x, down.C = r.y;
+    grouped_gemm(up, cfg_.gemm, stream);
+    ops::moe::silu_mul(b.h, r.count, nullptr, r.capacity, L, F, r.capacity, b.act, stream);
+    grouped_gemm(down, cfg_.gemm, stream);
+    ep_->combine_send(r.y, stream);
+    ep_->combine_recv(a.topk_weights, a.out, stream);
+    return;
+  }
+
+  EpDispatchArgs d;
+  d.x = a.x, d.num_tokens = N, d.topk_idx = a.topk_idx, d.index_type = a.index_type, d.topk_weights = a.topk_weights;
+  const EpRecv r = ep_->dispatch(d, stream);
+  ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.counts, b.offsets, b.perm, b.pos_of, stream);
+  ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
+  for (GroupedGemmArgs* g : {&up, &down}) {
+    g->counts = b.counts, g->offsets = b.offsets;
+    g->rows = b.rows;
+  }
+  up.A = b.xg, down.C = b.yg;
+  grouped_gemm(up, cfg_.gemm, stream);
+  ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
+  grouped_gemm(down, cfg_.gemm, stream);
+  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
+  ep_->combine(b.y, nullptr, a.out, stream);
+}
+
+}  // namespace tw

@@ -1,0 +1,50 @@
+// MoE FFN config checks without a GPU (ops/moe.hpp check_moe_config): each refusal names the
+// field; a valid config of either EP mode passes.
+#include <string>
+
+#include "cpu_util.hpp"
+#include "tilewire/ops/moe.hpp"
+
+namespace {
+using tw_test::contains;
+
+tw::MoeConfig valid(tw::EpMode mode) {
+  tw::MoeConfig c;
+  c.ep.mode = mode, c.ep.max_tokens_per_rank = 128, c.ep.hidden = 7168, c.ep.topk = 8, c.ep.num_experts = 256;
+  c.ffn = 2048;
+  return c;
+}
+
+TEST(MoePlan, AcceptsBothModes) {
+  for (tw::EpMode m : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency}) {
+    const tw::Status s = tw::check_moe_config(valid(m), 8, 16);
+    EXPECT_TRUE(s.ok) << s.reason;
+  }
+}
+
+TEST(MoePlan, RefusesWithTheReason) {
+  struct Case {
+    std::string want;
+    tw::MoeConfig c;
+  };
+  std::vector<Case> cases;
+  auto with = [&](const std::string& want, auto edit) {
+    tw::MoeConfig c = valid(tw::EpMode::kLowLatency);
+    edit(c);
+    cases.push_back({want, c});
+  };
+  with("ffn 0 must be a positive multiple of 8", [](tw::MoeConfig& c) { c.ffn = 0; });
+  with("ffn 2044 must be", [](tw::MoeConfig& c) { c.ffn = 2044; });
+  with("payload fp8 is not built", [](tw::MoeConfig& c) { c.ep.payload = tw::EpPayload::kFp8E4M3; });
+  with("num_experts 250 is not a multiple", [](tw::MoeConfig& c) { c.ep.num_experts = 250; });
+  with("topk 0", [](tw::MoeConfig& c) { c.ep.topk = 0; });
+  with("rows_hint -1", [](tw::MoeConfig& c) { c.gemm.rows_hint = -1; });
+  for (const Case& k : cases) {
+    const tw::Status s = tw::check_moe_config(k.c, 8, 16);
+    EXPECT_FALSE(s.ok) << k.want;
+    EXPECT_TRUE(contains(s.reason, "moe: ")) << s.reason;
+    EXPECT_TRUE(contains(s.reason, k.want)) << "want '" << k.want << "' in: " << s.reason;
+  }
+}
+
+}  // namespace

@@ -1,0 +1,252 @@
+// tests/gpu/moe_test.cu — the MoE FFN (ops/moe.hpp) against a host reference, in both EP modes,
+// on the test team (real ranks, or TILEWIRE_TEST_VIRTUAL=P virtual ones). Every rank builds every
+// expert's weights and its own tokens from seeds.
+//
+//   Moe.MatchesTheReference  uniform, skewed and all-to-rank-0 routing, ranks with 40, 0, 23 and 1
+//       tokens, some top-k slots -1; every element of the output against the reference below;
+//       a second call on the same inputs gives the same bits.
+//   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
+//       poisoned output: the eager call's bits each time.
+//
+// The reference (host, fp64) follows the library's roundings where they decide a value: h = W1 x
+// rounded to bf16 (gate = rows [0, F), up = rows [F, 2F)), act = SiLU(g) u rounded to bf16, then
+//   out[t][c] = sum_j w_j sum_f W2_e[c][f] act_f       (e = topk_idx[t][j] >= 0)
+// The GPU accumulates in fp32, so an element of h may round to the other neighbour (K 2^-24
+// sum |x w| against bf16's half ulp 2^-9): that moves act_f by up to 2^-7 |g_f u_f|. Tolerance per
+// output element: 2^-7 sum_j |w_j| sum_f |W2_e[c][f]| |g_f u_f| (those moves, act's and y's
+// roundings) + 2^-8 |ref| (the output's rounding). Wrong routing, a lost slot or gate and up
+// swapped move an element by about |ref|, far outside it.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/moe.hpp"
+
+namespace {
+using namespace tw_test;
+
+constexpr int kH = 256, kF = 128, kTopk = 4, kL = 8, kMaxTokens = 48;
+
+int tokens_of(int rank) { return std::array<int, 4>{40, 0, 23, 1}[rank % 4]; }
+
+enum class Routing { kUniform, kSkewed, kAllToRank0 };
+const char* name(Routing r) { return r == Routing::kUniform ? "uniform" : r == Routing::kSkewed ? "skewed" : "all-to-rank-0"; }
+
+float weight_value(uint64_t seed, int expert, size_t i) {
+  return bf16_to_f32(f32_to_bf16(random_exact(seed, expert, i, tw::DType::kBFloat16)));
+}
+
+struct Tokens {
+  int N = 0;
+  std::vector<uint16_t> x;   // [N, H] bf16
+  std::vector<int64_t> idx;  // [N, topk], distinct experts per token, some -1
+  std::vector<float> w;      // [N, topk]
+};
+
+Tokens make_tokens(uint64_t seed, Routing routing, int rank, int P) {
+  Tokens t;
+  t.N = tokens_of(rank);
+  const int E = kL * P;
+  t.x.resize(size_t(t.N) * kH);
+  for (size_t i = 0; i < t.x.size(); ++i) t.x[i] = f32_to_bf16(random_exact(seed, rank, i, tw::DType::kBFloat16));
+  t.idx.assign(size_t(t.N) * kTopk, -1);
+  for (int n = 0; n < t.N; ++n) {
+    std::vector<int64_t> picked;
+    for (int j = 0, tries = 0; j < kTopk && tries < 64; ++tries) {
+      const uint64_t u = mix(seed + 3, rank, uint64_t(n) * 64 + tries);
+      const double f = double(u % 1000003) / 1000003.0;
+      const int64_t e = routing == Routing::kUniform ? int64_t(u % E)
+                        : routing == Routing::kSkewed ? std::min<int64_t>(E - 1, int64_t(E * f * f * f))
+                                                      : int64_t(u % kL);  // rank 0's experts only
+      if (std::find(picked.begin(), picked.end(), e) != picked.end()) continue;
+      picked.push_back(e);
+      t.idx[size_t(n) * kTopk + j] = (u >> 40) % 7 == 0 ? -1 : e;
+      ++j;
+    }
+  }
+  t.w.resize(size_t(t.N) * kTopk);
+  for (size_t i = 0; i < t.w.size(); ++i) t.w[i] = random_exact(seed + 5, rank, i, tw::DType::kFloat32);
+  return t;
+}
+
+// Expert e's weights: W1 [2F, H], W2 [H, F], bf16 values as floats.
+struct Expert {
+  std::vector<float> w1, w2;
+};
+Expert expert_weights(uint64_t seed, int e) {
+  Expert x;
+  x.w1.resize(size_t(2) * kF * kH), x.w2.resize(size_t(kH) * kF);
+  for (size_t i = 0; i < x.w1.size(); ++i) x.w1[i] = weight_value(seed + 11, e, i);
+  for (size_t i = 0; i < x.w2.size(); ++i) x.w2[i] = weight_value(seed + 13, e, i);
+  return x;
+}
+
+// out [N, H] reference and tolerance (header).
+void reference(const Tokens& t, const std::vector<Expert>& experts, std::vector<double>* ref, std::vector<double>* tol) {
+  ref->assign(size_t(t.N) * kH, 0.0), tol->assign(size_t(t.N) * kH, 0.0);
+  std::vector<double> h(2 * kF), act(kF), gu(kF);
+  for (int n = 0; n < t.N; ++n)
+    for (int j = 0; j < kTopk; ++j) {
+      const int64_t e = t.idx[size_t(n) * kTopk + j];
+      if (e < 0) continue;
+      const Expert& x = experts[size_t(e)];
+      const double w = t.w[size_t(n) * kTopk + j];
+      for (int r = 0; r < 2 * kF; ++r) {
+        double s = 0;
+        for (int c = 0; c < kH; ++c) s += double(x.w1[size_t(r) * kH + c]) * bf16_to_f32(t.x[size_t(n) * kH + c]);
+        h[r] = bf16_to_f32(f32_to_bf16(float(s)));
+      }
+      for (int f = 0; f < kF; ++f) {
+        const double g = h[f], u = h[kF + f];
+        act[f] = bf16_to_f32(f32_to_bf16(float(g / (1.0 + std::exp(-g)) * u)));
+        gu[f] = std::fabs(g * u);
+      }
+      for (int c = 0; c < kH; ++c) {
+        double s = 0, m = 0;
+        for (int f = 0; f < kF; ++f) {
+          s += double(x.w2[size_t(c) * kF + f]) * act[f];
+          m += std::fabs(double(x.w2[size_t(c) * kF + f])) * gu[f];
+        }
+        (*ref)[size_t(n) * kH + c] += w * s;
+        (*tol)[size_t(n) * kH + c] += std::fabs(w) * std::ldexp(m, -7);
+      }
+    }
+  for (size_t i = 0; i < ref->size(); ++i) (*tol)[i] += std::ldexp(std::fabs((*ref)[i]), -8) + 1e-30;
+}
+
+// This rank's weights, [L, 2F, H] and [L, H, F] bf16 bits.
+void rank_weights(const std::vector<Expert>& experts, int rank, std::vector<uint16_t>* w1, std::vector<uint16_t>* w2) {
+  w1->clear(), w2->clear();
+  for (int l = 0; l < kL; ++l) {
+    const Expert& x = experts[size_t(rank) * kL + l];
+    for (float v : x.w1) w1->push_back(f32_to_bf16(v));
+    for (float v : x.w2) w2->push_back(f32_to_bf16(v));
+  }
+}
+
+tw::MoeConfig moe_config(tw::EpMode mode, int P) {
+  tw::MoeConfig c;
+  c.ep.mode = mode, c.ep.max_tokens_per_rank = kMaxTokens, c.ep.hidden = kH, c.ep.topk = kTopk;
+  c.ep.num_experts = kL * P;
+  c.ffn = kF;
+  return c;
+}
+
+std::string compare(const std::vector<uint16_t>& got, const std::vector<double>& ref, const std::vector<double>& tol) {
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double v = bf16_to_f32(got[i]);
+    if (!(std::fabs(v - ref[i]) <= tol[i]))
+      return "out[" + std::to_string(i / kH) + "][" + std::to_string(i % kH) + "] = " + std::to_string(v) +
+             ", reference " + std::to_string(ref[i]) + " (tolerance " + std::to_string(tol[i]) + ")";
+  }
+  return "";
+}
+
+TEST(Moe, MatchesTheReference) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::vector<std::string>> wrong(P);
+  uint64_t seed = 80;
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    std::vector<uint16_t> w1, w2;
+    rank_weights(experts, me, &w1, &w2);
+    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
+    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    for (tw::EpMode mode : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency}) {
+      tw::MoE moe(comm, moe_config(mode, P));
+      for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kAllToRank0}) {
+        const std::string at = std::string(tw::ep_mode_name(mode)) + " " + name(routing) + ": ";
+        const Tokens t = make_tokens(seed + int(routing), routing, me, P);
+        std::vector<double> ref, tol;
+        reference(t, experts, &ref, &tol);
+        DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+            w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+        upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
+        tw::MoeArgs a;
+        a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+        a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+        std::vector<uint16_t> first;
+        for (int call = 0; call < 2; ++call) {
+          poison(out.data(), out.bytes, s);
+          comm.sync(s);
+          comm.barrier();
+          moe.forward(a, s);
+          moe.check(s);
+          const std::vector<uint16_t> got = download<uint16_t>(out.data(), size_t(t.N) * kH, s);
+          if (call == 0) {
+            first = got;
+            const std::string why = compare(got, ref, tol);
+            if (!why.empty()) wrong[me].push_back(at + why);
+          } else if (got != first) {
+            wrong[me].push_back(at + "the second call's bits differ from the first's");
+          }
+        }
+      }
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Moe, GraphReplayIsBitIdentical) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  const uint64_t seed = 90;
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    std::vector<uint16_t> w1, w2;
+    rank_weights(experts, me, &w1, &w2);
+    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
+    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    for (tw::EpMode mode : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency}) {
+      tw::MoE moe(comm, moe_config(mode, P));
+      const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
+      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+      upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
+      tw::MoeArgs a;
+      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      const std::vector<uint8_t> eager = download<uint8_t>(out.data(), out.bytes, s);
+      comm.barrier();
+      cudaGraph_t graph = nullptr;
+      cudaGraphExec_t exec = nullptr;
+      TW_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      moe.forward(a, s);
+      TW_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+      TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int rep = 0; rep < 3; ++rep) {
+        poison(out.data(), out.bytes, s);
+        comm.sync(s);
+        comm.barrier();
+        TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
+        if (download<uint8_t>(out.data(), out.bytes, s) != eager)
+          wrong[me] += std::string(tw::ep_mode_name(mode)) + " replay " + std::to_string(rep) + ": output differs; ";
+        comm.barrier();
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+}  // namespace
