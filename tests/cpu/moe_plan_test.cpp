@@ -39,6 +39,7 @@ TEST(MoePlan, RefusesWithTheReason) {
   with("num_experts 250 is not a multiple", [](tw::MoeConfig& c) { c.ep.num_experts = 250; });
   with("topk 0", [](tw::MoeConfig& c) { c.ep.topk = 0; });
   with("rows_hint -1", [](tw::MoeConfig& c) { c.gemm.rows_hint = -1; });
+  with("max_expert_rows -5 is negative", [](tw::MoeConfig& c) { c.max_expert_rows = -5; });
   for (const Case& k : cases) {
     const tw::Status s = tw::check_moe_config(k.c, 8, 16);
     EXPECT_FALSE(s.ok) << k.want;

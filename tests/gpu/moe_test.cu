@@ -7,6 +7,9 @@
 //       a second call on the same inputs gives the same bits.
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
 //       poisoned output: the eager call's bits each time.
+//   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
+//       that receives more fails its check() naming the limit, the others do not; an empty call
+//       after it checks clean.
 //
 // The reference (host, fp64) follows the library's roundings where they decide a value: h = W1 x
 // rounded to bf16 (gate = rows [0, F), up = rows [F, 2F)), act = SiLU(g) u rounded to bf16, then
@@ -245,6 +248,65 @@ TEST(Moe, GraphReplayIsBitIdentical) {
       comm.sync(s);
       comm.barrier();
     }
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+}  // namespace
+
+namespace {
+
+// High throughput with buffers for 3 (row, expert) pairs: a rank that receives more computes
+// nothing and says so in check() (that rank only); a later call within the buffers checks clean.
+TEST(Moe, TooManyExpertRowsIsReported) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  const uint64_t seed = 95;
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  std::vector<Tokens> all;
+  for (int q = 0; q < P; ++q) all.push_back(make_tokens(seed, Routing::kUniform, q, P));
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    std::vector<uint16_t> w1, w2;
+    rank_weights(experts, me, &w1, &w2);
+    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
+    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    tw::MoeConfig cfg = moe_config(tw::EpMode::kHighThroughput, P);
+    cfg.max_expert_rows = 3;
+    tw::MoE moe(comm, cfg);
+    int pairs = 0;  // (row, local expert) pairs this rank receives
+    for (int q = 0; q < P; ++q)
+      for (int64_t e : all[q].idx) pairs += e >= 0 && e / kL == me;
+    const Tokens& t = all[me];
+    DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+        w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+    upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
+    tw::MoeArgs a;
+    a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+    comm.sync(s);
+    comm.barrier();
+    moe.forward(a, s);
+    try {
+      moe.check(s);
+      if (pairs > 3) wrong[me] += "received " + std::to_string(pairs) + " pairs and check() did not throw; ";
+    } catch (const tw::Error& e) {
+      if (pairs <= 3) wrong[me] += std::string("check() threw with ") + std::to_string(pairs) + " pairs: " + e.what();
+      else if (std::string(e.what()).find("max_expert_rows 3") == std::string::npos)
+        wrong[me] += std::string("the message does not name the limit: ") + e.what();
+    }
+    a.num_tokens = 0;  // nothing anywhere: within the buffers
+    moe.forward(a, s);
+    try {
+      moe.check(s);
+    } catch (const tw::Error& e) {
+      wrong[me] += std::string("an empty call still fails: ") + e.what();
+    }
+    comm.sync(s);
+    comm.barrier();
   });
   for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
 }

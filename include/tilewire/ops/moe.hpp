@@ -27,8 +27,8 @@
 // experts is rounded to bf16 before it travels).
 //
 // Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] and the activation
-// [R, F] bf16, with R = L x capacity (low latency) or capacity x min(topk, L) rows (high
-// throughput, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
+// [R, F] bf16, with R = L x capacity (low latency) or max_expert_rows (high throughput; by
+// default capacity x min(topk, L), capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
 // and output [R, H] bf16 and the combine rows [capacity, H]. MoE::bytes() says how much.
 #pragma once
 #include <cuda_runtime.h>
@@ -47,6 +47,10 @@ struct MoeConfig {
   EpConfig ep;    // hidden = H, topk, num_experts, max_tokens_per_rank, mode; payload bf16 only
   int ffn = 0;    // F: each expert's intermediate size (a multiple of 8)
   GroupedGemmConfig gemm;  // both GEMMs (tile kAuto: by the rows each expert is expected to get)
+  // High throughput: the (row, local expert) pairs this rank's buffers hold, R below; 0: the worst
+  // case, capacity x min(topk, L). A call that receives more computes nothing for this rank's
+  // experts (their rows go back as zeros) and check() throws on this rank, naming the count.
+  int max_expert_rows = 0;
 };
 
 // Host checks that need no GPU: the EP config (check_ep_config), F, the payload.
@@ -80,8 +84,10 @@ class MoE {
   // the host (null pointers, N out of range); bad expert ids are found on the device as
   // EpBuffer finds them (every rank's dispatch writes nothing; check() throws on every rank).
   void forward(const MoeArgs& a, cudaStream_t stream);
-  // EpBuffer::check: throws when the last forward's routing was refused.
-  void check(cudaStream_t stream) { ep_->check(stream); }
+  // Eager (synchronizes `stream`): throws kInvalidArgument when the last forward's routing was
+  // refused (EpBuffer::check, every rank) or, high throughput, when this rank received more expert
+  // rows than max_expert_rows (this rank only).
+  void check(cudaStream_t stream);
 
  private:
   struct Buffers;  // src/ops/moe/moe.cpp

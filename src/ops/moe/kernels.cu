@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <climits>
 #include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
@@ -47,19 +48,27 @@ __global__ void __launch_bounds__(kPlaceThreads) count_kernel(const int32_t* idx
 
 // CTA l: offsets[l], then each entry of expert l its place, 1024 entries at a time in (row, slot)
 // order (a block-wide exclusive scan: the same places on every run). CTA 0 also marks the entries
-// that go to no local expert.
+// that go to no local expert, and records the overflow. raw: count_kernel's counts.
 __global__ void __launch_bounds__(kPlaceThreads) place_kernel(const int32_t* idx, const int* num_recv, int topk, int L,
-                                                              const int* counts, int* offsets, int* perm,
-                                                              int* pos_of) {
+                                                              int max_rows, const int* raw, int* counts, int* offsets,
+                                                              int* perm, int* pos_of, int* overflow) {
   const int l = blockIdx.x;
-  __shared__ int base;
+  __shared__ int base, total_rows;
   if (threadIdx.x == 0) {
-    int s = 0;
-    for (int k = 0; k < l; ++k) s += counts[k];
-    base = s;
-    offsets[l] = s;
+    long long s = 0, all = 0;
+    for (int k = 0; k < L; ++k) {
+      if (k < l) s += raw[k];
+      all += raw[k];
+    }
+    const bool over = all > max_rows;
+    base = over ? 0 : int(s);
+    total_rows = over ? -1 : int(all);
+    offsets[l] = base;
+    counts[l] = over ? 0 : raw[l];
+    if (l == 0) *overflow = over ? int(min(all, (long long)INT_MAX)) : 0;
   }
   __syncthreads();
+  const bool over = total_rows < 0;
   using Scan = cub::BlockScan<int, kPlaceThreads>;
   __shared__ typename Scan::TempStorage tmp;
   const long long n = (long long)*num_recv * topk;
@@ -67,7 +76,7 @@ __global__ void __launch_bounds__(kPlaceThreads) place_kernel(const int32_t* idx
   for (long long first = 0; first < n; first += kPlaceThreads) {
     const long long e = first + threadIdx.x;
     const int id = e < n ? idx[e] : -1;
-    const int mine = id == l;
+    const int mine = id == l && !over;
     int before = 0, total = 0;
     Scan(tmp).ExclusiveSum(mine, before, total);
     if (mine) {
@@ -75,7 +84,7 @@ __global__ void __launch_bounds__(kPlaceThreads) place_kernel(const int32_t* idx
       perm[pos] = int(e / topk);
       pos_of[e] = pos;
     }
-    if (l == 0 && e < n && (id < 0 || id >= L)) pos_of[e] = -1;
+    if (l == 0 && e < n && (over || id < 0 || id >= L)) pos_of[e] = -1;
     running += total;
     __syncthreads();  // tmp is reused
   }
@@ -132,11 +141,12 @@ int grid_for(long long work, int cap) {
 
 }  // namespace
 
-void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int* counts, int* offsets, int* perm,
-                int* pos_of, cudaStream_t stream) {
-  count_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, counts);
+void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, int* raw, int* counts,
+                int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream) {
+  count_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, raw);
   TW_CUDA_CHECK(cudaGetLastError());
-  place_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, L, counts, offsets, perm, pos_of);
+  place_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, L, max_rows, raw, counts, offsets, perm, pos_of,
+                                                overflow);
   TW_CUDA_CHECK(cudaGetLastError());
 }
 

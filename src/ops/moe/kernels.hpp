@@ -13,8 +13,10 @@ namespace tw::ops::moe {
 //   pos(e) = offsets[l] + (entries of expert l before e, in (row, slot) order)
 // so experts' rows are packed one after another, each in receive order: deterministic, no atomics.
 // Writes counts[l], offsets[l] (L groups), perm[pos] = r, and pos_of[e] = pos (-1 for idx[e] < 0).
-void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int* counts, int* offsets, int* perm,
-                int* pos_of, cudaStream_t stream);
+// More than max_rows pairs in all: *overflow = their number, counts and every pos_of 0 / -1 (the
+// GEMMs compute nothing, the rows go back as zeros); else *overflow = 0. raw[L]: scratch.
+void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, int* raw, int* counts,
+                int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream);
 
 // xg[pos] = x[perm[pos]] for pos < offsets[L - 1] + counts[L - 1]: rows of H bf16 (H % 8 == 0).
 // max_rows: the rows xg holds (the grid covers them; the count decides).

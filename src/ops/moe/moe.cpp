@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "../../runtime/stream_guard.hpp"
 #include "kernels.hpp"
 #include "tilewire/ops/moe.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -38,6 +39,8 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
   if (c.ffn <= 0 || c.ffn % 8 != 0)
     return fail("ffn " + std::to_string(c.ffn) + " must be a positive multiple of 8 (16-byte rows of bf16)");
   if (c.ep.hidden % 8 != 0) return fail("hidden " + std::to_string(c.ep.hidden) + " must be a multiple of 8");
+  if (c.max_expert_rows < 0)
+    return fail("max_expert_rows " + std::to_string(c.max_expert_rows) + " is negative (0: the worst case)");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -54,14 +57,17 @@ struct MoE::Buffers {
   void* xg = nullptr;   // [R, H] received rows in expert-major order
   void* yg = nullptr;   // [R, H] the down GEMM's output, same order
   void* y = nullptr;    // [capacity, H] per received row, its experts' weighted sum
-  int* counts = nullptr;   // [L]
+  int* raw = nullptr;      // [L] pairs per local expert as received
+  int* counts = nullptr;   // [L] the GEMMs' (0 after an overflow)
   int* offsets = nullptr;  // [L]
+  int* overflow = nullptr; // [1] pairs received beyond rows, or 0
   int* perm = nullptr;     // [R]
   int* pos_of = nullptr;   // [capacity x topk]
   size_t bytes = 0;
 
   ~Buffers() {
-    for (void* p : {h, act, xg, yg, y, (void*)counts, (void*)offsets, (void*)perm, (void*)pos_of})
+    for (void* p : {h, act, xg, yg, y, (void*)raw, (void*)counts, (void*)offsets, (void*)overflow, (void*)perm,
+                    (void*)pos_of})
       if (p) cudaFree(p);
   }
 };
@@ -80,8 +86,9 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
   buf_ = std::make_unique<Buffers>();
   Buffers& b = *buf_;
   const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
-  const long long rows =
-      cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity : capacity * std::min(k, L);
+  const long long rows = cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity
+                         : cfg.max_expert_rows > 0       ? cfg.max_expert_rows
+                                                         : capacity * std::min(k, L);
   TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
              "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
              "max_tokens_per_rank");
@@ -92,7 +99,12 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
     b.xg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
     b.yg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
     b.y = alloc<uint16_t>(size_t(capacity) * H, &b.bytes);
+    b.raw = alloc<int>(L, &b.bytes);
     b.counts = alloc<int>(L, &b.bytes);
+    b.overflow = alloc<int>(1, &b.bytes);
+    StreamGuard init;  // never the legacy default stream (stream_guard.hpp)
+    TW_CUDA_CHECK(cudaMemsetAsync(b.overflow, 0, sizeof(int), init.s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(init.s));
     b.offsets = alloc<int>(L, &b.bytes);
     b.perm = alloc<int>(size_t(rows), &b.bytes);
     b.pos_of = alloc<int>(size_t(capacity) * k, &b.bytes);
@@ -100,6 +112,18 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
 }
 
 MoE::~MoE() = default;
+
+void MoE::check(cudaStream_t stream) {
+  ep_->check(stream);  // synchronizes the stream
+  if (!buf_->overflow) return;
+  int over = 0;
+  TW_CUDA_CHECK(cudaMemcpyAsync(&over, buf_->overflow, sizeof(int), cudaMemcpyDeviceToHost, stream));
+  TW_CUDA_CHECK(cudaStreamSynchronize(stream));
+  TW_REQUIRE(over == 0, kInvalidArgument,
+             "moe: rank " + std::to_string(comm_.rank()) + " received " + std::to_string(over) +
+                 " (row, expert) pairs, more than max_expert_rows " + std::to_string(buf_->rows) +
+                 "; its experts computed nothing in that call (raise MoeConfig::max_expert_rows)");
+}
 
 size_t MoE::bytes() const { return ep_->bytes() + buf_->bytes; }
 
@@ -146,7 +170,8 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   EpDispatchArgs d;
   d.x = a.x, d.num_tokens = N, d.topk_idx = a.topk_idx, d.index_type = a.index_type, d.topk_weights = a.topk_weights;
   const EpRecv r = ep_->dispatch(d, stream);
-  ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.counts, b.offsets, b.perm, b.pos_of, stream);
+  ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, b.raw, b.counts, b.offsets, b.perm, b.pos_of, b.overflow,
+                       stream);
   ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
