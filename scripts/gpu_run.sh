@@ -90,9 +90,12 @@
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
-#   grouped       (nvidia-h200) the grouped GEMM: its tests (gpu_tests_grouped.json), memcheck on them,
-#                 `bench gemm --grouped` on the MoE expert shapes, uniform and skewed routing, every
-#                 tile (bench_grouped_{uniform,skewed}.json)
+#   moe           (nvidia-h200) the grouped GEMM and the MoE FFN: their tests at the real rank and at
+#                 MOE_P virtual ranks (default "2 3 4 8"; gpu_tests_moe.json, one gtest JSON per P
+#                 merged by name), memcheck on them (real rank, and 4 virtual), `bench gemm --grouped`
+#                 uniform and skewed, every tile, and `bench moe` at the real rank (uniform, skewed) and
+#                 at 8 virtual ranks (bench_moe.jsonl: one JSON line per bench run, labelled);
+#                 MOE_STEPS picks among tests memcheck grouped bench (default all)
 #   hardening     (nvidia-h200) the hardening checks: the workspace-reuse and two-stream tests on the
 #                 code before their fixes (DIST_BEFORE, DIST_BEFORE_STREAMS, built by
 #                 scripts/pack_dist.sh in worktrees of those commits; they must fail there, which
@@ -102,7 +105,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | grouped | ep | ll | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | moe | ep | ll | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -622,17 +625,42 @@ if [ "$MODE" = house ]; then
   run 240 "$TESTS" --gtest_output=json:"$OUT/gpu_tests_p1.json"
 fi
 
-if [ "$MODE" = grouped ]; then
+if [ "$MODE" = moe ]; then
   header
-  step "grouped GEMM tests"
-  run 180 "$TESTS" --gtest_filter='GroupedGemm*' --gtest_output=json:"$OUT/gpu_tests_grouped.json"
-  step "memcheck on the grouped GEMM tests"
-  run 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter='GroupedGemm*'
-  for r in uniform skewed; do
-    step "bench gemm --grouped, routing $r"
-    run 200 "$TW" bench gemm --grouped --routing "$r" --tiles 'auto;64x128pp;128x256coop' -R 3 \
-      --json "$OUT/bench_grouped_$r.json"
-  done
+  steps=${MOE_STEPS:-tests memcheck grouped bench}
+  filter='GroupedGemm*:Moe*'
+  if [[ " $steps " == *" tests "* ]]; then
+    step "grouped GEMM and MoE tests, the real rank"
+    run 240 "$TESTS" --gtest_filter="$filter" --gtest_output=json:"$OUT/gpu_tests_moe_p1.json"
+    for p in ${MOE_P:-2 3 4 8}; do
+      step "MoE tests at $p virtual ranks"
+      TILEWIRE_TEST_VIRTUAL=$p run 240 "$TESTS" --gtest_filter='Moe*' --gtest_output=json:"$OUT/t.json" &&
+        { echo "{\"P\": $p, \"gtest\": $(cat "$OUT/t.json" | tr -d '\n')}" >>"$OUT/gpu_tests_moe_virtual.jsonl"; }
+    done
+    rm -f "$OUT/t.json"
+  fi
+  if [[ " $steps " == *" memcheck "* ]]; then
+    step "memcheck: grouped GEMM and MoE tests at the real rank, MoE at 4 virtual ranks"
+    run 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$TESTS" --gtest_filter="$filter"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=120000 run 300 compute-sanitizer --tool memcheck --error-exitcode 9 \
+      "$TESTS" --gtest_filter='Moe*'
+  fi
+  if [[ " $steps " == *" grouped "* ]]; then
+    for r in uniform skewed; do
+      step "bench gemm --grouped, routing $r"
+      run 200 "$TW" bench gemm --grouped --routing "$r" --tiles 'auto;64x128pp;128x256coop' -R 3 \
+        --json "$OUT/bench_grouped_$r.json"
+    done
+  fi
+  if [[ " $steps " == *" bench "* ]]; then
+    : >"$OUT/bench_moe.jsonl"
+    for args in "--routing uniform" "--routing skewed" "--virtual 8 --routing uniform"; do
+      step "bench moe $args"
+      run 240 "$TW" bench moe $args --json "$OUT/m.json" &&
+        sed "s/^{/{\"label\": \"$args\", /" "$OUT/m.json" | tr -d '\n' >>"$OUT/bench_moe.jsonl" && echo >>"$OUT/bench_moe.jsonl"
+    done
+    rm -f "$OUT/m.json"
+  fi
 fi
 
 if [ "$MODE" = sanitize ]; then

@@ -32,6 +32,11 @@ int bench_gemm_allreduce(const std::vector<std::string>& argv);
 // options (--help). 0: every row and count checked correct; 1: some were not.
 int bench_ep(const std::vector<std::string>& argv);
 
+// `tilewire bench moe`: the MoE FFN (ops/moe.hpp) on the DeepSeek-V3 / Qwen3-MoE shapes, with the
+// GEMMs alone and the EP alone from the same run, on all local GPUs or --virtual P (bench_moe.cu).
+// Own options (--help). 0: every checked output correct; 1: some were not.
+int bench_moe(const std::vector<std::string>& argv);
+
 // `tilewire bench gemm-rs` / `tilewire bench ag-gemm` (op_name): tw::gemm_reducescatter /
 // tw::allgather_gemm against tilewire's GEMM alone, cuBLASLt alone, cuBLASLt + NCCL in sequence
 // and chunked on two streams, on all local GPUs or --virtual P (bench_tp.cu). Own options

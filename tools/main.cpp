@@ -5,6 +5,7 @@
 //   tilewire bench gemm [opts]         tilewire's GEMM vs cuBLASLt (see --help)
 //   tilewire bench gemm-allreduce [..] fused GEMM + all-reduce vs cuBLASLt + NCCL/tw (see --help)
 //   tilewire bench ep [opts]           MoE dispatch / combine vs NCCL all-to-all-v (see --help)
+//   tilewire bench moe [opts]          the MoE FFN, with its GEMMs alone and its EP alone (see --help)
 //   tilewire bench gemm-rs | ag-gemm   GEMM + reduce-scatter / all-gather + GEMM vs cuBLASLt + NCCL
 //   tilewire trace summarize FILE      overlap metrics of a trace file (see --help)
 //
@@ -44,6 +45,8 @@ constexpr const char* kUsage =
     "  bench ep [options]          time MoE dispatch and combine (high-throughput or low-latency mode)\n"
     "                              against NCCL's all-to-all-v pipeline, every row checked (tilewire\n"
     "                              bench ep --help); --virtual P: P ranks on GPU 0, correctness only.\n"
+    "  bench moe [options]         time the MoE FFN (dispatch, grouped GEMMs, combine) on DeepSeek-V3 /\n"
+    "                              Qwen3-MoE shapes, beside its GEMMs alone and its EP alone (--help).\n"
     "  bench gemm-rs | ag-gemm     time GEMM + reduce-scatter / all-gather + GEMM (sequence-parallel\n"
     "                              tensor parallelism) against cuBLASLt + NCCL in sequence and chunked,\n"
     "                              every element checked (--help; --sweep llama); --virtual P.\n"
@@ -109,7 +112,7 @@ int cmd_info(const std::vector<std::string>& args) {
 
 int cmd_bench(const std::vector<std::string>& args) {
   if (args.empty() || args[0] == "-h" || args[0] == "--help") {
-    std::fputs("usage: tilewire bench allreduce|gemm|gemm-allreduce|ep|gemm-rs|ag-gemm [options]   (tilewire bench <op> --help)\n",
+    std::fputs("usage: tilewire bench allreduce|gemm|gemm-allreduce|ep|moe|gemm-rs|ag-gemm [options]   (tilewire bench <op> --help)\n",
                stdout);
     return args.empty() ? 2 : 0;
   }
@@ -118,8 +121,9 @@ int cmd_bench(const std::vector<std::string>& args) {
   if (op == "gemm") return tw::cli::bench_gemm(rest);
   if (op == "gemm-allreduce") return tw::cli::bench_gemm_allreduce(rest);
   if (op == "ep") return tw::cli::bench_ep(rest);
+  if (op == "moe") return tw::cli::bench_moe(rest);
   if (op == "gemm-rs" || op == "ag-gemm") return tw::cli::bench_tp(op, rest);
-  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm, gemm-allreduce, ep, gemm-rs, ag-gemm)");
+  if (op != "allreduce") usage_error("bench: unknown op '" + op + "' (available: allreduce, gemm, gemm-allreduce, ep, moe, gemm-rs, ag-gemm)");
   tw::cli::BenchArgs b = tw::cli::parse_bench_args(rest);
   if (b.help) {
     std::fputs(tw::cli::bench_usage(op).c_str(), stdout);
