@@ -1,5 +1,5 @@
 // The parts of tilewire._C (module.cpp): the communicator and its windows (comm.cpp), the ops
-// (ops.cpp).
+// (ops.cpp), the grouped GEMM and the MoE FFN (moe.cpp).
 #pragma once
 #include <nanobind/nanobind.h>
 
@@ -35,5 +35,6 @@ struct PyComm {
 
 void bind_comm(nanobind::module_& m);
 void bind_ops(nanobind::module_& m);
+void bind_moe(nanobind::module_& m);  // moe.cpp: the grouped GEMM and the MoE FFN
 
 }  // namespace tw_py

@@ -47,4 +47,5 @@ NB_MODULE(_C, m) {
   m.def("_raise", [](int code, const std::string& msg) { throw tw::Error(static_cast<tw::Errc>(code), msg); });
   tw_py::bind_comm(m);
   tw_py::bind_ops(m);
+  tw_py::bind_moe(m);
 }

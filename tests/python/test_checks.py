@@ -11,6 +11,7 @@ import pytest
 from tilewire import _checks as chk
 from tilewire.comm import Comm, gemm
 from tilewire.ep import EpBuffer
+from tilewire.moe import MoE, MoeDims, grouped_mm
 
 
 class Dev:
@@ -194,3 +195,52 @@ def test_ep_combine_and_low_latency_refusals():
     ll._tokens = 8
     refused(lambda: ll.combine_recv(T((8, 8), "bfloat16")), "combine_recv: topk_weights has dtype torch.bfloat16")
     refused(lambda: ll.combine_recv(T((7, 8), "float32")), "topk_weights has 7 rows", "had 8 tokens")
+
+
+# ------------------------------------------------------------------ grouped GEMM, MoE
+def test_grouped_mm_refusals():
+    a, b, c = T((4, 64, 256)), T((4, 512, 256)), T((4,), "int32")  # padded: 4 groups of 64 rows, K 256, N 512
+    refused(lambda: grouped_mm(T((4, 64, 256), "float16"), b, c), "grouped_mm: a has dtype torch.float16", "bf16 only")
+    refused(lambda: grouped_mm(T((4, 64, 256), device=("cpu",)), b, c), "a is on cpu")
+    refused(lambda: grouped_mm(T((256,)), b, c), "a has shape [256]", "[rows, K]")
+    refused(lambda: grouped_mm(T((256, 64)).t(), b, c, offsets=c), "a is not contiguous")
+    refused(lambda: grouped_mm(a, T((4, 512, 128)), c), "b has shape [4, 512, 128]", "K = 128", "K = 256")
+    refused(lambda: grouped_mm(a, T((4, 512, 256), device=("cuda", 1)), c), "b is on cuda:1", "cuda:0")
+    refused(lambda: grouped_mm(a, b, c, b_layout="nn"), "b_layout is 'nn'")
+    refused(lambda: grouped_mm(a, b, c, tile="256x256"), "tile is '256x256'")
+    refused(lambda: grouped_mm(a, b, T((4,), "int64")), "counts has dtype torch.int64", "torch.int32")
+    refused(lambda: grouped_mm(a, b, T((3,), "int32")), "counts has shape [3]", "[4]")
+    refused(lambda: grouped_mm(T((3, 64, 256)), b, c), "a has 3 groups", "b has 4")
+    refused(lambda: grouped_mm(a, b, c, offsets=c), "offsets is given with a padded a")
+    refused(lambda: grouped_mm(T((200, 256)), b, c), "offsets is None")
+    refused(lambda: grouped_mm(T((200, 256)), b, c, offsets=T((4,), "float32")), "offsets has dtype torch.float32")
+    refused(lambda: grouped_mm(a, b, c, out=T((4, 64, 256))), "out has shape [4, 64, 256]", "[4, 64, 512]")
+    refused(lambda: grouped_mm(T((200, 256)), b, c, offsets=c, out=T((512, 200)).t()), "out is not contiguous")
+
+
+def fake_moe(comm, low_latency=False):
+    m = object.__new__(MoE)
+    m._comm, m._m, m._closed, m.low_latency = comm, FakeC(), False, low_latency
+    m.dims = MoeDims(hidden=256, ffn=128, topk=4, local_experts=8, max_tokens=32, device=0)
+    return m
+
+
+def test_moe_forward_refusals():
+    m = fake_moe(fake_comm())
+    x, idx, w = T((16, 256)), T((16, 4), "int64"), T((16, 4), "float32")
+    w1, w2 = T((8, 256, 256)), T((8, 256, 128))
+    refused(lambda: m(T((16, 256), "float32"), idx, w, w1, w2), "MoE.forward: x has dtype torch.float32")
+    refused(lambda: m(T((16, 128)), idx, w, w1, w2), "x has shape [16, 128]", "hidden = 256")
+    refused(lambda: m(T((33, 256)), T((33, 4), "int64"), T((33, 4), "float32"), w1, w2), "33 tokens", "at most 32")
+    refused(lambda: m(x, T((16, 4), "int16"), w, w1, w2), "topk_idx has dtype torch.int16")
+    refused(lambda: m(x, T((16, 8), "int64"), w, w1, w2), "topk_idx has shape [16, 8]", "topk = 4")
+    refused(lambda: m(x, T((15, 4), "int64"), w, w1, w2), "topk_idx has 15 rows; x has 16 tokens")
+    refused(lambda: m(x, idx, T((16, 4), "bfloat16"), w1, w2), "topk_weights has dtype torch.bfloat16")
+    refused(lambda: m(x, idx, w, T((8, 128, 256)), w2), "w_gate_up has shape [8, 128, 256]", "[8, 256, 256]")
+    refused(lambda: m(x, idx, w, w1, T((8, 128, 256))), "w_down has shape [8, 128, 256]", "[8, 256, 128]")
+    refused(lambda: m(x, idx, w, w1, T((8, 256, 128), device=("cpu",))), "w_down is on cpu")
+    refused(lambda: m(x, idx, w, w1, w2, out=T((16, 256), "float16")), "out has dtype torch.float16")
+    refused(lambda: m(x.t(), idx, w, w1, w2), "x has shape [256, 16]")
+    m._closed = True
+    with pytest.raises(RuntimeError):
+        m(x, idx, w, w1, w2)

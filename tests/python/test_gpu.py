@@ -294,3 +294,58 @@ def test_use_after_close_raises(comm):
     with pytest.raises(RuntimeError, match="closed"):
         c2.all_reduce(torch.ones(8, dtype=torch.bfloat16, device="cuda"))
     c2.close()  # twice: nothing
+
+
+def test_grouped_mm_matches_torch_per_group(comm):
+    g = torch.Generator().manual_seed(11)
+    L, N, K, cap = 5, 264, 128, 40
+    b = (torch.randn(L, N, K, generator=g) / 8).to(torch.bfloat16).cuda()
+    counts = torch.tensor([0, 40, 1, 17, 33], dtype=torch.int32)
+    a = torch.randn(L, cap, K, generator=g).to(torch.bfloat16).cuda()  # padded
+    out = tilewire.grouped_mm(a, b, counts.cuda(), validate=True)
+    for e in range(L):
+        c = int(counts[e])
+        torch.testing.assert_close(out[e, :c].float(), (a[e, :c].float() @ b[e].float().t()), rtol=1e-2, atol=1e-1)
+        assert torch.count_nonzero(out[e, c:]) == 0  # rows outside the group: untouched zeros
+    offsets = torch.tensor([0, 3, 50, 52, 80], dtype=torch.int32)  # packed, with gaps
+    a2 = torch.randn(120, K, generator=g).to(torch.bfloat16).cuda()
+    out2 = tilewire.grouped_mm(a2, b.transpose(1, 2).contiguous(), counts.cuda(), offsets.cuda(), b_layout="kn")
+    for e in range(L):
+        o, c = int(offsets[e]), int(counts[e])
+        torch.testing.assert_close(out2[o:o + c].float(), a2[o:o + c].float() @ b[e].float().t(), rtol=1e-2, atol=1e-1)
+    bad = counts.clone()
+    bad[2] = cap + 1
+    with pytest.raises(ValueError, match="group 2"):
+        tilewire.grouped_mm(a, b, bad.cuda(), validate=True)
+
+
+@pytest.mark.parametrize("low_latency", [False, True])
+def test_moe_ffn_matches_a_torch_reference(comm, low_latency):
+    P, me = comm.nranks, comm.rank
+    H, F, k, L = 256, 128, 4, 8
+    E = L * P
+    g = torch.Generator().manual_seed(7)  # the same experts on every rank
+    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16).cuda()
+    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16).cuda()
+    gx = torch.Generator().manual_seed(100 + me)
+    n = [40, 0, 23, 1][me % 4]
+    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
+    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]) if n else torch.empty((0, k), dtype=torch.int64)
+    idx[::5, 1] = -1  # some empty slots
+    w = torch.rand(n, k, generator=gx).cuda()
+    moe = tilewire.MoE(comm, 48, H, F, k, E, low_latency=low_latency)
+    out = moe(x, idx.cuda(), w, w1[me * L:(me + 1) * L].contiguous(), w2[me * L:(me + 1) * L].contiguous())
+    moe.check()
+    again = moe(x, idx.cuda(), w, w1[me * L:(me + 1) * L].contiguous(), w2[me * L:(me + 1) * L].contiguous())
+    assert torch.equal(out, again)  # deterministic
+    ref = torch.zeros(n, H, dtype=torch.float32, device="cuda")
+    for t in range(n):
+        for j in range(k):
+            e = int(idx[t, j])
+            if e < 0:
+                continue
+            h = (x[t:t + 1] @ w1[e].t()).float()  # torch's bf16 GEMM: fp32 accumulation, bf16 out
+            act = (torch.nn.functional.silu(h[:, :F]) * h[:, F:]).to(torch.bfloat16)
+            ref[t] += w[t, j] * (act @ w2[e].t()).float()[0]
+    torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * float(ref.abs().max().clamp(min=1)))
+    moe.close()
