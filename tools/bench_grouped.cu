@@ -211,7 +211,7 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   std::vector<int> offsets(L, 0);
   for (int g = 1; g < L; ++g) offsets[g] = offsets[g - 1] + counts[g - 1];
 
-  void *A = nullptr, *B = nullptr, *C = nullptr, *ref = nullptr, *ws = nullptr;
+  void *A = nullptr, *B = nullptr, *C = nullptr, *ref = nullptr, *dense_out = nullptr, *ws = nullptr;
   int *d_counts = nullptr, *d_offsets = nullptr;
   unsigned long long* wrong = nullptr;
   const size_t ws_bytes = lt::LtMatmul::kDefaultWorkspace;
@@ -219,6 +219,7 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   TW_CUDA_CHECK(cudaMalloc(&B, size_t(L) * N * K * 2));
   TW_CUDA_CHECK(cudaMalloc(&C, size_t(rows) * N * 2));
   TW_CUDA_CHECK(cudaMalloc(&ref, size_t(rows) * N * 2));
+  TW_CUDA_CHECK(cudaMalloc(&dense_out, size_t(rows) * N * 2));  // never ref: the check reads ref
   TW_CUDA_CHECK(cudaMalloc(&ws, ws_bytes));
   TW_CUDA_CHECK(cudaMalloc(&d_counts, size_t(L) * 4));
   TW_CUDA_CHECK(cudaMalloc(&d_offsets, size_t(L) * 4));
@@ -260,12 +261,13 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
     TW_CUDA_CHECK(cudaMemcpyAsync(&r.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
     TW_CUDA_CHECK(cudaStreamSynchronize(st));
     const std::vector<double> t = time_all(a, st,
-                                           {[&] { grouped_gemm(ga, cfg, st); }, [&] { loop(ref); },
-                                            [&] { dense.run(A, B, ref, ws, st); }});
+                                           {[&] { grouped_gemm(ga, cfg, st); }, [&] { loop(dense_out); },
+                                            [&] { dense.run(A, B, dense_out, ws, st); }});
     r.tw_us = t[0], r.loop_us = t[1], r.dense_us = t[2];
     out.push_back(r);
   }
-  cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(ref), cudaFree(ws), cudaFree(d_counts), cudaFree(d_offsets);
+  cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(ref), cudaFree(dense_out), cudaFree(ws), cudaFree(d_counts);
+  cudaFree(d_offsets);
   cudaFree(wrong);
   return out;
 }

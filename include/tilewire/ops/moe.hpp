@@ -28,7 +28,7 @@
 //
 // Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] and the activation
 // [R, F] bf16, with R = L x capacity (low latency) or max_expert_rows (high throughput; by
-// default capacity x min(topk, L), capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
+// default capacity x topk, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
 // and output [R, H] bf16 and the combine rows [capacity, H]. MoE::bytes() says how much.
 #pragma once
 #include <cuda_runtime.h>
@@ -46,9 +46,12 @@ namespace tw {
 struct MoeConfig {
   EpConfig ep;    // hidden = H, topk, num_experts, max_tokens_per_rank, mode; payload bf16 only
   int ffn = 0;    // F: each expert's intermediate size (a multiple of 8)
-  GroupedGemmConfig gemm;  // both GEMMs (tile kAuto: by the rows each expert is expected to get)
+  // Both GEMMs. rows_hint 0: the rows an expert gets under uniform routing,
+  // nranks x max_tokens_per_rank x topk / num_experts (kAuto's tile follows it).
+  // reserved_sms: besides the SMs outside this rank's budget (a virtual team's peers').
+  GroupedGemmConfig gemm;
   // High throughput: the (row, local expert) pairs this rank's buffers hold, R below; 0: the worst
-  // case, capacity x min(topk, L). A call that receives more computes nothing for this rank's
+  // case, capacity x topk (a token may name an expert twice in this mode). A call that receives more computes nothing for this rank's
   // experts (their rows go back as zeros) and check() throws on this rank, naming the count.
   int max_expert_rows = 0;
 };
@@ -70,7 +73,8 @@ struct MoeArgs {
 class MoE {
  public:
   // Collective (creates the EpBuffer: every rank the same config). Throws kInvalidArgument with
-  // check_moe_config's reason.
+  // check_moe_config's reason or when the GEMMs' reserved SMs leave fewer than 2; kUnsupported on a
+  // device that is not sm_90.
   MoE(Comm& comm, const MoeConfig& cfg);
   ~MoE();
   MoE(const MoE&) = delete;
@@ -93,6 +97,7 @@ class MoE {
   struct Buffers;  // src/ops/moe/moe.cpp
   Comm& comm_;
   MoeConfig cfg_;
+  GroupedGemmConfig gemm_;  // cfg_.gemm as the GEMMs run it: rows_hint and reserved SMs resolved
   int local_experts_ = 0;
   std::unique_ptr<EpBuffer> ep_;
   std::unique_ptr<Buffers> buf_;

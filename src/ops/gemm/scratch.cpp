@@ -83,6 +83,8 @@ bool ScratchLease::counters_zero(const ScratchKey& key) const {
          (e_->state == ScratchEntry::State::kLayout && e_->layout == key);
 }
 
+void ScratchLease::overwritten() { e_->state = ScratchEntry::State::kUnknown; }
+
 void ScratchLease::enqueued(const ScratchKey& key) {
   if (e_->capture) return;
   e_->state = ScratchEntry::State::kLayout;

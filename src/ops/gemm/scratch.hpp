@@ -15,7 +15,8 @@
 // (gemm_sm90_bf16_nk_streamk.cu), so after a launch the counters of *its* layout are zero again;
 // the partial-tile area is garbage, and a launch with another layout may place its counters there.
 // The entry remembers the layout of the last launch enqueued on it (`ScratchKey`: kernel, problem,
-// SM count, scheduler arguments), or that the buffer is all zero (fresh, zeroed on its stream);
+// SM count, scheduler arguments), or that the buffer is all zero (fresh, zeroed on its stream), or
+// that nothing is known (another user of the buffer: overwritten());
 // the launcher zeroes the counters (CUTLASS's initialize_workspace: one memset) only when neither
 // holds. A repeated shape on one stream — every benchmark loop, every decode step — launches with
 // no memset. Capture buffers never trust their state: a graph replays whenever its owner wants.
@@ -43,6 +44,10 @@ class ScratchLease {
   bool counters_zero(const ScratchKey& key) const;
   // Record that a launch with `key` was enqueued (call after a successful launch only).
   void enqueued(const ScratchKey& key);
+  // Record that work enqueued on the stream uses the buffer as it likes (cuBLASLt's workspace,
+  // the grouped GEMM's arrays): the next stream-K launch zeroes its counters, whatever its layout.
+  // Call before enqueueing that work (a failure after it then still leaves the state distrusted).
+  void overwritten();
 
  private:
   ScratchEntry* e_;

@@ -46,6 +46,7 @@ bool cublaslt_gemm(const GemmArgs& g, cudaStream_t stream) {
     if (mm == nullptr) return false;
   }
   ScratchLease ws = lease_scratch(stream, kWorkspace);
+  ws.overwritten();  // cuBLASLt's workspace: a stream-K GEMM after it on this stream re-zeroes its counters
   mm->run(g.A, g.B, g.C, ws.data(), stream);
   return true;
 }

@@ -156,15 +156,8 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
   if (threadIdx.x == 0 && a.status) *a.status = refuse ? -(first_bad + 1) : 0;
 }
 
-// Scratch key: the grouped kernels' arrays overwrite whatever the stream-K kernel left in the
-// stream's scratch, so the next stream-K call must zero its counters (scratch.hpp): a key no
-// stream-K layout has (its first field is a StreamKTile, >= 0).
-inline gemm_impl::ScratchKey scratch_key(int tile_id, const GroupedGemmArgs& a, int sm_count) {
-  return {-1 - tile_id, a.groups, a.N, a.K, a.rows, a.group_rows, sm_count, int64_t(a.b_layout), 0, 0};
-}
-
 template <class G>
-void run(const GroupedGemmArgs& a, int sm_count, int tile_id, cudaStream_t stream) {
+void run(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
   using Kernel = typename G::Kernel;
   typename G::Device::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -196,9 +189,9 @@ void run(const GroupedGemmArgs& a, int sm_count, int tile_id, cudaStream_t strea
   cutlass::Status st = op.can_implement(args);
   TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
              std::string("grouped_gemm: CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
+  lease.overwritten();  // the arrays and descriptors go where a stream-K GEMM keeps its counters
   prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, arr);
   TW_CUDA_CHECK(cudaGetLastError());
-  lease.enqueued(scratch_key(tile_id, a, sm_count));  // the scratch no longer holds a stream-K layout
   if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
     st = op.initialize(args, workspace, stream);
     TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,

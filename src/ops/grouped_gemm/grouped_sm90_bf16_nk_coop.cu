@@ -4,7 +4,7 @@
 namespace tw::grouped_impl {
 
 void launch_bf16_nk_coop(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
-  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false>>(a, sm_count, int(GroupedTile::k128x256coop), stream);
+  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false>>(a, sm_count, stream);
 }
 
 }  // namespace tw::grouped_impl

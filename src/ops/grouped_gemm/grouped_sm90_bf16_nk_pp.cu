@@ -4,7 +4,7 @@
 namespace tw::grouped_impl {
 
 void launch_bf16_nk_pp(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
-  run<GroupedGemm<BLayout::kNK, 64, 128, 1, true>>(a, sm_count, int(GroupedTile::k64x128pp), stream);
+  run<GroupedGemm<BLayout::kNK, 64, 128, 1, true>>(a, sm_count, stream);
 }
 
 }  // namespace tw::grouped_impl

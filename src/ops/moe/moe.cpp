@@ -8,6 +8,8 @@
 #include <string>
 
 #include "../../runtime/stream_guard.hpp"
+#include "../gemm/team_gemm.hpp"
+#include "../sm90.hpp"
 #include "kernels.hpp"
 #include "tilewire/ops/moe.hpp"
 #include "tilewire/runtime/errors.hpp"
@@ -77,18 +79,25 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
   TW_REQUIRE(s.ok, kInvalidArgument, s.reason);
   const int P = comm.nranks(), L = cfg.ep.num_experts / P, H = cfg.ep.hidden, F = cfg.ffn, k = cfg.ep.topk;
   local_experts_ = L;
+  // Everything the GEMMs would refuse in forward(), refused here, before any collective step.
+  int sms = 0;
+  const Status dev = ops::sm90_device("moe", "tilewire's grouped GEMM", nullptr, &sms);
+  TW_REQUIRE(dev.ok, kUnsupported, dev.reason);
+  gemm_ = cfg.gemm;
   // The GEMMs run on this rank's SM budget: on a virtual team every rank's GEMM shares the GPU.
-  int dev = 0, sms = 0;
-  TW_CUDA_CHECK(cudaGetDevice(&dev));
-  TW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cfg_.gemm.reserved_sms += std::max(0, sms - comm.sm_count());
+  gemm_.reserved_sms += gemm_impl::sms_outside_budget(comm);
+  TW_REQUIRE(gemm_.reserved_sms <= sms - 2, kInvalidArgument,
+             "moe: gemm.reserved_sms " + std::to_string(cfg.gemm.reserved_sms) + " leaves " +
+                 std::to_string(sms - gemm_.reserved_sms) + " of this rank's SMs to the GEMMs; they need at least 2");
+  if (gemm_.rows_hint == 0)
+    gemm_.rows_hint = std::max(1, int((long long)P * cfg.ep.max_tokens_per_rank * k / cfg.ep.num_experts));
   ep_ = std::make_unique<EpBuffer>(comm, cfg.ep);
   buf_ = std::make_unique<Buffers>();
   Buffers& b = *buf_;
   const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
   const long long rows = cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity
                          : cfg.max_expert_rows > 0       ? cfg.max_expert_rows
-                                                         : capacity * std::min(k, L);
+                                                         : capacity * k;
   TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
              "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
              "max_tokens_per_rank");
@@ -159,9 +168,9 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
       g->rows = b.rows, g->group_rows = r.capacity;
     }
     up.A = r.x, down.C = r.y;
-    grouped_gemm(up, cfg_.gemm, stream);
+    grouped_gemm(up, gemm_, stream);
     ops::moe::silu_mul(b.h, r.count, nullptr, r.capacity, L, F, r.capacity, b.act, stream);
-    grouped_gemm(down, cfg_.gemm, stream);
+    grouped_gemm(down, gemm_, stream);
     ep_->combine_send(r.y, stream);
     ep_->combine_recv(a.topk_weights, a.out, stream);
     return;
@@ -178,9 +187,9 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
     g->rows = b.rows;
   }
   up.A = b.xg, down.C = b.yg;
-  grouped_gemm(up, cfg_.gemm, stream);
+  grouped_gemm(up, gemm_, stream);
   ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
-  grouped_gemm(down, cfg_.gemm, stream);
+  grouped_gemm(down, gemm_, stream);
   ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
   ep_->combine(b.y, nullptr, a.out, stream);
 }
