@@ -134,8 +134,8 @@ void fill_schedule(LaunchParams& p, const Residency& r, int reserved_sms) {
   p.gemm_cfg.reserved_sms = resident_reserved_sms(r.num_sms, reserved_sms, r.clusters, r.cluster_m);
   p.num_sms = r.num_sms;
   p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, r.blk_n);
-  p.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, r.blk_n, r.cluster_m, p.raster,
-                                     p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
+  p.hook.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, r.blk_n, r.cluster_m, p.raster,
+                                          p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
                                      r.num_sms - p.gemm_cfg.reserved_sms, 0);
 }
 
@@ -146,29 +146,23 @@ namespace {
 // that every call on it uses the same values and no call parses the environment. The
 // environment is agreed by every rank then (agreement.hpp).
 struct Knobs {
-  bool owner_plain = false;     // TILEWIRE_OWNER_PLAIN, measurement build only
-  bool final_poll_all = false;  // TILEWIRE_OWNER_FINAL_POLL_ALL, measurement build only
-  int consumer_rows = 16;       // TILEWIRE_RELAY_CONSUMER_ROWS
-  int poll_ns = 0;              // TILEWIRE_RELAY_POLL_NS
-  bool no_push = false;         // TILEWIRE_RELAY_NO_PUSH, measurement build only: C is wrong
-  bool pull = false;            // TILEWIRE_RELAY_PULL
-  int comm_inflight = 4;        // TILEWIRE_RELAY_COMM_INFLIGHT: 2, 4 or 8
-  int pace_pct = 60;            // TILEWIRE_RELAY_PACE_PCT
+  gemm_allreduce_impl::OwnerKnobs owner;  // hook_params.hpp
+  gemm_allreduce_impl::RelayKnobs relay;
 };
 
 NeedRequest knobs_need(const CommShape&) {
   auto k = std::make_shared<Knobs>();
 #ifdef TILEWIRE_BENCH_KERNELS
-  k->owner_plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
-  k->final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
-  k->no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
+  k->owner.plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
+  k->owner.final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
+  k->relay.no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
 #endif
-  k->consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
-  k->poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
-  k->pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  k->relay.consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
+  k->relay.poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
+  k->relay.pull = env::get_bool("TILEWIRE_RELAY_PULL");
   const long long inflight = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
-  k->comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
-  k->pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  k->relay.comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
+  k->relay.pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
   NeedRequest r;
   r.record = std::move(k);
   return r;
@@ -181,18 +175,13 @@ const Knobs& knobs(const Comm& comm) { return *static_cast<const Knobs*>(need_gr
 
 void apply_owner_knobs(const Comm& comm, LaunchParams& p) {
   const Knobs& k = knobs(comm);
-  if (k.owner_plain) p.lay.spread = false;
-  p.final_poll_all = k.final_poll_all;
+  if (k.owner.plain) p.hook.lay.spread = false;
+  p.owner = k.owner;
 }
 
 void apply_relay_knobs(const Comm& comm, LaunchParams& p) {
   const Knobs& k = knobs(comm);
-  p.relay_consumer_rows = k.consumer_rows;
-  p.relay_poll_ns = k.poll_ns;
-  p.relay_comm_inflight = k.comm_inflight;
-  p.relay_pace_pct = k.pace_pct;
-  p.relay_no_push = k.no_push;
-  p.relay_pull = k.pull;
+  p.relay = k.relay;
 }
 
 uint64_t layout_signature(const Layout& l) {
@@ -243,8 +232,8 @@ void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef&
             cudaStream_t stream) {
   try {
     bool first_use = false;
-    if (must_reinit(ws, layout_signature(p.lay), stream, true, &first_use)) {
-      impl::launch_reinit(p.ctx, static_cast<char*>(p.ws), p.lay, first_use, stream);
+    if (must_reinit(ws, layout_signature(p.hook.lay), stream, true, &first_use)) {
+      impl::launch_reinit(p.hook.ctx, p.hook.ws, p.hook.lay, first_use, stream);
       comm.launched(names.reinit);
     }
     k.launch(p, stream);

@@ -85,7 +85,7 @@ struct LaunchNames {
   const char* reinit;
   const char* launch;
 };
-// Re-initializes the workspace `ws` (p.ws, p.lay) where its record says so, then launches `k`
+// Re-initializes the workspace `ws` (p.hook.ws, p.hook.lay) where its record says so, then launches `k`
 // with p. On a failure the record is forgotten and a device fault recorded by this communicator
 // becomes the error.
 void launch(Comm& comm, const Kernel& k, const LaunchParams& p, const WindowRef& ws, const LaunchNames& names,

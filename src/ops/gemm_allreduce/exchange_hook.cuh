@@ -49,6 +49,7 @@
 #include "../gemm/launch.hpp"
 #include "../gemm/scheduler.hpp"
 #include "cta_walk.cuh"
+#include "hook_params.hpp"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/trace/event.hpp"
@@ -58,7 +59,7 @@ namespace tw::gemm_allreduce_impl {
 // kTraced = false: the same hook with the trace code compiled out (the kernel tracing-off is
 // measured against: testing::set_untraced_kernels, src/testing/measurement.hpp).
 template <bool kTraced>
-struct ExchangeHookT {
+struct ExchangeHookT : HookParams {
   using E = cutlass::bfloat16_t;
   static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes)
   static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
@@ -68,18 +69,8 @@ struct ExchangeHookT {
     uint64_t freed;   // mbarrier, 32 arrivals per tile: every comm lane after its reads
   };
 
-  DevCtx ctx;
-  Layout lay;                      // plan.hpp (exchange layout); lay.P == ctx.lsa_size
-  gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
-  int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
-  int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
-  DevWindow ws_win{};   // the workspace's window and its offset in it
-  size_t ws_off = 0;
-  char* ws = nullptr;              // this rank's workspace
-  E* C = nullptr;                  // this rank's C [M, N]
-  long long ldc = 0;
-  int M = 0, N = 0;
-  trace::Ring ring{};              // per-tile events when ring.on()
+  // HookParams (hook_params.hpp): ctx, lay (the exchange layout), sched, me, grid_ctas, ws_win /
+  // ws_off / ws, C [M, N], ldc, M, N, ring.
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
   CUTLASS_HOST_DEVICE bool tracing() const {
@@ -304,7 +295,7 @@ struct ExchangeHookT {
           __nv_bfloat162 b = __floats2bfloat162_rn(s[k][2 * e], s[k][2 * e + 1]);
           ho[e] = *reinterpret_cast<uint32_t*>(&b);
         }
-        ptx::st_v4(C + (long long)(row0 + r) * ldc + col0 + cv * 8, o);
+        ptx::st_v4(c_typed<E>() + (long long)(row0 + r) * ldc + col0 + cv * 8, o);
       }
     }
   }

@@ -147,19 +147,19 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, comm.lsa_size())
                      : gemm_allreduce_impl::as_gemm_config(cfg);
   fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
-  p.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+  p.hook.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
   fused_gemm::apply_owner_knobs(comm, p);
-  p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.sched);
-  p.ctx = comm.dev_ctx();
+  p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.hook.sched);
+  p.hook.ctx = comm.dev_ctx();
   const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
-  const WindowRef ww = comm.find_window(a.workspace, p.lay.total, "workspace");
-  p.c_win = wc.win, p.c_off = wc.offset;
-  p.ws_win = ww.win, p.ws_off = ww.offset;
-  p.ws = a.workspace;
+  const WindowRef ww = comm.find_window(a.workspace, p.hook.lay.total, "workspace");
+  p.hook.c_win = wc.win, p.hook.c_off = wc.offset;
+  p.hook.ws_win = ww.win, p.hook.ws_off = ww.offset;
+  p.hook.ws = static_cast<char*>(a.workspace);
   fused_gemm::apply_relay_knobs(comm, p);
   p.untraced = testing::untraced_kernels();
-  p.ring = cfg.trace;
-  p.ring.rank = (uint16_t)comm.rank();
+  p.hook.ring = cfg.trace;
+  p.hook.ring.rank = (uint16_t)comm.rank();
   fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_allreduce reinit", "gemm_allreduce launch"}, stream);
 }
 

@@ -15,7 +15,7 @@ int max_active_clusters_bf16_nk_exchange() { return max_active_clusters<GemmX<tr
 template <bool kTraced>
 static void launch(const LaunchParams& p, cudaStream_t stream) {
   ExchangeHookT<kTraced> hook{};
-  fill_common_hook_fields(hook, p);
+  static_cast<HookParams&>(hook) = hook_params(p);
   gemm_impl::run_sm90<__nv_bfloat16, BLayout::kNK>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster,
                                                     /*workspace=*/nullptr, stream);
 }

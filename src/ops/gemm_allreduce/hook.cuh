@@ -47,6 +47,7 @@
 
 #include "../gemm/epilogue_hook.cuh"
 #include "../gemm/scheduler.hpp"
+#include "hook_params.hpp"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/trace/event.hpp"
@@ -110,25 +111,14 @@ struct PartialIO<__half> : PartialIO16<__half, __half2, HalfCvt> {};
 // in the epilogue (the accumulators are live there): ptxas spilled 3784 bytes with it against 1256
 // without, and the fused reduce-scatter ran 4-31% slower on an H200 (docs/gemm_scatter_gather.md).
 template <class ET, bool kTraced>
-struct AllReduceHookT {
+struct AllReduceHookT : HookParams {
   struct SharedStorage {};  // nothing: partials travel from registers, sums land in registers
   using E = ET;
   using Half = std::conditional_t<std::is_same_v<ET, cutlass::half_t>, __half, __nv_bfloat16>;
 
-  DevCtx ctx;
-  Layout lay;                      // plan.hpp; lay.P == ctx.lsa_size
-  gemm_impl::TileSchedule sched;   // the kernel's work list (same make_schedule arguments)
-  int me = 0;                      // LSA rank (== world rank: every rank is in the LSA team)
+  // HookParams (hook_params.hpp): ctx, lay, sched, me, grid_ctas, ws_win / ws_off / ws, c_win /
+  // c_off, C, ldc, M, N, ring.
   int final_ctas = 0;              // CTAs that run the final wait (plan.hpp final_wait_ctas)
-  DevWindow ws_win{};   // the workspace's window and the workspace's offset in it
-  size_t ws_off = 0;
-  char* ws = nullptr;              // this rank's workspace
-  DevWindow c_win{};    // C's window and offset
-  size_t c_off = 0;
-  E* C = nullptr;                  // this rank's C
-  long long ldc = 0;
-  trace::Ring ring{};              // null events: tracing off
-  int grid_ctas = 0;               // the kernel's CTAs (the per-CTA trace slots)
 
   // The final wait: threads that poll the done flags (one warp) and their pause between two polls
   // of one flag. The measurement build can set every consumer thread polling without a pause
@@ -250,12 +240,12 @@ struct AllReduceHookT {
       // v.acc now holds the fp32 sum; StoreCDirect rounds it once to bf16 and stores the tile.
       if (lay.shard_tm > 0) {
         // Reduce-scatter: into this rank's C shard only, whose row 0 is row me x shard rows of C.
-        gemm_impl::StoreCDirect<E>{C - (long long)me * lay.shard_tm * kBlkM * ldc, ldc}(v);
+        gemm_impl::StoreCDirect<E>{c_typed<E>() - (long long)me * lay.shard_tm * kBlkM * ldc, ldc}(v);
       } else {
 #pragma unroll 1
         for (int k = 1; k <= lay.P; ++k) {
           const int q = (me + k) % lay.P;  // peers first, own copy last
-          E* base = q == me ? C : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
+          E* base = q == me ? c_typed<E>() : dev::lsa_ptr<E>(ctx, c_win, c_off, q);
           gemm_impl::StoreCDirect<E>{base, ldc}(v);
         }
       }

@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "../gemm/scheduler.hpp"
+#include "hook_params.hpp"
 #include "plan.hpp"
 #include "tilewire/device/context.hpp"
 #include "tilewire/ops/gemm.hpp"
@@ -16,41 +17,26 @@ struct LaunchParams {
   GemmConfig gemm_cfg;            // reserved_sms sized for residency, no rank rotation
   int num_sms = 0;                // the device's SM count
   gemm_impl::Raster raster = gemm_impl::Raster::kAlongM;
-  gemm_impl::TileSchedule sched;  // what the kernel's scheduler builds from the same arguments
-  Layout lay;
-  int final_ctas = 0;
-  DevCtx ctx{};
-  DevWindow ws_win{}, c_win{};
-  size_t ws_off = 0, c_off = 0;
-  void* ws = nullptr;             // this rank's workspace (local pointer)
-  int relay_consumer_rows = 0;    // relay: rows of each tile the consumers push (TILEWIRE_RELAY_CONSUMER_ROWS)
-  int relay_poll_ns = 0;          // relay: backoff between polls (TILEWIRE_RELAY_POLL_NS)
-  int relay_pace_pct = 60;        // relay: pushes spread over this % of a tile period (TILEWIRE_RELAY_PACE_PCT)
-  int relay_comm_inflight = 4;    // relay: rows in flight per comm-warp lane (TILEWIRE_RELAY_COMM_INFLIGHT)
-  bool relay_no_push = false;     // relay, measurement only (TILEWIRE_RELAY_NO_PUSH)
-  bool final_poll_all = false;    // owner, measurement only (TILEWIRE_OWNER_FINAL_POLL_ALL)
-  bool relay_pull = false;        // relay: the owner pulls partials (TILEWIRE_RELAY_PULL)
-  trace::Ring ring{};             // per-tile events (every fused kernel); null: off
+  // What the hook reads (hook_params.hpp). The front-end and the engine set ctx, lay, sched, the
+  // windows, ws and ring; hook_params() derives the rest from them and from gemm.
+  HookParams hook;
+  int final_ctas = 0;             // owner: CTAs that run the final wait (plan.hpp final_wait_ctas)
+  OwnerKnobs owner;               // owner: measurement knobs
+  RelayKnobs relay;               // relay: its knobs
   bool untraced = false;          // exchange, relay: the kernel built without trace code (ring must be null)
 };
 
-// The fields the exchange and relay hooks share, from the launch parameters (each launcher then
-// sets its own).
-template <class Hook>
-void fill_common_hook_fields(Hook& h, const LaunchParams& p) {
-  h.ctx = p.ctx;
-  h.lay = p.lay;
-  h.sched = p.sched;
-  h.me = p.ctx.lsa_rank;
-  h.grid_ctas = p.sched.ctas * p.sched.cluster_m;
-  h.ws_win = p.ws_win;
-  h.ws_off = p.ws_off;
-  h.ws = static_cast<char*>(p.ws);
-  h.C = static_cast<typename Hook::E*>(p.gemm.C);
+// The hook's parameters for a launch: p.hook with what follows from the rest of p (this rank's
+// LSA rank, the grid, C and its shape).
+inline HookParams hook_params(const LaunchParams& p) {
+  HookParams h = p.hook;
+  h.me = p.hook.ctx.lsa_rank;
+  h.grid_ctas = p.hook.sched.ctas * p.hook.sched.cluster_m;
+  h.C = p.gemm.C;
   h.ldc = p.gemm.N;
   h.M = p.gemm.M;
   h.N = p.gemm.N;
-  h.ring = p.ring;
+  return h;
 }
 
 // Zero the workspace's flag section (and the header on first use) between two LSA barriers,

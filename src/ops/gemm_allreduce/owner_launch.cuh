@@ -28,30 +28,19 @@ int max_active_clusters() {
 
 template <class T, BLayout kLayout, bool kTraced, class Tile>
 void launch_kernel(const LaunchParams& p, cudaStream_t stream) {
-  TW_REQUIRE(p.lay.blk_n == Tile::kBlkN && p.lay.cluster_m == Tile::kClusterM && p.sched.cluster_m == Tile::kClusterM,
+  TW_REQUIRE(p.hook.lay.blk_n == Tile::kBlkN && p.hook.lay.cluster_m == Tile::kClusterM &&
+                 p.hook.sched.cluster_m == Tile::kClusterM,
              kInvalidArgument, "gemm_allreduce: the owner kernel's tile differs from the call's layout");
   Hook<T, kTraced> hook{};
-  hook.ctx = p.ctx;
-  hook.lay = p.lay;
-  hook.sched = p.sched;
-  hook.me = p.ctx.lsa_rank;
+  static_cast<HookParams&>(hook) = hook_params(p);
   hook.final_ctas = p.final_ctas;
-  hook.ws_win = p.ws_win;
-  hook.ws_off = p.ws_off;
-  hook.ws = static_cast<char*>(p.ws);
-  hook.c_win = p.c_win;
-  hook.c_off = p.c_off;
-  hook.C = static_cast<typename Hook<T, kTraced>::E*>(p.gemm.C);
-  hook.ldc = p.gemm.N;
-  hook.ring = p.ring;
-  hook.grid_ctas = p.sched.ctas * p.sched.cluster_m;
-  if (p.final_poll_all) hook.final_pollers = kConsumerThreads, hook.final_poll_ns = 0;
+  if (p.owner.final_poll_all) hook.final_pollers = kConsumerThreads, hook.final_poll_ns = 0;
   gemm_impl::run_sm90<T, kLayout, Tile>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr, stream);
 }
 
 template <class T, BLayout kLayout, class Tile = gemm_impl::DefaultHookTile>
 void launch(const LaunchParams& p, cudaStream_t stream) {
-  if (p.ring.on()) launch_kernel<T, kLayout, true, Tile>(p, stream);
+  if (p.hook.ring.on()) launch_kernel<T, kLayout, true, Tile>(p, stream);
   else launch_kernel<T, kLayout, false, Tile>(p, stream);
 }
 

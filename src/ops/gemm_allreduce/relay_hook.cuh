@@ -66,6 +66,7 @@
 #include "../gemm/launch.hpp"
 #include "../gemm/scheduler.hpp"
 #include "cta_walk.cuh"
+#include "hook_params.hpp"
 #include "plan.hpp"
 #include "tilewire/device.cuh"
 #include "tilewire/trace/event.hpp"
@@ -73,7 +74,7 @@
 namespace tw::gemm_allreduce_impl {
 
 template <bool kTraced>
-struct RelayHookT {
+struct RelayHookT : HookParams, RelayKnobs {
   using E = cutlass::bfloat16_t;
   static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes: no bank conflicts)
   static constexpr int kRowBytes = kBlkN * 2;
@@ -86,34 +87,11 @@ struct RelayHookT {
     uint64_t t_staged;  // comm warp, lane 0: when the previous tile was staged (kernel start for tile 0)
   };
 
-  DevCtx ctx;
-  Layout lay;                      // plan.hpp make_relay_layout; lay.P == ctx.lsa_size
-  gemm_impl::TileSchedule sched;   // the kernel's work list, with this rank's rotation
-  int me = 0;                      // LSA rank
-  int grid_ctas = 0;               // CTAs in the grid: all of them run the tail
-  DevWindow ws_win{}, c_win{};  // windows of the workspace and of C
-  size_t ws_off = 0, c_off = 0;
-  char* ws = nullptr;              // this rank's workspace
-  E* C = nullptr;                  // this rank's C [M, N] (reduce-scatter: its shard [S, N])
-  long long ldc = 0;
-  int M = 0, N = 0;
-  int consumer_rows = 0;           // rows [0, consumer_rows) of each tile the consumers push
-                                   // themselves (TILEWIRE_RELAY_CONSUMER_ROWS); the comm warp the rest
-  int poll_ns = 0;                 // > 0: the comm warp and the final waits sleep this long between
-                                   // polls (TILEWIRE_RELAY_POLL_NS, for measurement)
-  int pace_pct = 60;               // > 0: spread each tile's comm-warp pushes over this % of the last
-                                   // tile period (TILEWIRE_RELAY_PACE_PCT); 0: as fast as the warp goes.
-                                   // 8192x8192x4096: 0% 807-812 us, 60% 783-795, 70% 782-793, 80-85%
-                                   // 829-888 (the owner's partial loads then come late;
-                                   // docs/gemm_allreduce.md)
+  // HookParams (hook_params.hpp): ctx, lay (make_relay_layout), sched (with this rank's
+  // rotation), me, grid_ctas, ws_win / ws_off / ws, c_win / c_off, C (reduce-scatter: its shard
+  // [S, N]), ldc, M, N, ring; RelayKnobs: consumer_rows, poll_ns, pace_pct, comm_inflight,
+  // no_push, pull.
   static constexpr uint64_t kMaxPaceNs = 1000000;  // no tile's pushes are spread over more than 1 ms
-  int comm_inflight = 4;           // rows in flight per comm-warp lane: 8, 4 or 2 (TILEWIRE_RELAY_COMM_INFLIGHT).
-                                   // More in flight pushes faster but slows the mainloop more: 8 measured
-                                   // 864 us vs 4's 802-812 at 8192x8192x4096 (docs/gemm_allreduce.md)
-  bool no_push = false;            // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
-  bool pull = false;               // partials: stored locally (bulk copies), bulk-loaded by the owner
-                                   // over NVLink (TILEWIRE_RELAY_PULL); finals are pushed either way
-  trace::Ring ring{};
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
   CUTLASS_HOST_DEVICE bool tracing() const {
@@ -251,7 +229,7 @@ struct RelayHookT {
     const uint32_t id = uint32_t(tile_m * lay.tiles_n + tile_n);
     if (tracing() && lane == 0 && !own) emit(id, trace::EventKind::kPartialLeave, ptx::globaltimer());
     if (own) {  // the final into the local C: bulk copies, one row per lane at a time
-      E* c = C + (long long)(row0 - shard_row0()) * ldc + col0;
+      E* c = c_typed<E>() + (long long)(row0 - shard_row0()) * ldc + col0;
 #pragma unroll 1
       for (int r = lane; r < rows; r += 32) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, c + (long long)r * ldc, vecs * 16);
       cute::tma_store_arrive();

@@ -20,15 +20,8 @@ int max_active_clusters() {
 template <BLayout kLayout, bool kTraced>
 void launch_kernel(const LaunchParams& p, cudaStream_t stream) {
   RelayHookT<kTraced> hook{};
-  fill_common_hook_fields(hook, p);
-  hook.c_win = p.c_win;
-  hook.c_off = p.c_off;
-  hook.consumer_rows = p.relay_consumer_rows;
-  hook.poll_ns = p.relay_poll_ns;
-  hook.comm_inflight = p.relay_comm_inflight;
-  hook.pace_pct = p.relay_pace_pct;
-  hook.no_push = p.relay_no_push;
-  hook.pull = p.relay_pull;
+  static_cast<HookParams&>(hook) = hook_params(p);
+  static_cast<RelayKnobs&>(hook) = p.relay;
   gemm_impl::run_sm90<__nv_bfloat16, kLayout>(p.gemm, p.gemm_cfg, hook, p.num_sms, p.raster, /*workspace=*/nullptr,
                                                stream);
 }

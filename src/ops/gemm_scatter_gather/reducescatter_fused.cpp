@@ -68,18 +68,18 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   }
   fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
   // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
-  p.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.sched.units(), P, shard_rows)
-                : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
+  p.hook.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.hook.sched.units(), P, shard_rows)
+                     : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
   fused_gemm::apply_owner_knobs(comm, p);
   if (relay) fused_gemm::apply_relay_knobs(comm, p);
-  p.final_ctas = final_wait_ctas(p.sched);
-  p.ctx = comm.dev_ctx();
-  const WindowRef ww = comm.find_window(workspace, p.lay.total, "workspace");
-  p.ws_win = ww.win, p.ws_off = ww.offset;
-  p.c_win = ww.win, p.c_off = 0;  // unused: finals stay on their owner
-  p.ws = workspace;
-  p.ring = ring;
-  p.ring.rank = (uint16_t)comm.rank();
+  p.final_ctas = final_wait_ctas(p.hook.sched);
+  p.hook.ctx = comm.dev_ctx();
+  const WindowRef ww = comm.find_window(workspace, p.hook.lay.total, "workspace");
+  p.hook.ws_win = ww.win, p.hook.ws_off = ww.offset;
+  p.hook.c_win = ww.win, p.hook.c_off = 0;  // unused: finals stay on their owner
+  p.hook.ws = static_cast<char*>(workspace);
+  p.hook.ring = ring;
+  p.hook.ring.rank = (uint16_t)comm.rank();
   fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_reducescatter reinit", "gemm_reducescatter launch"}, stream);
 }
 

@@ -1,0 +1,54 @@
+// src/ops/gemm_allreduce/hook_params.hpp — what every fused epilogue hook reads per call (the
+// owner, exchange and relay hooks of gemm_allreduce and gemm_reducescatter), in one struct: each
+// hook derives from HookParams, and the launch copies LaunchParams::hook into it whole
+// (launch.hpp hook_params). The knobs of the relay and owner kernels, read once per
+// communicator (fused_gemm/engine.cpp), travel the same way. allgather_gemm's gated GEMM has no
+// epilogue hook: what its prologue reads is gemm_impl::Gate (../gemm/launch.hpp).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "../gemm/scheduler.hpp"
+#include "plan.hpp"
+#include "tilewire/device/context.hpp"
+#include "tilewire/trace/event.hpp"
+
+namespace tw::gemm_allreduce_impl {
+
+struct HookParams {
+  DevCtx ctx{};
+  Layout lay{};                    // plan.hpp; lay.P == ctx.lsa_size
+  gemm_impl::TileSchedule sched{};  // the kernel's work list (what its scheduler builds from the same arguments)
+  int me = 0;                      // LSA rank
+  int grid_ctas = 0;               // CTAs in the grid (the per-CTA trace slots; all of them run the tail)
+  DevWindow ws_win{}, c_win{};     // windows of the workspace and of C, and their offsets in them
+  size_t ws_off = 0, c_off = 0;
+  char* ws = nullptr;              // this rank's workspace
+  void* C = nullptr;               // this rank's C [M, N] (reduce-scatter: its shard); c_typed<E>()
+  long long ldc = 0;
+  int M = 0, N = 0;
+  trace::Ring ring{};              // per-tile events; null events: tracing off
+
+  template <class E>
+  TW_HD E* c_typed() const { return static_cast<E*>(C); }
+};
+
+// The relay kernel's knobs (TILEWIRE_RELAY_*; docs/gemm_allreduce.md has what each measured).
+struct RelayKnobs {
+  int consumer_rows = 16;   // rows [0, consumer_rows) of each tile the consumers push themselves; the comm warp the rest
+  int poll_ns = 0;          // > 0: the comm warp and the final waits sleep this long between polls
+  int pace_pct = 60;        // > 0: each tile's comm-warp pushes spread over this % of the last tile period;
+                            // 0: as fast as the warp goes
+  int comm_inflight = 4;    // rows in flight per comm-warp lane: 8, 4 or 2 (more pushes faster, slows the mainloop)
+  bool no_push = false;     // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
+  bool pull = false;        // partials stored locally (bulk copies) and bulk-loaded by the owner (TILEWIRE_RELAY_PULL);
+                            // finals are pushed either way
+};
+
+// The owner kernel's measurement knobs (measurement build only; no effect otherwise).
+struct OwnerKnobs {
+  bool plain = false;           // TILEWIRE_OWNER_PLAIN: tile t owned by t % P (no block rotation)
+  bool final_poll_all = false;  // TILEWIRE_OWNER_FINAL_POLL_ALL: every consumer thread polls the final flags
+};
+
+}  // namespace tw::gemm_allreduce_impl
