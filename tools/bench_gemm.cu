@@ -127,7 +127,7 @@ constexpr const char* kUsage =
     "  --json FILE           also write every row as JSON\n"
     "  --plans P1;P2;..      each shape under each plan, then the best: auto (the rule), hook, streamk, or a\n"
     "                        TILEWIRE_GEMM_STREAMK_PLAN spec (tile=128x256|128x128|128x64|swap128x64|\n"
-    "                        256x160|256x160c2|256x112, or the ping-pong tiles, data-parallel only:\n"
+    "                        256x160|256x160c2|256x112|256x64n2, or the ping-pong tiles, data-parallel only:\n"
     "                        swap64x16|swap64x32|swap64x64|swap128x64pp|\n"
     "                        swap128x128pp|128x128pp|128x112pp),\n"
     "                        mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=N, raster=m|n)\n"

@@ -40,7 +40,7 @@ static const Var kVars[] = {
     {"TILEWIRE_GEMM_STREAMK_PLAN", Type::kString, "",
      "For measurement: override the stream-K kernel's plan, comma-separated key=value: tile=128x256|128x128|128x64|swap128x64|"
      "swap64x16|swap64x32|swap64x64|swap128x64pp|swap128x128pp|128x128pp|128x112pp|"
-     "256x160|256x160c2|256x112, "
+     "256x160|256x160c2|256x112|256x64n2, "
      "mode=heuristic|dp|splitk|streamk, splits=N, det=0|1, swizzle=1|2|4|8, raster=m|n (empty: the built-in rule)."},
     {"TILEWIRE_RELAY_CONSUMER_ROWS", Type::kInt, "16",
      "Fused GEMM + all-reduce, relay algorithm: rows of each 128-row tile the consumer warps push to the peer "

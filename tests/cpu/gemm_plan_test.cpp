@@ -594,6 +594,10 @@ TEST(GemmPlan, StreamKPlanOverride) {
   EXPECT_EQ(tw::gemm_impl::describe(p), "streamk swap128x64c1 mode splitk splits 4 det 1 raster n swizzle 1");
   p.decomposition = Decomposition::kHeuristic;
   EXPECT_EQ(tw::gemm_impl::describe(p), "streamk swap128x64c1 mode heuristic det 1 raster n swizzle 1");
+  ASSERT_TRUE(apply_streamk_plan_override("tile=256x64n2,mode=dp", &p).ok);  // 1 x 2 clusters along N
+  EXPECT_EQ(p.tile, StreamKTile::k256x64n2);
+  EXPECT_EQ(tw::gemm_impl::tile_shape(p.tile).cluster_n, 2);
+  EXPECT_EQ(tw::gemm_impl::describe(p), "streamk 256x64n2 mode dp det 1 raster n swizzle 1");
   p.tile = StreamKTile::k128x64c1, p.decomposition = Decomposition::kSplitK, p.deterministic = false;
   // A bad entry leaves the plan untouched and names the entry.
   const StreamKPlan good = p;

@@ -465,7 +465,7 @@ TEST(Gemm, DecodeShapesOnThePingpongTiles) {
     }
 }
 
-// The 256-row cooperative tiles (plan.hpp k256x160c1, k256x160c2, k256x112c1), forced, data-parallel
+// The 256-row cooperative tiles (plan.hpp k256x160c1, k256x160c2, k256x112c1, k256x64n2), forced, data-parallel
 // and stream-K (deterministic: the second run bitwise the same): M = 520 is two whole 256-row tiles
 // and 8 rows (three row tiles, padded to four in 2x1 clusters), N = 1032 partial last tiles of 160
 // and 112 columns, K = 1000 a partial last K tile (rows of 2000 bytes, not whole 128-byte lines).
@@ -477,12 +477,13 @@ TEST(Gemm, RaggedShapesOnTheWideTiles) {
   for (DType t : {kBf16, DType::kFloat16}) {
     const Problem p{520, 1032, 1000, BLayout::kNK, Fill::kRandom, t};
     const Reference ref = reference(p);
-    for (const char* tile : {"256x160", "256x160c2", "256x112"})
+    for (const char* tile : {"256x160", "256x160c2", "256x112", "256x64n2"})
       for (const char* mode : {"dp", "streamk"}) {
         SCOPED_TRACE(p.name() + " " + tile + " " + mode);
         const std::string spec = std::string("tile=") + tile + ",mode=" + mode;
         tw::testing::set_gemm_plan(tw::testing::GemmPlan{tw::gemm_impl::KernelPref::kStreamK, spec});
-        const std::string described = std::string(tile) == "256x160c2" ? tile : std::string(tile) + "c1";
+        const std::string t = tile;
+        const std::string described = t == "256x160c2" || t == "256x64n2" ? t : t + "c1";
         check_decode_call(p, ref, "streamk " + described + " mode " + mode);
       }
   }

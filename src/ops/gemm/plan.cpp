@@ -325,7 +325,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
     return Status{false, "TILEWIRE_GEMM_STREAMK_PLAN='" + spec + "': " + why +
                              " (keys: tile=128x256|128x128|128x64|swap128x64|swap64x16|swap64x32|"
                              "swap64x64|swap128x64pp|swap128x128pp|128x128pp|128x112pp|"
-                             "256x160|256x160c2|256x112, "
+                             "256x160|256x160c2|256x112|256x64n2, "
                              "mode=heuristic|dp|splitk|streamk, "
                              "splits=1..64, det=0|1, swizzle=1|2|4|8, raster=m|n, pdl=0|1)"};
   };
@@ -361,6 +361,7 @@ Status apply_streamk_plan_override(const std::string& spec, StreamKPlan* plan, c
       else if (v == "256x160") p.tile = StreamKTile::k256x160c1;
       else if (v == "256x160c2") p.tile = StreamKTile::k256x160c2;
       else if (v == "256x112") p.tile = StreamKTile::k256x112c1;
+      else if (v == "256x64n2") p.tile = StreamKTile::k256x64n2;
       else return bad("tile '" + v + "'");
     } else if (k == "mode") {
       if (v == "heuristic") p.decomposition = Decomposition::kHeuristic;
@@ -415,8 +416,14 @@ std::string describe(const StreamKPlan& p) {
                      : p.decomposition == Decomposition::kDataParallel ? "dp"
                      : p.decomposition == Decomposition::kSplitK       ? "splitk"
                                                                        : "streamk";
+  // The tile's kernel: pp (ping-pong), nC (C CTAs a cluster along N), cC (along M).
+  std::string kernel = "pp";
+  if (!t.pingpong) {
+    kernel = t.cluster_n > 1 ? "n" : "c";
+    kernel += std::to_string(t.cluster_n > 1 ? t.cluster_n : t.cluster_m);
+  }
   std::string s = std::string("streamk ") + (t.swapped ? "swap" : "") + std::to_string(t.blk_m) + "x" +
-                  std::to_string(t.blk_n) + (t.pingpong ? "pp" : "c" + std::to_string(t.cluster_m)) + " mode " + mode;
+                  std::to_string(t.blk_n) + kernel + " mode " + mode;
   if (p.decomposition == Decomposition::kSplitK) s += " splits " + std::to_string(p.splits);
   s += std::string(" det ") + (p.deterministic ? "1" : "0") + " raster " + (p.raster == Raster::kAlongM ? "m" : "n") +
        " swizzle " + std::to_string(p.swizzle);

@@ -135,16 +135,22 @@ GemmKernel kernel_for(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Ker
 //                row tiles stream the same rows of B from HBM twice). Its own translation units,
 //                gemm_sm90_{bf16,f16}_nk_swapwide.cu. Wider swapped tiles (narrow sides of 256,
 //                and 64 x 128) were measured and ran no faster (docs/gemm.md).
+//   k256x64n2    the cooperative kernel on (256, 64, 64) tiles in 1x2 clusters along N, TMA
+//                multicasting A to both CTAs: for 128 < M <= 256, one row tile (B streamed once)
+//                of 64 columns (about a wave at N = 8192), each CTA loading half of A's tile.
+//                The swapped tiles that also read B once load all of A in every CTA, 80% of a
+//                CTA's bytes at these M (docs/gemm.md); a measured plan, not in the rule yet.
 // For the swapped tile the kernel's own (M, N) are C's (N, M): the tile counts, StreamKPlan's
 // raster and swizzle and CUTLASS's scheduler all speak of that swapped grid (streamk_grid).
 enum class StreamKTile {
   k128x256c2, k128x128c1, k128x64c1, k128x64swap, k64x16swap, k64x32swap, k64x64swap, k128x64swappp, k128x128pp,
-  k128x112pp, k256x160c1, k256x160c2, k256x112c1, k128x128swappp
+  k128x112pp, k256x160c1, k256x160c2, k256x112c1, k128x128swappp, k256x64n2
 };
 struct StreamKTileShape {
   int blk_m, blk_n, cluster_m;  // of the kernel's problem: along C's N and M when swapped
   bool swapped;
   bool pingpong;                // CUTLASS's ping-pong kernel, data-parallel (else the stream-K one)
+  int cluster_n = 1;            // CTAs of a cluster along the kernel's N (A multicast to them)
 };
 constexpr StreamKTileShape tile_shape(StreamKTile t) {
   switch (t) {
@@ -162,6 +168,7 @@ constexpr StreamKTileShape tile_shape(StreamKTile t) {
     case StreamKTile::k256x160c2: return {256, 160, 2, false, false};
     case StreamKTile::k256x112c1: return {256, 112, 1, false, false};
     case StreamKTile::k128x128swappp: return {128, 128, 1, true, true};
+    case StreamKTile::k256x64n2: return {256, 64, 1, false, false, 2};
   }
   return {128, 128, 1, false, false};
 }

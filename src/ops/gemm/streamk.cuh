@@ -155,13 +155,13 @@ struct Schedules<true> {
 // The epilogue builder takes a column-major D with TMA: its smem layout is M-major, the stores
 // from registers are transposing stmatrix (SM90_U16x8_STSM_T), its auto epilogue tile for the
 // cooperative schedule (128, 32) as in the plain 128x64 tile.
-template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap, bool kPingpong>
+template <class Element, int kTileM, int kTileN, int kClusterSize, bool kSwap, bool kPingpong, int kClusterN = 1>
 struct CutlassGemm {
   using E = Element;
   static constexpr bool kSwapAB = kSwap;
   static constexpr bool kStreamK = !kPingpong;  // the stream-K scheduler (else data-parallel)
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
-  using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::_1, cute::_1>;
+  using ClusterShape = cute::Shape<cute::Int<kClusterSize>, cute::Int<kClusterN>, cute::_1>;
   using LayoutA = cutlass::layout::RowMajor;     // A [M, K]; swapped: B [N, K]
   using LayoutB = cutlass::layout::ColumnMajor;  // B [N, K] = K x N column-major; swapped: A [M, K]
   using LayoutD = std::conditional_t<kSwap, cutlass::layout::ColumnMajor,  // D' [N, M] = C [M, N]
@@ -196,7 +196,7 @@ struct CutlassGemm {
 // plan.hpp names them; the tile sizes there are these.
 template <class E, StreamKTile t>
 using GemmOf = CutlassGemm<E, tile_shape(t).blk_m, tile_shape(t).blk_n, tile_shape(t).cluster_m, tile_shape(t).swapped,
-                           tile_shape(t).pingpong>;
+                           tile_shape(t).pingpong, tile_shape(t).cluster_n>;
 
 template <class G>
 void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const StreamKPlan& plan, cudaStream_t stream) {
@@ -323,6 +323,7 @@ void launch_wide(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
     case StreamKTile::k256x160c1: return run_streamk<GemmOf<E, StreamKTile::k256x160c1>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k256x160c2: return run_streamk<GemmOf<E, StreamKTile::k256x160c2>>(a, cfg, num_sms, plan, stream);
     case StreamKTile::k256x112c1: return run_streamk<GemmOf<E, StreamKTile::k256x112c1>>(a, cfg, num_sms, plan, stream);
+    case StreamKTile::k256x64n2: return run_streamk<GemmOf<E, StreamKTile::k256x64n2>>(a, cfg, num_sms, plan, stream);
     default: break;
   }
   TW_REQUIRE(false, kInvalidArgument, "gemm: not a 256-row tile");

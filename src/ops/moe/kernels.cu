@@ -4,16 +4,15 @@
 
 #include <algorithm>
 #include <climits>
-#include <cub/block/block_reduce.cuh>
 #include <cub/block/block_scan.cuh>
 
 #include "kernels.hpp"
+#include "tilewire/ops/ep.hpp"  // kEpMaxExperts
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::ops::moe {
 namespace {
 
-constexpr int kPlaceThreads = 1024;
 constexpr int kThreads = 256;
 
 // 8 bf16 <-> 8 fp32.
@@ -33,60 +32,98 @@ __device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
   return v;
 }
 
-// CTA l: the entries of local expert l among the receive's (row, slot) entries.
-__global__ void __launch_bounds__(kPlaceThreads) count_kernel(const int32_t* idx, const int* num_recv, int topk,
-                                                              int* counts) {
-  const int l = blockIdx.x;
-  const long long n = (long long)*num_recv * topk;
-  int c = 0;
-  for (long long e = threadIdx.x; e < n; e += kPlaceThreads) c += idx[e] == l;
-  using Reduce = cub::BlockReduce<int, kPlaceThreads>;
-  __shared__ typename Reduce::TempStorage tmp;
-  const int total = Reduce(tmp).Sum(c);
-  if (threadIdx.x == 0) counts[l] = total;
-}
+// The placement, in three steps over chunks of kChunk entries (each step parallel over chunks;
+// the placement is the same on every run):
+//   chunk_count  chunk c's entries per local expert (shared-memory counters: exact integers)
+//   chunk_scan   one CTA: per expert, the entries in earlier chunks (chunk_base), its count and
+//                its offset among the experts (a block scan), the overflow verdict
+//   chunk_place  chunk c: each entry's rank among the chunk's earlier entries of its expert (lanes
+//                of a warp with the same expert found by __match_any_sync, warps before it from
+//                per-warp counts in shared memory), plus chunk_base and the expert's offset
+constexpr int kChunk = 4096;
+constexpr int kChunkThreads = 256;
+constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kScanThreads = 512;  // >= kEpMaxExperts: one thread per local expert
+static_assert(kScanThreads >= kEpMaxExperts, "chunk_scan gives each local expert a thread");
 
-// CTA l: offsets[l], then each entry of expert l its place, 1024 entries at a time in (row, slot)
-// order (a block-wide exclusive scan: the same places on every run). CTA 0 also marks the entries
-// that go to no local expert, and records the overflow. raw: count_kernel's counts.
-__global__ void __launch_bounds__(kPlaceThreads) place_kernel(const int32_t* idx, const int* num_recv, int topk, int L,
-                                                              int max_rows, const int* raw, int* counts, int* offsets,
-                                                              int* perm, int* pos_of, int* overflow) {
-  const int l = blockIdx.x;
-  __shared__ int base, total_rows;
-  if (threadIdx.x == 0) {
-    long long s = 0, all = 0;
-    for (int k = 0; k < L; ++k) {
-      if (k < l) s += raw[k];
-      all += raw[k];
-    }
-    const bool over = all > max_rows;
-    base = over ? 0 : int(s);
-    total_rows = over ? -1 : int(all);
-    offsets[l] = base;
-    counts[l] = over ? 0 : raw[l];
-    if (l == 0) *overflow = over ? int(min(all, (long long)INT_MAX)) : 0;
+__global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(const int32_t* idx, const int* num_recv, int topk,
+                                                                    int L, int* chunk_counts) {
+  extern __shared__ int cnt[];  // [L]
+  for (int l = threadIdx.x; l < L; l += kChunkThreads) cnt[l] = 0;
+  __syncthreads();
+  const long long n = (long long)*num_recv * topk, first = (long long)blockIdx.x * kChunk;
+  const long long last = min(n, first + kChunk);
+  for (long long e = first + threadIdx.x; e < last; e += kChunkThreads) {
+    const int id = idx[e];
+    if (id >= 0 && id < L) atomicAdd(&cnt[id], 1);
   }
   __syncthreads();
-  const bool over = total_rows < 0;
-  using Scan = cub::BlockScan<int, kPlaceThreads>;
-  __shared__ typename Scan::TempStorage tmp;
+  for (int l = threadIdx.x; l < L; l += kChunkThreads) chunk_counts[(long long)blockIdx.x * L + l] = cnt[l];
+}
+
+__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const int* num_recv, int topk, int L, int max_rows,
+                                                                  const int* chunk_counts, int* chunk_base, int* counts,
+                                                                  int* offsets, int* overflow) {
+  const int l = threadIdx.x;
   const long long n = (long long)*num_recv * topk;
-  int running = 0;
-  for (long long first = 0; first < n; first += kPlaceThreads) {
-    const long long e = first + threadIdx.x;
-    const int id = e < n ? idx[e] : -1;
-    const int mine = id == l && !over;
-    int before = 0, total = 0;
-    Scan(tmp).ExclusiveSum(mine, before, total);
-    if (mine) {
-      const int pos = base + running + before;
-      perm[pos] = int(e / topk);
-      pos_of[e] = pos;
+  const int chunks = int((n + kChunk - 1) / kChunk);
+  int run = 0;
+  if (l < L)
+    for (int c = 0; c < chunks; ++c) {
+      chunk_base[(long long)c * L + l] = run;
+      run += chunk_counts[(long long)c * L + l];
     }
-    if (l == 0 && e < n && (over || id < 0 || id >= L)) pos_of[e] = -1;
-    running += total;
-    __syncthreads();  // tmp is reused
+  using Scan = cub::BlockScan<int, kScanThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  int before = 0, all = 0;
+  Scan(tmp).ExclusiveSum(l < L ? run : 0, before, all);
+  const bool over = all > max_rows;
+  if (l < L) {
+    counts[l] = over ? 0 : run;
+    offsets[l] = over ? 0 : before;
+  }
+  if (l == 0) *overflow = over ? all : 0;
+}
+
+__global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(const int32_t* idx, const int* num_recv, int topk,
+                                                                    int L, const int* chunk_base, const int* offsets,
+                                                                    const int* overflow, int* perm, int* pos_of) {
+  extern __shared__ int sm[];
+  int* running = sm;      // [L]: entries of expert l in this chunk's earlier sub-blocks
+  int* per_warp = sm + L;  // [kChunkWarps][L]: this sub-block's entries of expert l per warp
+  const long long n = (long long)*num_recv * topk, first = (long long)blockIdx.x * kChunk;
+  if (first >= n) return;
+  const long long last = min(n, first + kChunk);
+  const bool over = *overflow != 0;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int l = threadIdx.x; l < L; l += kChunkThreads) running[l] = 0;
+  for (long long sub = first; sub < last; sub += kChunkThreads) {
+    for (int i = threadIdx.x; i < kChunkWarps * L; i += kChunkThreads) per_warp[i] = 0;
+    __syncthreads();
+    const long long e = sub + threadIdx.x;
+    const int id = e < last ? idx[e] : -1;
+    const bool placed = !over && id >= 0 && id < L;
+    const unsigned same = __match_any_sync(0xffffffffu, placed ? id : -1);
+    const int rank = __popc(same & ((1u << lane) - 1));
+    if (placed && rank == 0) per_warp[warp * L + id] = __popc(same);
+    __syncthreads();
+    if (e < last) {
+      if (placed) {
+        int pos = offsets[id] + chunk_base[(long long)blockIdx.x * L + id] + running[id] + rank;
+        for (int w = 0; w < warp; ++w) pos += per_warp[w * L + id];
+        perm[pos] = int(e / topk);
+        pos_of[e] = pos;
+      } else {
+        pos_of[e] = -1;
+      }
+    }
+    __syncthreads();
+    for (int l = threadIdx.x; l < L; l += kChunkThreads) {
+      int s = 0;
+      for (int w = 0; w < kChunkWarps; ++w) s += per_warp[w * L + l];
+      running[l] += s;
+    }
+    __syncthreads();
   }
 }
 
@@ -141,12 +178,19 @@ int grid_for(long long work, int cap) {
 
 }  // namespace
 
-void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, int* raw, int* counts,
-                int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream) {
-  count_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, raw);
+int place_chunks(long long max_entries) { return int(std::max<long long>(1, (max_entries + kChunk - 1) / kChunk)); }
+
+void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, long long max_entries,
+                const PlaceScratch& w, int* counts, int* offsets, int* perm, int* pos_of, int* overflow,
+                cudaStream_t stream) {
+  const int chunks = place_chunks(max_entries);
+  chunk_count_kernel<<<chunks, kChunkThreads, size_t(L) * sizeof(int), stream>>>(idx, num_recv, topk, L, w.chunk_counts);
   TW_CUDA_CHECK(cudaGetLastError());
-  place_kernel<<<L, kPlaceThreads, 0, stream>>>(idx, num_recv, topk, L, max_rows, raw, counts, offsets, perm, pos_of,
-                                                overflow);
+  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(num_recv, topk, L, max_rows, w.chunk_counts, w.chunk_base, counts,
+                                                    offsets, overflow);
+  TW_CUDA_CHECK(cudaGetLastError());
+  chunk_place_kernel<<<chunks, kChunkThreads, size_t(1 + kChunkWarps) * L * sizeof(int), stream>>>(
+      idx, num_recv, topk, L, w.chunk_base, offsets, overflow, perm, pos_of);
   TW_CUDA_CHECK(cudaGetLastError());
 }
 

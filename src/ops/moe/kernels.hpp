@@ -9,14 +9,22 @@
 namespace tw::ops::moe {
 
 // High throughput: the received rows in expert-major order. Entry e = r x topk + j of the receive
-// (row r < *num_recv, slot j) with local expert l = idx[e] >= 0 gets the place
+// (row r < *num_recv, slot j) with local expert l = idx[e] in [0, L) gets the place
 //   pos(e) = offsets[l] + (entries of expert l before e, in (row, slot) order)
-// so experts' rows are packed one after another, each in receive order: deterministic, no atomics.
-// Writes counts[l], offsets[l] (L groups), perm[pos] = r, and pos_of[e] = pos (-1 for idx[e] < 0).
-// More than max_rows pairs in all: *overflow = their number, counts and every pos_of 0 / -1 (the
-// GEMMs compute nothing, the rows go back as zeros); else *overflow = 0. raw[L]: scratch.
-void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, int* raw, int* counts,
-                int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream);
+// so experts' rows are packed one after another, each in receive order: the same on every run.
+// Writes counts[l], offsets[l] (L groups), perm[pos] = r, and pos_of[e] = pos (-1 for the others).
+// More than max_rows placed entries in all: *overflow = their number, counts 0 and every pos_of
+// -1 (the GEMMs compute nothing, the rows go back as zeros); else *overflow = 0.
+// max_entries: the most entries a receive holds (capacity x topk), which sizes the grid and the
+// scratch (place_chunks(max_entries) x L ints in each array of PlaceScratch).
+struct PlaceScratch {
+  int* chunk_counts = nullptr;
+  int* chunk_base = nullptr;
+};
+int place_chunks(long long max_entries);
+void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, long long max_entries,
+                const PlaceScratch& w, int* counts, int* offsets, int* perm, int* pos_of, int* overflow,
+                cudaStream_t stream);
 
 // xg[pos] = x[perm[pos]] for pos < offsets[L - 1] + counts[L - 1]: rows of H bf16 (H % 8 == 0).
 // max_rows: the rows xg holds (the grid covers them; the count decides).

@@ -59,7 +59,7 @@ struct MoE::Buffers {
   void* xg = nullptr;   // [R, H] received rows in expert-major order
   void* yg = nullptr;   // [R, H] the down GEMM's output, same order
   void* y = nullptr;    // [capacity, H] per received row, its experts' weighted sum
-  int* raw = nullptr;      // [L] pairs per local expert as received
+  ops::moe::PlaceScratch place;  // [place_chunks x L] each
   int* counts = nullptr;   // [L] the GEMMs' (0 after an overflow)
   int* offsets = nullptr;  // [L]
   int* overflow = nullptr; // [1] pairs received beyond rows, or 0
@@ -68,8 +68,8 @@ struct MoE::Buffers {
   size_t bytes = 0;
 
   ~Buffers() {
-    for (void* p : {h, act, xg, yg, y, (void*)raw, (void*)counts, (void*)offsets, (void*)overflow, (void*)perm,
-                    (void*)pos_of})
+    for (void* p : {h, act, xg, yg, y, (void*)place.chunk_counts, (void*)place.chunk_base, (void*)counts,
+                    (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of})
       if (p) cudaFree(p);
   }
 };
@@ -108,7 +108,9 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
     b.xg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
     b.yg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
     b.y = alloc<uint16_t>(size_t(capacity) * H, &b.bytes);
-    b.raw = alloc<int>(L, &b.bytes);
+    const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
+    b.place.chunk_counts = alloc<int>(chunk_ints, &b.bytes);
+    b.place.chunk_base = alloc<int>(chunk_ints, &b.bytes);
     b.counts = alloc<int>(L, &b.bytes);
     b.overflow = alloc<int>(1, &b.bytes);
     StreamGuard init;  // never the legacy default stream (stream_guard.hpp)
@@ -179,8 +181,8 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   EpDispatchArgs d;
   d.x = a.x, d.num_tokens = N, d.topk_idx = a.topk_idx, d.index_type = a.index_type, d.topk_weights = a.topk_weights;
   const EpRecv r = ep_->dispatch(d, stream);
-  ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, b.raw, b.counts, b.offsets, b.perm, b.pos_of, b.overflow,
-                       stream);
+  ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
+                       b.perm, b.pos_of, b.overflow, stream);
   ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
