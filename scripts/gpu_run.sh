@@ -47,7 +47,8 @@
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU, then gemm_allreduce at 8192 x 8192 x 4096 on one rank from the
-#                 CLI and from Python in alternation (python_vs_cli.jsonl: what the Python layer adds)
+#                 CLI and from Python in alternation (python_vs_cli.jsonl: what the Python layer adds),
+#                 then tilewire.MoE against a torch reference MoE layer (py_moe.json)
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
@@ -353,6 +354,8 @@ if [ "$MODE" = python ]; then
       8192 8192 4096 --json "$OUT/py.json" && cat "$OUT/py.json" >>"$OUT/python_vs_cli.jsonl"
   done
   rm -f "$OUT/cli.json" "$OUT/py.json"
+  step "scripts/py_moe_bench.py: tilewire.MoE against the torch reference layer, $ngpu processes"
+  PYTHONPATH=$PYLIB run 240 torchrun --nproc-per-node "$ngpu" "$REPO/scripts/py_moe_bench.py" --json "$OUT/py_moe.json"
   python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"
 import json, sys
 cli, py = [], []
