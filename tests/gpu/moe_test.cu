@@ -223,6 +223,7 @@ TEST(Moe, GraphReplayIsBitIdentical) {
       tw::MoeArgs a;
       a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
       a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      poison(out.data(), out.bytes, s);  // as before each replay (a rank with no tokens writes none of it)
       comm.sync(s);
       comm.barrier();
       moe.forward(a, s);
