@@ -102,13 +102,31 @@ class Comm:
         self._c.barrier()
 
     # ------------------------------------------------------------------ ops
+    def _kept(self, key, fits=lambda t: True):
+        """The kept symmetric tensor for key (name, bytes, dtype, stream), or None when one must be
+        made. Making one is collective and cannot happen while a CUDA graph is captured (torch's
+        capture runs on a stream of its own): then the tensor an eager call made for the same name,
+        size and dtype on another stream is used. Its replays and eager calls of that op on the
+        other stream must then not overlap (they share it)."""
+        t = self._staging.get(key)
+        if t is not None and fits(t):
+            return t
+        import torch
+        if not torch.cuda.is_current_stream_capturing():
+            return None
+        for k, v in self._staging.items():
+            if k[:3] == key[:3] and fits(v):
+                return v
+        raise RuntimeError(f"tilewire.Comm: '{key[0]}' needs a symmetric buffer of {key[1]} bytes, which cannot be "
+                           "made while a CUDA graph is captured; make one eager call of the same op and shape first")
+
     def _symmetric(self, t, name: str, stream: int):
         """t itself when it lies in one of this communicator's windows, else a staging copy.
 
         Cost of a non-symmetric input: one device copy in (and out, for outputs); the staging
         tensor is kept per (name, size) and reused."""
         key = (name, t.numel() * t.element_size(), str(t.dtype), stream)
-        s = self._staging.get(key)
+        s = self._kept(key)
         if s is None:
             s = self.empty((t.numel(),), t.dtype)
             self._staging[key] = s
@@ -197,7 +215,7 @@ class Comm:
         st = _stream()
         ws = self._workspace("gemm_allreduce.ws", ws_bytes, st)
         key = ("gemm_allreduce.C", M * N * A.element_size(), str(A.dtype), st)
-        C = self._staging.get(key)
+        C = self._kept(key)
         if C is None:
             C = self.empty((M * N,), A.dtype)
             self._staging[key] = C
@@ -212,8 +230,8 @@ class Comm:
     def _workspace(self, name: str, nbytes: int, stream: int):
         import torch
         key = (name, 0, "uint8", stream)
-        ws = self._staging.get(key)
-        if ws is None or ws.numel() < nbytes:
+        ws = self._kept(key, lambda t: t.numel() >= nbytes)
+        if ws is None:
             ws = self.empty((max(nbytes, 1),), torch.uint8)  # collective: every rank makes the same calls
             self._staging[key] = ws
         return ws
