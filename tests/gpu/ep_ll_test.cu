@@ -287,6 +287,9 @@ TEST(Ep, LowLatencyGraphReplayAndSkippedCombine) {
     step(true);
     TW_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
     TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    // Every rank has instantiated before any replays: instantiation may wait for the device, and a
+    // peer's replay spins until this rank's replay sends (on a virtual team they share the device).
+    comm.barrier();
     for (int rep = 0; rep < 3; ++rep) {
       const std::string at = "replay " + std::to_string(rep) + ": ";
       // The receive block is this rank's until its next dispatch_send: poisoning it first is safe.
@@ -436,8 +439,11 @@ TEST(Ep, LowLatencyLargestLayout) {
       b.dispatch_send(args, s);
       b.dispatch_recv(s);
       b.check(s);
-      comm.barrier();
+      comm.barrier();  // every rank's work on b is done (check synchronized its stream)
     }
+    // b's memory is freed above, and cudaFree waits for the whole device: on a virtual team no rank
+    // may start a kernel that waits for a peer until every rank is past its free.
+    comm.barrier();
     step(a, N, "largest after a smaller buffer: ");
   });
   for (int q = 0; q < P; ++q)
