@@ -1,6 +1,8 @@
 // Parsing and host arithmetic for `tilewire bench <op>`. See bench_args.hpp for the rules.
 #include "bench_args.hpp"
 
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
@@ -233,6 +235,17 @@ double median(std::vector<double> v) {
 std::string bench_commit() {
   const char* c = std::getenv("TILEWIRE_COMMIT");
   return c && *c ? c : "unknown";
+}
+
+int require_gpus(const std::string& cmd) {
+  int ndev = 0;
+  const cudaError_t e = cudaGetDeviceCount(&ndev);
+  if (e != cudaSuccess || ndev == 0) {
+    cudaGetLastError();
+    throw Error(Errc::kUnsupported,
+                cmd + ": no CUDA GPU (" + (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
+  }
+  return ndev;
 }
 
 }  // namespace tw::cli

@@ -77,6 +77,10 @@ Bandwidth allreduce_bandwidth(uint64_t bytes, double seconds, int nranks);
 // Median of v (mean of the middle two when even); 0 for an empty v.
 double median(std::vector<double> v);
 
+// The number of CUDA devices; throws tw::Error(kUnsupported) "<cmd>: no CUDA GPU (why)" when there
+// is none (a bench's first step).
+int require_gpus(const std::string& cmd);
+
 // The commit a bench report records: TILEWIRE_COMMIT (scripts/gpu_run.sh sets it from
 // dist/COMMIT; a bench's own variable, not the library's), else "unknown".
 std::string bench_commit();

@@ -368,13 +368,7 @@ int bench_gemm(const std::vector<std::string>& argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  int ndev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess || ndev == 0) {
-    cudaGetLastError();
-    throw Error(Errc::kUnsupported, std::string("bench gemm: no CUDA GPU (") +
-                                        (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-  }
+  require_gpus("bench gemm");
   if (a.virtual_ranks > 0) return gemm_bench::bench_gemm_virtual(a);
   std::ofstream json;
   if (!a.json_path.empty()) {

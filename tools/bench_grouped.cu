@@ -280,13 +280,7 @@ int bench_grouped(const std::vector<std::string>& argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  int ndev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess || ndev == 0) {
-    cudaGetLastError();
-    throw Error(Errc::kUnsupported, std::string("bench gemm --grouped: no CUDA GPU (") +
-                                        (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-  }
+  require_gpus("bench gemm --grouped");
   std::ofstream json;
   if (!a.json_path.empty()) {
     json.open(a.json_path, std::ios::out | std::ios::trunc);

@@ -417,13 +417,7 @@ int bench_moe(const std::vector<std::string>& argv) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  int ndev = 0;
-  const cudaError_t e = cudaGetDeviceCount(&ndev);
-  if (e != cudaSuccess || ndev == 0) {
-    cudaGetLastError();
-    throw Error(Errc::kUnsupported, std::string("bench moe: no CUDA GPU (") +
-                                        (e != cudaSuccess ? cudaGetErrorString(e) : "0 devices") + ")");
-  }
+  const int ndev = require_gpus("bench moe");
   const int P = o.virtual_ranks > 0 ? o.virtual_ranks : ndev;
   for (const Model* m : o.models)
     TW_REQUIRE(m->experts % P == 0, kInvalidArgument,

@@ -13,6 +13,13 @@
 
 namespace tw_py {
 
+// Pointers and streams cross from Python as integers.
+template <class T = void>
+T* ptr(uintptr_t p) {
+  return reinterpret_cast<T*>(p);
+}
+inline cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
+
 // The windows a Python communicator made, by creation index (the same on every rank: window
 // creation is collective). A tensor's memory stays registered until collect() or close(): the
 // Python garbage collector drops tensors at different times on different ranks, and releasing a

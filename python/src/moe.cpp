@@ -19,12 +19,6 @@ namespace nb = nanobind;
 namespace tw_py {
 namespace {
 
-template <class T = void>
-T* ptr(uintptr_t p) {
-  return reinterpret_cast<T*>(p);
-}
-cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
 struct PyMoe {
   std::unique_ptr<tw::MoE> moe;
   // Garbage-collected without close(): its EpBuffer's window is released collectively, which

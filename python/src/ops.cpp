@@ -22,12 +22,6 @@ namespace nb = nanobind;
 namespace tw_py {
 namespace {
 
-template <class T = void>
-T* ptr(uintptr_t p) {
-  return reinterpret_cast<T*>(p);
-}
-cudaStream_t stream_of(uintptr_t s) { return reinterpret_cast<cudaStream_t>(s); }
-
 // An enum argument `arg` = `s`, read by the library's tw::parse_* function; else kInvalidArgument
 // (a ValueError in Python) naming the argument, the value and `accepted`.
 template <class E>
