@@ -1,17 +1,20 @@
 """comm.gemm_allreduce timed from Python the way `tilewire bench gemm-allreduce` times row (e).
 
-    torchrun --nproc-per-node 1 scripts/py_gemm_allreduce_time.py [M N K] [--json FILE]
+    torchrun --nproc-per-node 1 scripts/py_gemm_allreduce_time.py [M N K] [-R REPEATS] [--warm-s WARM_S] [--json FILE]
 
 bf16, A [M, K], B [N, K] (b_layout "nk"), the inputs rotating over two (A, B) sets, C returned as
 a view (no copy): `iters` calls back to back between two CUDA events on torch's current stream,
-after `warmup` untimed calls; the median over `repeats` of (elapsed / iters). The same defaults as
-the CLI (20, 5, 5). Prints one JSON line (and writes it to FILE): what the Python layer adds over
+after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 2: the CLI times
+its row among five others on a GPU already hot, whose clock is lower than after an idle start);
+the median over `repeats` of (elapsed / iters). The same defaults as the CLI (20, 5, 5; scripts/
+gpu_run.sh python passes -R 9 to both). Prints one JSON line (and writes it to FILE): what the Python layer adds over
 the C++ call is the difference between the two figures (scripts/gpu_run.sh python compares them
 in the same call)."""
 import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -20,13 +23,15 @@ import tilewire
 
 
 def main(argv) -> int:
-    out = None
-    if "--json" in argv:
-        i = argv.index("--json")
-        out = argv[i + 1]
-        argv = argv[:i] + argv[i + 2:]
+    opts = {"--json": None, "-R": "5", "--warm-s": "2"}
+    for flag in opts:
+        if flag in argv:
+            i = argv.index(flag)
+            opts[flag] = argv[i + 1]
+            argv = argv[:i] + argv[i + 2:]
+    out, repeats, warm_s = opts["--json"], int(opts["-R"]), float(opts["--warm-s"])
     M, N, K = (int(v) for v in argv) if argv else (8192, 8192, 4096)
-    iters, warmup, repeats = 20, 5, 5
+    iters, warmup = 20, 5
     torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group("nccl")
     comm = tilewire.init()
@@ -35,6 +40,12 @@ def main(argv) -> int:
              torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)) for _ in range(2)]
     for j in range(warmup):
         comm.gemm_allreduce(*sets[j % 2], view=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < warm_s:  # a hot GPU, as in the CLI's rotation of rows
+        for j in range(iters):
+            comm.gemm_allreduce(*sets[j % 2], view=True)
+        torch.cuda.synchronize()
     times = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(repeats):
@@ -47,7 +58,7 @@ def main(argv) -> int:
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / iters)
     row = {"bench": "python gemm_allreduce", "M": M, "N": N, "K_local": K, "nranks": dist.get_world_size(),
-           "iters": iters, "warmup": warmup, "repeats": repeats, "t_python_us": statistics.median(times),
+           "iters": iters, "warmup": warmup, "warm_s": warm_s, "repeats": repeats, "t_python_us": statistics.median(times),
            "t_python_all_us": times}
     if dist.get_rank() == 0:
         line = json.dumps(row)
