@@ -138,7 +138,9 @@ void decode_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduc
   } else {
     gemm(as_gemm_args(a), gc, stream);
   }
-  comm.launched("gemm_allreduce");
+  // No host rendezvous after the GEMM: it waits on no peer, and a rendezvous before the
+  // all-reduce kernel is enqueued would hold a rank whose peer never calls in the host bound
+  // instead of ending in the kernel's device-wait diagnostic (TimeoutDeathTest.FusedPeerNeverJoins).
   InPlaceArgs ia;
   ia.c0 = wc.win.lsa_base + wc.offset;
   ia.lsa_stride = wc.win.lsa_stride;

@@ -134,7 +134,8 @@ void fused_reducescatter_decode(Comm& comm, const GemmReduceScatterArgs& a, cons
   } else {
     gemm(g, gc, stream);
   }
-  comm.launched("gemm_reducescatter");
+  // No host rendezvous after the GEMM (it waits on no peer): the reduce kernel's device wait
+  // must be what ends a call whose peer never joins.
   ReduceArgs ra;
   ra.copy0 = w.win.lsa_base + w.offset;
   ra.lsa_stride = w.win.lsa_stride;
