@@ -190,7 +190,7 @@ struct Params {
   const void* topk_idx;   // layout
   bool idx64;
   bool fp8;
-  int parts;              // send: warps per token (1 with GIN peers)
+  int parts;              // send: warps per (token, expert) pair (1 with GIN peers)
   const char* y;          // combine send: [L, cap, H] bf16 to copy into the combine block (null: it is there)
   const float* weights;   // combine recv: [N, topk]
   __nv_bfloat16* out;     // combine recv

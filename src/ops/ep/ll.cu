@@ -288,121 +288,87 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   }
   __syncthreads();
   stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
-  // 3. p.parts warps per token, each a range of its 16-byte chunks (a multiple of 16: whole fp8
-  //    scale groups), so that a decode batch of a few tokens still spreads over every warp of the
-  //    grid: the warp loads its range of the token's bf16 row once (fp8: quantizes it once, per
-  //    128 columns, a half-warp per group of 16 chunks) and stores it into the receive row of
-  //    each of the token's experts, top-k slot by slot. (A warp per (token, expert) pair read the
-  //    row and quantized it top-k times over.) Item k (token k / parts) goes to CTA k mod G, warp
-  //    (k / G) mod kWarps. Nothing when some rank's routing was refused (every rank sees it).
+  // 3. p.parts warps per (token, expert) pair, each a range of its 16-byte chunks (a multiple of
+  //    16: whole fp8 scale groups), so that a decode batch of a few tokens still spreads over
+  //    every warp of the grid and each lane has one or two rounds of loads in flight: the token's
+  //    bf16 row (read from L2 after the first of its pairs) is stored into the expert's receive
+  //    row; fp8 quantizes it per 128 columns, a half-warp per group of 16 chunks. Item k (pair
+  //    k / parts) goes to CTA k mod G, warp (k / G) mod kWarps (in CTA-major order the first
+  //    pairs filled half the grid). Nothing when some rank's routing was refused (every rank
+  //    sees it).
   const int all_chunks = g.hidden / 8;  // 16-byte bf16 chunks
   const int per_part = ((all_chunks + p.parts - 1) / p.parts + 15) / 16 * 16;
-  const int16_t* sid = lsm + kWarps * g.E;  // the layout's expert per (token, slot); -1: none
-  // Where pair i's part starting at chunk c_begin goes: its row (bf16 16 bytes per chunk, fp8 8),
-  // its first scale and its (token, slot), in rank `wr`'s window (an LSA destination's receive
-  // row, a GIN one's staging in this rank's window).
-  struct Dest {
-    size_t row, sc, meta;
-    int wr, dst;
-    bool lsa;
-  };
-  const auto dest = [&](int i, int c_begin) {
-    const int id = sid[i];
-    Dest d;
-    d.dst = id / g.L;
-    const size_t r = (size_t)(id % g.L) * g.cap + base[id] + pos[i];  // the row in dst's receive block
-    d.lsa = dev::is_lsa_peer(ctx, d.dst);
-    d.wr = d.lsa ? d.dst : g.me;
-    const size_t sp = g.spair(buf, i);
-    d.row = (d.lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes) + (size_t)c_begin * (p.fp8 ? 8 : 16);
-    d.sc = (d.lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4) + (size_t)(c_begin / 16) * 4;
-    d.meta = d.lsa ? g.off_meta + r * 8 : g.off_smeta + sp * 8;
-    return d;
-  };
-  for (int k = blockIdx.x + warp * gridDim.x; !bad && k < p.s.num_tokens * p.parts; k += gridDim.x * kWarps) {
-    const int t = k / p.parts, part = k % p.parts;
+  for (int k = blockIdx.x + warp * gridDim.x; !bad && k < p.s.num_tokens * g.topk * p.parts; k += gridDim.x * kWarps) {
+    const int i = k / p.parts, part = k % p.parts;
+    if (pos[i] < 0) continue;  // warp-uniform: one item per warp
     const int c_begin = min(all_chunks, part * per_part), chunks = min(all_chunks, c_begin + per_part) - c_begin;
+    const int t = i / g.topk, j = i % g.topk;
+    const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
+    const int dst = (int)(id / g.L);
+    const size_t r = (size_t)(id % g.L) * g.cap + base[id] + pos[i];  // the row in dst's receive block
+    if (lane == 0 && part == 0) p.s.route[i] = make_int2(dst, (int)r);
     const char* src = p.x + (size_t)t * g.hidden * 2 + (size_t)c_begin * 16;
-    for (int c0 = 0; c0 < chunks; c0 += 32 * kRowUnroll) {
-      // kRowUnroll chunks per lane loaded before any is stored (latency).
+    // An LSA destination's receive row directly; a GIN one's through this rank's staging.
+    const bool lsa = dev::is_lsa_peer(ctx, dst);
+    const int wr = lsa ? dst : g.me;
+    const size_t sp = g.spair(buf, i);
+    // This part's first byte of the row (bf16 16 bytes per chunk, fp8 8) and its first scale.
+    const size_t row_off = (lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes) + (size_t)c_begin * (p.fp8 ? 8 : 16);
+    const size_t sc_off = (lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4) + (size_t)(c_begin / 16) * 4;
+    const size_t meta_off = lsa ? g.off_meta + r * 8 : g.off_smeta + sp * 8;
+    if (!p.fp8) {
+      char* to = at<char>(ctx, p.win, row_off, wr);
+      warp_copy_row(
+          chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+          [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
+    }
+    // fp8: kRowUnroll chunks per lane loaded before any is quantized (latency, as in
+    // warp_copy_row); the shuffles stay within each half-warp's 16 lanes.
+    for (int c0 = 0; p.fp8 && c0 < chunks; c0 += 32 * kRowUnroll) {
       uint4 v[kRowUnroll];
 #pragma unroll
       for (int u = 0; u < kRowUnroll; ++u) {
         const int c = c0 + 32 * u + lane;
         v[u] = c < chunks ? ptx::ld_nc_v4(src + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
       }
-      if (p.fp8) {
-        // Registers only (a byte pointer into a vector would put it in local memory); the
-        // shuffles stay within each half-warp's 16 lanes.
-        uint2 q[kRowUnroll];
-        float scale[kRowUnroll];
 #pragma unroll
-        for (int u = 0; u < kRowUnroll; ++u) {
-          if (c0 + 32 * u >= chunks) break;  // warp-uniform
-          const uint32_t wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-          float f[8], amax = 0.0f;
+      for (int u = 0; u < kRowUnroll; ++u) {
+        if (c0 + 32 * u >= chunks) break;  // warp-uniform
+        const int c = c0 + 32 * u + lane;
+        // Registers only (a byte pointer into a vector would put it in local memory).
+        const uint32_t wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        float f[8], amax = 0.0f;
 #pragma unroll
-          for (int e8 = 0; e8 < 8; ++e8) {
-            f[e8] = __uint_as_float((e8 % 2 ? wd[e8 / 2] >> 16 : wd[e8 / 2] & 0xffffu) << 16);  // bf16 -> f32 is exact
-            amax = fmaxf(amax, fabsf(f[e8]));
-          }
-#pragma unroll
-          for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-          // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
-          // send twice the bf16 one); the row keeps amax / 448 to dequantize.
-          // inv at most FLT_MAX: 448 / amax overflows below amax ~ 1.3e-36, and 0 x inf is NaN.
-          scale[u] = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-          const float inv = amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
-          uint32_t qw[2] = {0, 0};
-#pragma unroll
-          for (int e8 = 0; e8 < 8; ++e8)
-            qw[e8 / 4] |= (uint32_t)__nv_cvt_float_to_fp8(__fmul_rn(f[e8], inv), __NV_SATFINITE, __NV_E4M3) << (8 * (e8 % 4));
-          q[u] = make_uint2(qw[0], qw[1]);
+        for (int k = 0; k < 8; ++k) {
+          f[k] = __uint_as_float((k % 2 ? wd[k / 2] >> 16 : wd[k / 2] & 0xffffu) << 16);  // bf16 -> f32 is exact
+          amax = fmaxf(amax, fabsf(f[k]));
         }
-        for (int j = 0; j < g.topk; ++j) {
-          const int i = t * g.topk + j;
-          if (pos[i] < 0) continue;  // warp-uniform
-          const Dest d = dest(i, c_begin);
 #pragma unroll
-          for (int u = 0; u < kRowUnroll; ++u) {
-            const int c = c0 + 32 * u + lane;
-            if (c >= chunks) break;
-            *at<uint2>(ctx, p.win, d.row + (size_t)c * 8, d.wr) = q[u];
-            if (c % 16 == 0) *at<float>(ctx, p.win, d.sc + (size_t)(c / 16) * 4, d.wr) = scale[u];
-          }
-        }
-      } else {
-        for (int j = 0; j < g.topk; ++j) {
-          const int i = t * g.topk + j;
-          if (pos[i] < 0) continue;  // warp-uniform
-          const Dest d = dest(i, c_begin);
-          char* to = at<char>(ctx, p.win, d.row, d.wr);
+        for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
+        // send twice the bf16 one); the row keeps amax / 448 to dequantize.
+        // inv at most FLT_MAX: 448 / amax overflows below amax ~ 1.3e-36, and 0 x inf is NaN.
+        const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+        const float inv = amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
+        uint32_t qw[2] = {0, 0};
 #pragma unroll
-          for (int u = 0; u < kRowUnroll; ++u) {
-            const int c = c0 + 32 * u + lane;
-            if (c < chunks) ptx::st_v4(to + (size_t)c * 16, v[u]);
-          }
+        for (int e8 = 0; e8 < 8; ++e8)
+          qw[e8 / 4] |= (uint32_t)__nv_cvt_float_to_fp8(__fmul_rn(f[e8], inv), __NV_SATFINITE, __NV_E4M3) << (8 * (e8 % 4));
+        const uint2 q = make_uint2(qw[0], qw[1]);
+        if (c < chunks) {
+          *at<uint2>(ctx, p.win, row_off + (size_t)c * 8, wr) = q;
+          if (c % 16 == 0) *at<float>(ctx, p.win, sc_off + (size_t)(c / 16) * 4, wr) = scale;
         }
       }
     }
-    for (int j = 0; j < g.topk; ++j) {
-      const int i = t * g.topk + j;
-      if (pos[i] < 0) continue;  // warp-uniform
-      const Dest d = dest(i, c_begin);
-      if (lane == 0 && part == 0) {
-        p.s.route[i] = make_int2(d.dst, (int)((size_t)(sid[i] % g.L) * g.cap + base[sid[i]] + pos[i]));
-        *at<int2>(ctx, p.win, d.meta, d.wr) = make_int2(t, j);
-      }
-      if (!d.lsa) {  // warp-uniform (a GIN team sends whole rows: parts is 1)
-        __threadfence_system();
-        __syncwarp();
-        const int sig = g.signal(Geo::kSigRows, buf, g.me);
-        const size_t r = (size_t)(sid[i] % g.L) * g.cap + base[sid[i]] + pos[i];
-        dev::put_signal(dev::Warp{}, ctx, d.dst, p.win, g.off_rows + r * g.row_bytes, p.win, d.row, g.row_bytes, sig, 1);
-        if (g.nsc)
-          dev::put_signal(dev::Warp{}, ctx, d.dst, p.win, g.off_scales + r * g.nsc * 4, p.win, d.sc, g.nsc * 4, sig, 1);
-        dev::put_signal(dev::Warp{}, ctx, d.dst, p.win, g.off_meta + r * 8, p.win, d.meta, 8, sig, 1);
-      }
+    if (lane == 0 && part == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
+    if (!lsa) {  // warp-uniform (a GIN team sends whole rows: parts is 1)
+      __threadfence_system();
+      const int sig = g.signal(Geo::kSigRows, buf, g.me);
+      dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_rows + r * g.row_bytes, p.win, row_off, g.row_bytes, sig, 1);
+      if (g.nsc)
+        dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_scales + r * g.nsc * 4, p.win, sc_off, g.nsc * 4, sig, 1);
+      dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_meta + r * 8, p.win, meta_off, 8, sig, 1);
     }
   }
   release_to_all(p, g.off_done, buf, e);
@@ -639,11 +605,11 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   p.topk_idx = a.topk_idx;
   p.idx64 = a.index_type == EpIndex::kInt64;
   p.fp8 = cfg_.payload == EpPayload::kFp8E4M3;
-  // Warps per token: as many as leave every CTA's warps busy (a power of two, at most 16);
-  // whole rows when GIN puts them.
+  // Warps per pair: as many as leave every CTA's warps busy (a power of two, at most 16), so a
+  // lane has at most two rounds of loads per row; whole rows when GIN puts them.
   p.parts = 1;
-  const int tokens_per_cta = std::max(1, (a.num_tokens + sms_ - 1) / sms_);
-  while (!ll.g.gin && p.parts < ops::ep::kWarps && 2 * p.parts * tokens_per_cta <= ops::ep::kWarps) p.parts *= 2;
+  const int pairs_per_cta = std::max(1, (a.num_tokens * cfg_.topk + sms_ - 1) / sms_);
+  while (!ll.g.gin && p.parts < ops::ep::kWarps && 2 * p.parts * pairs_per_cta <= ops::ep::kWarps) p.parts *= 2;
   launch_ll(comm_, ops::ep::ll::send, sms_, ops::ep::kThreads,
             ops::ep::ll::layout_smem(cfg_.num_experts, a.num_tokens * cfg_.topk), stream, p);
   ll.step = LowLatency::Step::kSent;
