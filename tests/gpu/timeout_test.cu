@@ -11,6 +11,8 @@
 //   TimeoutDeathTest.LoneBarrierTimesOut       2+ ranks: rank 0 enters lsa_barrier, the others never do
 //   TimeoutDeathTest.FusedPeerNeverJoins       2+ ranks: rank 0 runs gemm_allreduce, the others never
 //                                              do: the wait for a peer's partial ends in the diagnostic
+//   TimeoutDeathTest.FusedReduceScatterPeerNeverJoins  the same for gemm_reducescatter (both at M =
+//                                              256: the decode paths, a GEMM and then the waiting kernel)
 // The children run on the test team's backend (common.cuh): 2 GPUs, or the virtual team's P ranks
 // on one GPU (TILEWIRE_TEST_VIRTUAL), where the ranks that never arrive are virtual.
 //   TimeoutDeathTest.DestroyAfterTimeoutDoesNotHang  the bound from CommConfig::timeout_ms; after the
@@ -34,6 +36,7 @@
 #include "common.cuh"
 #include "tilewire/device.cuh"
 #include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
 using namespace tw_test;
@@ -135,27 +138,37 @@ TEST(TimeoutDeathTest, LoneBarrierTimesOut) {
 }
 
 // ---------------------------------------------------------------- fused op, a peer that never joins
-// Both ranks allocate the windows (collective) and zero the workspace; only rank 0 calls the op.
-[[noreturn]] void fused_lone_child() {
+// Both ranks allocate the windows (collective) and zero the workspace; only rank 0 calls the op
+// (gemm_allreduce, or gemm_reducescatter with `reduce_scatter`), kFused at M = 256: the decode
+// path, the plain GEMM and then a kernel that waits on the peers. Rank 0 must end in that
+// kernel's device-wait diagnostic, not in a host rendezvous held for the host bound.
+[[noreturn]] void fused_lone_child(bool reduce_scatter) {
   alarm(40);
   setenv("TILEWIRE_TIMEOUT_MS", "500", 1);
   try {
     run_child_team(2, [&](tw::Comm& comm) {
       Stream s;
-      const int M = 256, N = 512, K = 128;
-      DeviceBuffer A(M * K * 2), B(N * K * 2);
+      const int M = 256, N = 512, K = 128, P = comm.nranks();
+      DeviceBuffer A(M * K * 2), B(N * K * 2), C_shard(size_t(M) * N * 2);
       fill(A.data(), tw::DType::kBFloat16, M * K, Fill::kRandom, 5, comm.rank(), s);
       fill(B.data(), tw::DType::kBFloat16, N * K, Fill::kRandom, 6, comm.rank(), s);
       tw::Window C = comm.alloc_window(size_t(M) * N * 2);
       tw::GemmAllReduceArgs a{A.data(), B.data(), C.data(), M, N, K, tw::DType::kBFloat16, tw::BLayout::kNK, nullptr};
-      tw::Window ws = comm.alloc_window(tw::workspace_size(a, comm.nranks(), {}));
-      a.workspace = ws.data();
+      tw::GemmReduceScatterArgs r{A.data(), B.data(), C_shard.data(), M, N, K, tw::DType::kBFloat16, tw::BLayout::kNK, nullptr};
+      tw::Window ws = comm.alloc_window(reduce_scatter ? tw::gemm_reducescatter_workspace_size(M, N, tw::DType::kBFloat16, P)
+                                                       : tw::workspace_size(a, P, {}));
+      a.workspace = r.workspace = ws.data();
       TW_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0, ws.bytes(), s));
       TW_CUDA_CHECK(cudaStreamSynchronize(s));
       comm.barrier();
       if (comm.rank() != 0) {
         std::this_thread::sleep_for(std::chrono::seconds(30));
         return;
+      }
+      if (reduce_scatter) {
+        tw::TpConfig fused;
+        fused.path = tw::TpPath::kFused;
+        sync_and_exit(comm, s, "the fused op returned without its peer", [&] { tw::gemm_reducescatter(comm, r, fused, s); });
       }
       tw::GemmAllReduceConfig fused;
       fused.path = tw::GemmAllReducePath::kFused;
@@ -172,8 +185,18 @@ TEST(TimeoutDeathTest, FusedPeerNeverJoins) {
   TW_SKIP_UNLESS_SM90();
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   const auto t0 = std::chrono::steady_clock::now();
-  EXPECT_EXIT(fused_lone_child(), ::testing::ExitedWithCode(kCaughtTimeout),
+  EXPECT_EXIT(fused_lone_child(false), ::testing::ExitedWithCode(kCaughtTimeout),
               "TIMEOUT.*rank 0 block [0-9]+ thread [0-9]+ " TW_WAITED_500 " in 'gemm_allreduce\\.[a-z_]+' for >= 1, saw 0");
+  EXPECT_LT(seconds_since(t0), 15.0);
+}
+
+TEST(TimeoutDeathTest, FusedReduceScatterPeerNeverJoins) {
+  TW_SKIP_UNLESS_RANKS(2);
+  TW_SKIP_UNLESS_SM90();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EXIT(fused_lone_child(true), ::testing::ExitedWithCode(kCaughtTimeout),
+              "TIMEOUT.*rank 0 block [0-9]+ thread [0-9]+ " TW_WAITED_500 " in 'gemm_reducescatter\\.[a-z_]+' for >= 1, saw 0");
   EXPECT_LT(seconds_since(t0), 15.0);
 }
 
