@@ -91,6 +91,7 @@
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
+#                 and at HOUSE_P virtual ranks (default "2 4 8"; whole_binary below; gpu_tests_house.tgz)
 #   moe           (nvidia-h200) the grouped GEMM and the MoE FFN: their tests at the real rank and at
 #                 MOE_P virtual ranks (default "2 3 4 8"; gpu_tests_moe.json, one gtest JSON per P
 #                 merged by name), memcheck on them (real rank, and 4 virtual), `bench gemm --grouped`
@@ -236,6 +237,38 @@ ep_tests() {
   step "memcheck on the EP tests, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*'
+}
+
+# whole_binary "P..." TGZ: the whole GPU test binary at each P (0: the real rank). The single-GPU
+# suites, which make no team (TILEWIRE_TEST_VIRTUAL does not reach them) and spend most of the
+# binary's time in host references, run at the real rank only, in 4 parallel processes (GTest
+# shards); every other test runs in one process per P. One gtest JSON and log per process, in TGZ
+# under $OUT (the device tool brings back 8 files at most).
+whole_binary() {
+  local single='Gemm.*:GemmScratch.*:GroupedGemm.*' d
+  d=$(mktemp -d)
+  for p in $1; do
+    if [ "$p" = 0 ]; then
+      step "GPU tests, the real rank: the single-GPU suites in 4 shards"
+      local pids=() i
+      for i in 0 1 2 3; do
+        GTEST_TOTAL_SHARDS=4 GTEST_SHARD_INDEX=$i timeout 240 "$TESTS" --gtest_filter="$single" \
+          --gtest_output=json:"$d/p1_single_shard$i.json" >"$d/p1_single_shard$i.log" 2>&1 &
+        pids+=($!)
+      done
+      for i in 0 1 2 3; do
+        wait "${pids[$i]}" || { echo "!!! shard $i of the single-GPU suites failed" | tee -a "$LOG"; FAIL=1; }
+      done
+      step "GPU tests, the real rank: every other test"
+      timeout 320 "$TESTS" --gtest_filter="-$single" --gtest_output=json:"$d/p1_rest.json" >"$d/p1_rest.log" 2>&1 ||
+        { echo "!!! GPU tests at the real rank failed" | tee -a "$LOG"; FAIL=1; }
+    else
+      step "GPU tests, $p virtual ranks: all but the single-GPU suites"
+      TILEWIRE_TEST_VIRTUAL=$p timeout 200 "$TESTS" --gtest_filter="-$single" --gtest_output=json:"$d/v$p.json" \
+        >"$d/v$p.log" 2>&1 || { echo "!!! GPU tests at $p virtual ranks failed" | tee -a "$LOG"; FAIL=1; }
+    fi
+    (cd "$d" && tar czf "$OUT/$2" .)
+  done
 }
 
 if [ "$MODE" = ep ]; then
@@ -626,8 +659,7 @@ if [ "$MODE" = house ]; then
     done
   done
   rm -f "$OUT/h.json"
-  step "GPU tests, the real rank"
-  run 240 "$TESTS" --gtest_output=json:"$OUT/gpu_tests_p1.json"
+  whole_binary "0 ${HOUSE_P-2 4 8}" gpu_tests_house.tgz
 fi
 
 if [ "$MODE" = moe ]; then
