@@ -75,7 +75,8 @@
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN, at nodes x ranks per node
 #                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
 #                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*
-#                 (GIN_EP_FILTER) repeated GIN_EP_SEEDS times (default GIN_SEEDS), each repeat's teams
+#                 (GIN_EP_FILTER) repeated GIN_EP_SEEDS times (default GIN_SEEDS; the EP test's two limit
+#                 cases in the first GIN_EP_LIMITS_SEEDS repeats only, default 1), each repeat's teams
 #                 under their own chaos seed from GIN_EP_SEED0 on (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
 #                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 (GIN_MEMCHECK_FILTER,
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
@@ -173,9 +174,17 @@ if [ "$MODE" = gin ]; then
     TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
       --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
     if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
-      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, ${GIN_EP_SEEDS:-$SEEDS} chaos seeds (one per repeat)"
+      # The first GIN_EP_LIMITS_SEEDS repeats (default 1) with Ep.DispatchCombineMatchTheReference's
+      # two limit cases, the others without them (TILEWIRE_TEST_EP_LIMITS=0: over a GiB per rank
+      # through host memory), under seeds from GIN_EP_SEED0 + 1000 on.
+      all=${GIN_EP_SEEDS:-$SEEDS} lim=${GIN_EP_LIMITS_SEEDS:-1}
+      [ "$lim" -gt "$all" ] && lim=$all
+      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $all chaos seeds (one per repeat; the EP limit cases under $lim)"
       TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
-        --gtest_repeat="${GIN_EP_SEEDS:-$SEEDS}"
+        --gtest_repeat="$lim"
+      [ "$all" -gt "$lim" ] &&
+        TILEWIRE_TEST_EP_LIMITS=0 TILEWIRE_TEST_GIN_CHAOS=$((${GIN_EP_SEED0:-1} + 1000)) run "${GIN_EP_LIMIT:-400}" "$TESTS" \
+          --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" --gtest_repeat=$((all - lim))
     fi
     unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
   done

@@ -21,6 +21,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -170,12 +171,20 @@ TEST(Ep, DispatchCombineMatchTheReference) {
     cases.push_back({7168, EpPayload::kFp8E4M3, r, seed++});
   }
   // The limits users run: 8192 tokens on a rank, top-16 of up to 512 experts, hidden 8192.
-  Case big{4096, EpPayload::kBFloat16, Routing::kUniform, seed++};
-  big.topk = 16, big.L = 512 / std::max(P, 1) >= 16 ? 512 / P : 16, big.max_tokens = 8192, big.tokens = {8192, 1, 0, 2500};
-  cases.push_back(big);
-  Case wide{8192, EpPayload::kFp8E4M3, Routing::kSkewed, seed++};
-  wide.max_tokens = 512, wide.tokens = {512, 300, 7, 0};
-  cases.push_back(wide);
+  // TILEWIRE_TEST_EP_LIMITS=0 leaves these two out: on virtual nodes, whose windows are host
+  // memory, they move over a GiB per rank through the emulated GIN (27-60 s per run), so the
+  // many-seed GIN runs take them under their first seed only (scripts/gpu_run.sh gin).
+  const char* limits = std::getenv("TILEWIRE_TEST_EP_LIMITS");
+  if (limits && std::string(limits) == "0") {
+    std::printf("[ ep limits ] the 8192-token and hidden-8192 cases left out (TILEWIRE_TEST_EP_LIMITS=0)\n");
+  } else {
+    Case big{4096, EpPayload::kBFloat16, Routing::kUniform, seed++};
+    big.topk = 16, big.L = 512 / std::max(P, 1) >= 16 ? 512 / P : 16, big.max_tokens = 8192, big.tokens = {8192, 1, 0, 2500};
+    cases.push_back(big);
+    Case wide{8192, EpPayload::kFp8E4M3, Routing::kSkewed, seed++};
+    wide.max_tokens = 512, wide.tokens = {512, 300, 7, 0};
+    cases.push_back(wide);
+  }
   std::vector<std::vector<std::string>> wrong(P);
   // Every rank's combine rows of the current round, each written by its rank before the barrier
   // ahead of the combine and read by every rank's reference after it: a rank's reference then
