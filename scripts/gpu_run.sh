@@ -76,7 +76,8 @@
 #                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
 #                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*
 #                 (GIN_EP_FILTER) repeated GIN_EP_SEEDS times (default GIN_SEEDS; the EP test's two limit
-#                 cases in the first GIN_EP_LIMITS_SEEDS repeats only, default 1), each repeat's teams
+#                 cases in the first GIN_EP_LIMITS_SEEDS repeats only, default 1; the other repeats' seeds
+#                 from GIN_EP_SEED0 + 1000 on), each repeat's teams
 #                 under their own chaos seed from GIN_EP_SEED0 on (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
 #                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 (GIN_MEMCHECK_FILTER,
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
@@ -179,9 +180,11 @@ if [ "$MODE" = gin ]; then
       # through host memory), under seeds from GIN_EP_SEED0 + 1000 on.
       all=${GIN_EP_SEEDS:-$SEEDS} lim=${GIN_EP_LIMITS_SEEDS:-1}
       [ "$lim" -gt "$all" ] && lim=$all
+      [ "$lim" -lt 0 ] && lim=0
       step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $all chaos seeds (one per repeat; the EP limit cases under $lim)"
-      TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
-        --gtest_repeat="$lim"
+      [ "$lim" -gt 0 ] &&
+        TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
+          --gtest_repeat="$lim"
       [ "$all" -gt "$lim" ] &&
         TILEWIRE_TEST_EP_LIMITS=0 TILEWIRE_TEST_GIN_CHAOS=$((${GIN_EP_SEED0:-1} + 1000)) run "${GIN_EP_LIMIT:-400}" "$TESTS" \
           --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" --gtest_repeat=$((all - lim))
@@ -254,7 +257,7 @@ ep_tests() {
 # shards); every other test runs in one process per P. One gtest JSON and log per process, in TGZ
 # under $OUT (the device tool brings back 8 files at most).
 whole_binary() {
-  local single='Gemm.*:GemmScratch.*:GroupedGemm.*' d
+  local single='Gemm.*:GemmScratch.*:GroupedGemm.*' d p
   d=$(mktemp -d)
   for p in $1; do
     if [ "$p" = 0 ]; then
@@ -276,8 +279,10 @@ whole_binary() {
       TILEWIRE_TEST_VIRTUAL=$p timeout 200 "$TESTS" --gtest_filter="-$single" --gtest_output=json:"$d/v$p.json" \
         >"$d/v$p.log" 2>&1 || { echo "!!! GPU tests at $p virtual ranks failed" | tee -a "$LOG"; FAIL=1; }
     fi
-    (cd "$d" && tar czf "$OUT/$2" .)
+    tar czf "$OUT/$2" -C "$d" . || { echo "!!! could not write $OUT/$2" | tee -a "$LOG"; FAIL=1; }
   done
+  grep -h '^\[  FAILED  \]' "$d"/*.log 2>/dev/null | sort -u | tee -a "$LOG"  # the failed tests by name
+  rm -rf "$d"
 }
 
 if [ "$MODE" = ep ]; then

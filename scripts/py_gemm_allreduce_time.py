@@ -42,10 +42,14 @@ def main(argv) -> int:
         comm.gemm_allreduce(*sets[j % 2], view=True)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    while time.perf_counter() - t0 < warm_s:  # a hot GPU, as in the CLI's rotation of rows
+    while True:  # a hot GPU, as in the CLI's rotation of rows; every rank makes the same calls
         for j in range(iters):
             comm.gemm_allreduce(*sets[j % 2], view=True)
         torch.cuda.synchronize()
+        go = torch.tensor([1 if time.perf_counter() - t0 < warm_s else 0], device="cuda")
+        dist.all_reduce(go, op=dist.ReduceOp.MIN)
+        if go.item() == 0:
+            break
     times = []
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(repeats):
