@@ -89,7 +89,8 @@
 #                 `bench ep --mode ll` (bench_ll.jsonl, one JSON line per run, labelled) at 1 real rank
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
 #                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
-#                 turn; one traced call (trace_ll.json)
+#                 turn; one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
+#                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl)
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
@@ -328,6 +329,12 @@ if [ "$MODE" = ll ]; then
     TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per TILEWIRE_TEST_GIN_CHAOS=${LL_GIN_SEED0:-1} \
       run 200 "$TESTS" --gtest_filter='DeviceApi.*:Ep*' --gtest_repeat="${LL_GIN_SEEDS:-2}"
   done
+  : >"$OUT/ep_ll_ceiling.jsonl"  # the row phase's floors in plain CUDA, at 1 rank's and 8 ranks' buffer spread
+  for p in 1 8; do
+    step "ep_ll_ceiling, P = $p"
+    P=$p run 60 "$DIST/bin/ep_ll_ceiling" "$OUT/c.json" && cat "$OUT/c.json" >>"$OUT/ep_ll_ceiling.jsonl"
+  done
+  rm -f "$OUT/c.json"
   dists=$DIST
   if [ -f "${LL_BEFORE_TAR:-/nonexistent}" ]; then
     x=$(mktemp -d) && tar xJf "$LL_BEFORE_TAR" -C "$x" && dists="$(ls -d "$x"/*/ | head -1) $DIST"
