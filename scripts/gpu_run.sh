@@ -90,7 +90,8 @@
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
 #                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
 #                 turn; one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
-#                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl)
+#                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl); last, one traced
+#                 high-throughput call (4096 tokens) at 1 real and 8 virtual ranks, timelines in run.log
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
@@ -350,6 +351,13 @@ if [ "$MODE" = ll ]; then
   rm -f "$OUT/ll.json"
   step "bench ep --mode ll -t 128 --trace"
   run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ll.json"
+  # The high-throughput mode's profile: one traced call at 1 real and 8 virtual ranks (the
+  # timelines print in the log).
+  for v in "" "--virtual 8"; do
+    step "bench ep --mode ht -t 4096 $v --trace"
+    run 120 "$TW" bench ep --mode ht -t 4096 $v -R 3 --trace "$OUT/trace_ht.json"
+  done
+  rm -f "$OUT/trace_ht.json"
 fi
 
 if [ "$MODE" = tp ]; then

@@ -284,7 +284,7 @@ struct Shared {
   double hbm_gbps = 0;  // one real rank: HBM copy bandwidth (read + write), measured in the run
   unsigned long long wrong = 0;
   int sms = 0;  // CTAs of each EP kernel
-  std::string timeline;  // --trace, low latency: the traced call's phases (ep_timeline.hpp)
+  std::string timeline;  // --trace: the traced call's phases (ep_timeline.hpp)
 };
 
 double pct(std::vector<double> v, double p) {

@@ -322,7 +322,7 @@ void EpBench::run(Comm& comm) {
     const trace::Trace t = trace::gather_trace(comm, tb, cs, s);
     if (me == 0) {
       trace::save_trace_file(o_.trace_path, t);
-      if (ll) sh_.timeline = format_ep_timeline(ep_timeline(t.align(), P_));
+      sh_.timeline = format_ep_timeline(ep_timeline(t.align(), P_));
     }
   }
   // Bandwidth: this rank's bytes over the slowest rank's median (rank 0 reports).

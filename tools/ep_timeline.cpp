@@ -18,7 +18,7 @@ constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
 
 struct Acc {
   uint64_t t0 = kNone;  // first send kernel_start
-  uint64_t layout_max = 0, layout_end = 0, counts_out = kNone, counts_in = 0, first_row = kNone, rows_in = 0,
+  uint64_t layout_max = 0, layout_end = 0, counts_out = kNone, counts_in = 0, first_row = kNone, last_row = 0, rows_in = 0,
            dispatch_end = 0, combine_start = kNone, combine_end = 0;
   std::map<uint32_t, uint64_t> layout_start;  // CTA -> mma_start
   bool has_layout = false, has_counts_in = false, has_rows_in = false, has_dispatch_end = false, has_combine_end = false;
@@ -48,7 +48,10 @@ std::vector<EpTimeline> ep_timeline(const std::vector<Event>& aligned, int nrank
       r.has_counts_in = true;
       r.counts_in = std::max(r.counts_in, e.t_ns);
     }
-    if (is(e, EventKind::kChunkSend) && dispatch_id) r.first_row = std::min(r.first_row, e.t_ns);
+    if (is(e, EventKind::kChunkSend) && dispatch_id) {
+      r.first_row = std::min(r.first_row, e.t_ns);
+      r.last_row = std::max(r.last_row, e.t_ns);
+    }
     if (is(e, EventKind::kChunkRecv) && dispatch_id) {
       r.has_rows_in = true;
       r.rows_in = std::max(r.rows_in, e.t_ns);
@@ -76,6 +79,7 @@ std::vector<EpTimeline> ep_timeline(const std::vector<Event>& aligned, int nrank
     t.counts_out_us = at(true, r.counts_out);
     t.counts_in_us = at(r.has_counts_in, r.counts_in);
     t.first_row_us = at(true, r.first_row);
+    t.last_row_us = at(r.first_row != kNone, r.last_row);
     t.rows_in_us = at(r.has_rows_in, r.rows_in);
     t.dispatch_end_us = at(r.has_dispatch_end, r.dispatch_end);
     t.combine_start_us = at(true, r.combine_start);
@@ -94,13 +98,13 @@ std::string format_ep_timeline(const std::vector<EpTimeline>& t) {
   };
   std::string s =
       "# traced call, us after the rank's send started: layout (slowest CTA, its end), counts out (CTA 0) / in (last CTA),\n"
-      "#   first row out, rows in (last source), dispatch end, combine start / end\n"
-      "# rank   layout  lay.end  cnt.out   cnt.in  row.out   rows.in  disp.end  comb.st comb.end\n";
+      "#   first row out, last CTA's first row out, rows in (last source), dispatch end, combine start / end\n"
+      "# rank   layout  lay.end  cnt.out   cnt.in  row.out row.last   rows.in  disp.end  comb.st comb.end\n";
   for (const EpTimeline& x : t) {
     char r[16];
     std::snprintf(r, sizeof r, "# %4d ", x.rank);
     s += r + f(x.layout_us) + " " + f(x.layout_end_us) + " " + f(x.counts_out_us) + " " + f(x.counts_in_us) + " " +
-         f(x.first_row_us) + " " + f(x.rows_in_us) + "  " + f(x.dispatch_end_us) + " " + f(x.combine_start_us) + " " +
+         f(x.first_row_us) + " " + f(x.last_row_us) + " " + f(x.rows_in_us) + "  " + f(x.dispatch_end_us) + " " + f(x.combine_start_us) + " " +
          f(x.combine_end_us) + "\n";
   }
   return s;

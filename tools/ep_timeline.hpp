@@ -1,6 +1,8 @@
-// tools/ep_timeline.hpp — where one traced low-latency dispatch + combine spent its time, per
-// rank, from the kernels' events (`tilewire bench ep --mode ll --trace`; ids in
-// tilewire/ops/ep.hpp). Host only; tests/cpu/ep_timeline_test.cpp.
+// tools/ep_timeline.hpp — where one traced dispatch + combine spent its time, per rank, from the
+// kernels' events (`tilewire bench ep --trace`, either mode; ids in tilewire/ops/ep.hpp). The
+// high-throughput kernels mark no layout and no count exchange: there the first and last row
+// out bracket the count wait (a CTA stores rows once it has every rank's counts). Host only;
+// tests/cpu/ep_timeline_test.cpp.
 #pragma once
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@ struct EpTimeline {
   double counts_out_us = -1;   // CTA 0's counts gone to every rank
   double counts_in_us = -1;    // the last CTA with every rank's counts
   double first_row_us = -1;    // the first row store issued
+  double last_row_us = -1;     // the last CTA's first row store issued (it had every rank's counts)
   double rows_in_us = -1;      // the last source's rows landed (receive)
   double dispatch_end_us = -1; // the receive's last CTA done
   double combine_start_us = -1;

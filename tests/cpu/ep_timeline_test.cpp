@@ -1,4 +1,4 @@
-// The traced low-latency call's timeline (tools/ep_timeline.hpp) from a hand-made event list:
+// The traced call's timeline (tools/ep_timeline.hpp) from a hand-made event list:
 // every phase read off the right kind and id range, relative to each rank's first send CTA.
 #include <gtest/gtest.h>
 
@@ -47,6 +47,7 @@ TEST(EpTimeline, PhasesFromTheirEvents) {
     EXPECT_DOUBLE_EQ(t[r].counts_out_us, 2.0);
     EXPECT_DOUBLE_EQ(t[r].counts_in_us, 3.0);
     EXPECT_DOUBLE_EQ(t[r].first_row_us, 3.4);
+    EXPECT_DOUBLE_EQ(t[r].last_row_us, 3.41);
     EXPECT_DOUBLE_EQ(t[r].rows_in_us, 18.0);
     EXPECT_DOUBLE_EQ(t[r].dispatch_end_us, 20.001);
     EXPECT_DOUBLE_EQ(t[r].combine_start_us, 20.9);
@@ -58,15 +59,17 @@ TEST(EpTimeline, PhasesFromTheirEvents) {
 TEST(EpTimeline, MissingPhasesReadAsAbsent) {
   // A high-throughput trace: kernels and rows, none of the send's setup markers.
   const std::vector<Event> v = {ev(0, EventKind::kKernelStart, 0, 500), ev(0, EventKind::kChunkSend, 0, 900),
-                                ev(0, EventKind::kKernelEnd, 0, 4500)};
+                                ev(0, EventKind::kChunkSend, 1, 1700), ev(0, EventKind::kKernelEnd, 0, 4500)};
   const std::vector<tw::cli::EpTimeline> t = tw::cli::ep_timeline(v, 1);
   ASSERT_EQ(t.size(), 1u);
   EXPECT_EQ(t[0].layout_us, -1);
   EXPECT_EQ(t[0].counts_out_us, -1);
   EXPECT_EQ(t[0].counts_in_us, -1);
   EXPECT_DOUBLE_EQ(t[0].first_row_us, 0.4);
+  EXPECT_DOUBLE_EQ(t[0].last_row_us, 1.2);  // CTA 1 waited 0.8 us longer for the counts
   EXPECT_DOUBLE_EQ(t[0].dispatch_end_us, 4.0);
   EXPECT_EQ(t[0].combine_end_us, -1);
+  EXPECT_NE(tw::cli::format_ep_timeline(t).find("row.last"), std::string::npos);
   // No kernel_start on a rank: no entry for it.
   EXPECT_TRUE(tw::cli::ep_timeline({ev(0, EventKind::kChunkSend, 0, 5)}, 1).empty());
 }
