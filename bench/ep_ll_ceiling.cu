@@ -8,8 +8,8 @@
 //           the rows spread over E x cap x 2H bytes of address space);
 //   packed: row start(e) + pos (the rows of all experts back to back).
 // Items (the work of one warp): pair-major (a (row, part) per warp: the token's row is read once
-// per expert, from L2 after the first) or token-major (a (token, part) per warp: loaded once,
-// stored k times). A CTA ends with no fence, a GPU-scope fence + release flag, or a system-scope
+// per expert, from L2 after the first; optionally two items' loads in flight before either is
+// stored) or token-major (a (token, part) per warp: loaded once, stored k times). A CTA ends with no fence, a GPU-scope fence + release flag, or a system-scope
 // fence + release flag (what a peer over NVLink needs). "+recv" adds the receive kernel's floor:
 // a second kernel, launched with programmatic dependent launch, whose CTA 0 acquires every flag.
 // Baselines from the same run: cudaMemcpyAsync of the same bytes contiguously, an empty kernel,
@@ -124,6 +124,45 @@ __global__ void __launch_bounds__(kThreads) pair_major(const Rows r) {
         } else if (c < n) {
           *reinterpret_cast<uint4*>(to + (size_t)c * 16) = v[u];
         }
+      }
+    }
+  }
+  end_cta(r);
+}
+
+// pair_major with two items in flight per warp: the loads of items it and it + stride (up to
+// kUnroll chunks per lane each: parts >= 4 at H 7168) are all issued before either is stored,
+// so a warp with two items waits for one round of loads instead of two.
+__global__ void __launch_bounds__(kThreads) pair_major_2inflight(const Rows r) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int per = ((r.chunks + r.parts - 1) / r.parts + 15) / 16 * 16;
+  const int items = r.T * r.k * r.parts, stride = gridDim.x * kWarps;
+  for (int it0 = blockIdx.x + warp * gridDim.x; it0 < items; it0 += 2 * stride) {
+    uint4 v[2][kUnroll];
+    int n[2], c_begin[2];
+    const char* src[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int it = it0 + h * stride;
+      const int i = it / r.parts, part = it % r.parts;
+      c_begin[h] = min(r.chunks, part * per);
+      n[h] = it < items ? min(r.chunks, c_begin[h] + per) - c_begin[h] : 0;
+      src[h] = r.x + (size_t)(i / r.k) * r.chunks * 16 + (size_t)c_begin[h] * 16;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = 32 * u + lane;
+        v[h][u] = c < n[h] ? ld_nc(src[h] + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      if (n[h] == 0) break;
+      const int it = it0 + h * stride;
+      char* to = r.dst + (size_t)r.row_of[it / r.parts] * r.row_bytes + (size_t)c_begin[h] * 16;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int c = 32 * u + lane;
+        if (c < n[h]) *reinterpret_cast<uint4*>(to + (size_t)c * 16) = v[h][u];
       }
     }
   }
@@ -287,28 +326,31 @@ int main(int argc, char** argv) {
 
   struct V {
     const char* name;
-    bool token;
+    int kind;  // 0 pair-major, 1 token-major, 2 pair-major with two items in flight
     bool pack;
     int fence, fp8, parts, grid_mult;
     bool recv;
   };
   const V vs[] = {
-      {"pair padded, no fence", false, false, kNoFence, 0, parts_ll, 1, false},
-      {"pair padded, gpu fence", false, false, kGpuFence, 0, parts_ll, 1, false},
-      {"pair padded, sys fence", false, false, kSysFence, 0, parts_ll, 1, false},
-      {"pair padded, sys fence +recv", false, false, kSysFence, 0, parts_ll, 1, true},
-      {"pair packed, no fence", false, true, kNoFence, 0, parts_ll, 1, false},
-      {"pair packed, sys fence", false, true, kSysFence, 0, parts_ll, 1, false},
-      {"pair packed, sys fence +recv", false, true, kSysFence, 0, parts_ll, 1, true},
-      {"pair padded, sys fence, parts 1", false, false, kSysFence, 0, 1, 1, false},
-      {"pair padded, sys fence, parts 4", false, false, kSysFence, 0, 4, 1, false},
-      {"pair padded, sys fence, parts 8", false, false, kSysFence, 0, 8, 1, false},
-      {"pair padded, sys fence, 2 CTAs per SM", false, false, kSysFence, 0, parts_ll, 2, false},
-      {"token padded, sys fence, parts 8", true, false, kSysFence, 0, 8, 1, false},
-      {"token packed, sys fence, parts 8", true, true, kSysFence, 0, 8, 1, false},
-      {"token packed, sys fence, parts 16", true, true, kSysFence, 0, 16, 1, false},
-      {"pair padded fp8, sys fence", false, false, kSysFence, 1, parts_ll, 1, false},
-      {"pair packed fp8, sys fence", false, true, kSysFence, 1, parts_ll, 1, false},
+      {"pair padded, no fence", 0, false, kNoFence, 0, parts_ll, 1, false},
+      {"pair padded, gpu fence", 0, false, kGpuFence, 0, parts_ll, 1, false},
+      {"pair padded, sys fence", 0, false, kSysFence, 0, parts_ll, 1, false},
+      {"pair padded, sys fence +recv", 0, false, kSysFence, 0, parts_ll, 1, true},
+      {"pair packed, no fence", 0, true, kNoFence, 0, parts_ll, 1, false},
+      {"pair packed, sys fence", 0, true, kSysFence, 0, parts_ll, 1, false},
+      {"pair packed, sys fence +recv", 0, true, kSysFence, 0, parts_ll, 1, true},
+      {"pair padded, sys fence, parts 1", 0, false, kSysFence, 0, 1, 1, false},
+      {"pair padded, sys fence, parts 4", 0, false, kSysFence, 0, 4, 1, false},
+      {"pair padded, sys fence, parts 8", 0, false, kSysFence, 0, 8, 1, false},
+      {"pair padded, sys fence, 2 CTAs per SM", 0, false, kSysFence, 0, parts_ll, 2, false},
+      {"pair padded, sys fence, parts 4, 2 in flight", 2, false, kSysFence, 0, 4, 1, false},
+      {"pair padded, sys fence, parts 8, 2 in flight", 2, false, kSysFence, 0, 8, 1, false},
+      {"pair padded, sys fence +recv, parts 4, 2 in flight", 2, false, kSysFence, 0, 4, 1, true},
+      {"token padded, sys fence, parts 8", 1, false, kSysFence, 0, 8, 1, false},
+      {"token packed, sys fence, parts 8", 1, true, kSysFence, 0, 8, 1, false},
+      {"token packed, sys fence, parts 16", 1, true, kSysFence, 0, 16, 1, false},
+      {"pair padded fp8, sys fence", 0, false, kSysFence, 1, parts_ll, 1, false},
+      {"pair packed fp8, sys fence", 0, true, kSysFence, 1, parts_ll, 1, false},
   };
   for (const V& v : vs) {
     Rows r{};
@@ -326,7 +368,8 @@ int main(int argc, char** argv) {
     }
     add(v.name, time_us([&] {
           r.epoch = ++epoch;
-          if (v.token) token_major<<<grid, kThreads, 0, s>>>(r);
+          if (v.kind == 1) token_major<<<grid, kThreads, 0, s>>>(r);
+          else if (v.kind == 2) pair_major_2inflight<<<grid, kThreads, 0, s>>>(r);
           else pair_major<<<grid, kThreads, 0, s>>>(r);
           if (v.recv) launch_pdl(recv_floor, grid, s, (const unsigned long long*)flags, grid, r.epoch, out);
         }));
