@@ -9,7 +9,8 @@
 //   packed: row start(e) + pos (the rows of all experts back to back).
 // Items (the work of one warp): pair-major (a (row, part) per warp: the token's row is read once
 // per expert, from L2 after the first; optionally two items' loads in flight before either is
-// stored) or token-major (a (token, part) per warp: loaded once, stored k times). A CTA ends with no fence, a GPU-scope fence + release flag, or a system-scope
+// stored), token-major (a (token, part) per warp: loaded once, stored k times), or token-major
+// by the CTA's bulk copies (TMA: a row loaded into shared memory once, stored k times). A CTA ends with no fence, a GPU-scope fence + release flag, or a system-scope
 // fence + release flag (what a peer over NVLink needs). "+recv" adds the receive kernel's floor:
 // a second kernel, launched with programmatic dependent launch, whose CTA 0 acquires every flag.
 // Baselines from the same run: cudaMemcpyAsync of the same bytes contiguously, an empty kernel,
@@ -211,6 +212,53 @@ __global__ void __launch_bounds__(kThreads) recv_floor(const unsigned long long*
   if (threadIdx.x == 0) *out = (int)epoch;
 }
 
+// Token-major through the CTA's copy engine (TMA bulk copies): CTA b loads the bf16 rows of its
+// tokens b, b + G, .. (at most kTmaTokens) into shared memory with one bulk load each, then lane j
+// of warp i issues the bulk store of token i's row to its slot j's receive row; the stores
+// complete (wait_group 0: written, not only read) before the CTA's fence and flag. No registers
+// hold the data, and every store of the CTA is in flight at once.
+constexpr int kTmaTokens = 4;
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__global__ void __launch_bounds__(kThreads) token_tma(const Rows r) {
+  extern __shared__ __align__(128) char rows_sm[];
+  __shared__ __align__(8) unsigned long long bar[kTmaTokens];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const uint32_t rb = (uint32_t)r.chunks * 16;
+  const int ntok = min(kTmaTokens, (r.T - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x);
+  if (threadIdx.x < ntok) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(&bar[threadIdx.x])));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  if (threadIdx.x < ntok) {
+    const int t = blockIdx.x + threadIdx.x * gridDim.x;
+    const uint32_t b = smem_u32(&bar[threadIdx.x]);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(rb) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_u32(rows_sm + (size_t)threadIdx.x * rb)),
+                 "l"(r.x + (size_t)t * rb), "r"(rb), "r"(b)
+                 : "memory");
+  }
+  if (warp < ntok && lane < r.k) {
+    const int t = blockIdx.x + warp * gridDim.x;
+    const uint32_t b = smem_u32(&bar[warp]);
+    uint32_t done = 0;
+    while (!done)
+      asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0; selp.u32 %0, 1, 0, p; }"
+                   : "=r"(done)
+                   : "r"(b)
+                   : "memory");
+    char* to = r.dst + (size_t)r.row_of[t * r.k + lane] * r.row_bytes;
+    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(to), "r"(smem_u32(rows_sm + (size_t)warp * rb)),
+                 "r"(rb)
+                 : "memory");
+    asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+  end_cta(r);
+}
+
 __global__ void empty_kernel() {}
 __global__ void empty_pdl() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 
@@ -326,12 +374,15 @@ int main(int argc, char** argv) {
 
   struct V {
     const char* name;
-    int kind;  // 0 pair-major, 1 token-major, 2 pair-major with two items in flight
+    int kind;  // 0 pair-major, 1 token-major, 2 pair-major with two items in flight, 3 token-major by TMA
     bool pack;
     int fence, fp8, parts, grid_mult;
     bool recv;
   };
   const V vs[] = {
+      {"token padded, TMA bulk copies, sys fence", 3, false, kSysFence, 0, 1, 1, false},
+      {"token padded, TMA bulk copies, sys fence +recv", 3, false, kSysFence, 0, 1, 1, true},
+      {"token packed, TMA bulk copies, sys fence", 3, true, kSysFence, 0, 1, 1, false},
       {"pair padded, no fence", 0, false, kNoFence, 0, parts_ll, 1, false},
       {"pair padded, gpu fence", 0, false, kGpuFence, 0, parts_ll, 1, false},
       {"pair padded, sys fence", 0, false, kSysFence, 0, parts_ll, 1, false},
@@ -352,7 +403,12 @@ int main(int argc, char** argv) {
       {"pair padded fp8, sys fence", 0, false, kSysFence, 1, parts_ll, 1, false},
       {"pair packed fp8, sys fence", 0, true, kSysFence, 1, parts_ll, 1, false},
   };
+  // The TMA variant keeps up to kTmaTokens bf16 rows per CTA in shared memory.
+  const int tma_tokens = (T + sms - 1) / sms;
+  const size_t tma_smem = (size_t)std::min(tma_tokens, kTmaTokens) * rb;
+  CK(cudaFuncSetAttribute(token_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tma_smem));
   for (const V& v : vs) {
+    if (v.kind == 3 && (tma_tokens > kTmaTokens || K > 32)) continue;  // the variant's limits
     Rows r{};
     r.x = x;
     r.dst = v.pack ? dst_pack : dst_pad;
@@ -368,7 +424,8 @@ int main(int argc, char** argv) {
     }
     add(v.name, time_us([&] {
           r.epoch = ++epoch;
-          if (v.kind == 1) token_major<<<grid, kThreads, 0, s>>>(r);
+          if (v.kind == 3) token_tma<<<grid, kThreads, tma_smem, s>>>(r);
+          else if (v.kind == 1) token_major<<<grid, kThreads, 0, s>>>(r);
           else if (v.kind == 2) pair_major_2inflight<<<grid, kThreads, 0, s>>>(r);
           else pair_major<<<grid, kThreads, 0, s>>>(r);
           if (v.recv) launch_pdl(recv_floor, grid, s, (const unsigned long long*)flags, grid, r.epoch, out);
