@@ -162,21 +162,32 @@ __device__ __forceinline__ int find_in_prefix(const int* pre, int n, int k) {
 // is refused below, so: earlier tokens), and cnt[e], the count per expert. Deterministic without
 // ordering: a bit per (expert, token) in shared memory, set by the thread that owns the token
 // (its slots in order, so a repeat is the later slot, the one whose bit was already set); then
-// pos = the bits of expert e below token t and cnt[e] = all of e's bits, by popcount. Three
-// barriers, against eight for the per-warp counting it replaced (4.9 us of a 20 us dispatch).
-// Shared memory (layout_smem): the bits [E][ceil(N / 32)] words, the places [N topk] int16 (at
-// most 512 x 32 words and 1024 x 16 places: 96 KiB). With `record` (CTA 0) the verdict (ids out
-// of range, repeats: left out) goes to the status, and pos and cnt to the device state
-// (combine_recv and the GIN totals read them).
+// pos = the bits of expert e below token t (the popcounts of e's earlier words, summed once per
+// (expert, word), plus the word's bits below t) and cnt[e] = all of e's bits. Four barriers,
+// against eight for the per-warp counting it replaced (4.9 us of a 20 us dispatch). The ids stay
+// in shared memory for the send's warps (sid), which then read no routing from global memory.
+// Shared memory (layout_smem): the bits [E][W] words and their prefix counts [E][W] int16
+// (W = ceil(N / 32)), the places and the ids [N topk] int16 each (at most 512 x 32 x 6 bytes
+// and 1024 x 16 x 4 bytes: 160 KiB). With `record` (CTA 0) the verdict (ids out of range,
+// repeats: left out) goes to the status, and pos and cnt to the device state (combine_recv and
+// the GIN totals read them).
 __host__ __device__ constexpr size_t layout_smem(int E, int N, int topk) {
-  return (size_t)E * (((size_t)N + 31) / 32) * sizeof(uint32_t) + (size_t)N * topk * sizeof(int16_t);
+  const size_t words = (size_t)E * (((size_t)N + 31) / 32);
+  return words * (sizeof(uint32_t) + sizeof(int16_t)) + 2 * (size_t)N * topk * sizeof(int16_t);
 }
 
-__device__ const int16_t* layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bool record) {
+struct LayoutSmem {
+  const int16_t* pos;  // [n]: the row's place among its expert's rows from this rank, -1: none
+  const int16_t* sid;  // [n]: the expert (valid where pos >= 0)
+};
+
+__device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bool record) {
   const Geo& g = p.g;
   const int N = p.s.num_tokens, n = N * g.topk, W = (N + 31) / 32;
-  uint32_t* bits = sm;                                   // [E][W]
-  int16_t* pos = reinterpret_cast<int16_t*>(bits + (size_t)g.E * W);  // [n]
+  uint32_t* bits = sm;                                                 // [E][W]
+  int16_t* wpre = reinterpret_cast<int16_t*>(bits + (size_t)g.E * W);  // [E][W]
+  int16_t* pos = wpre + (size_t)g.E * W;                               // [n]
+  int16_t* sid = pos + n;                                              // [n]
   if (record && threadIdx.x == 0) *p.s.status = Status{};  // this dispatch's verdict starts clean
   for (int i = threadIdx.x; i < g.E * W; i += blockDim.x) bits[i] = 0;
   __syncthreads();
@@ -207,17 +218,26 @@ __device__ const int16_t* layout_in_smem(const Params& p, uint32_t* sm, int* cnt
         v = (old & bit) ? (int16_t)(-(e + 2)) : (int16_t)e;
       }
       pos[t * g.topk + j] = v;
+      sid[t * g.topk + j] = v;
     }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
+    int c = 0;
+    for (int w = 0; w < W; ++w) {
+      wpre[(size_t)e * W + w] = (int16_t)c;
+      c += __popc(bits[(size_t)e * W + w]);
+    }
+    cnt[e] = c;
+    if (record) p.s.cnt[e] = c;
   }
   __syncthreads();
   for (int i = threadIdx.x; i < n; i += blockDim.x) {
     const int v = pos[i];
     if (v >= 0) {
       const int t = i / g.topk;
-      const uint32_t* row = bits + (size_t)v * W;
-      int below = __popc(row[t / 32] & ((1u << (t % 32)) - 1u));
-      for (int w = 0; w < t / 32; ++w) below += __popc(row[w]);
-      pos[i] = (int16_t)below;
+      const size_t w = (size_t)v * W + t / 32;
+      pos[i] = (int16_t)(wpre[w] + __popc(bits[w] & ((1u << (t % 32)) - 1u)));
     } else {
       if (v < -1 && record && atomicCAS(&p.s.status->code, 0, kStatusDuplicate) == 0) {
         p.s.status->rank = g.me, p.s.status->token = i / g.topk, p.s.status->slot = i % g.topk, p.s.status->value = -v - 2;
@@ -227,14 +247,8 @@ __device__ const int16_t* layout_in_smem(const Params& p, uint32_t* sm, int* cnt
     }
     if (record) p.s.pos[i] = pos[i];
   }
-  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
-    int c = 0;
-    for (int w = 0; w < W; ++w) c += __popc(bits[(size_t)e * W + w]);
-    cnt[e] = c;
-    if (record) p.s.cnt[e] = c;
-  }
   __syncthreads();
-  return pos;
+  return {pos, sid};
 }
 
 __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
@@ -247,7 +261,8 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   extern __shared__ uint32_t lsm[];
   __shared__ int cnt[kEpMaxExperts];
   stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
-  const int16_t* pos = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
+  const LayoutSmem lay = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
+  const int16_t* pos = lay.pos;
   stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
   // 1. CTA 0: this rank's verdict and its counts for every expert, to every rank.
   if (blockIdx.x == 0)
@@ -312,8 +327,8 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     if (pos[i] < 0) continue;  // warp-uniform: one item per warp
     const int c_begin = min(all_chunks, part * per_part), chunks = min(all_chunks, c_begin + per_part) - c_begin;
     const int t = i / g.topk, j = i % g.topk;
-    const long long id = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
-    const int dst = (int)(id / g.L);
+    const int id = lay.sid[i];
+    const int dst = id / g.L;
     const size_t r = (size_t)(id % g.L) * g.cap + base[id] + pos[i];  // the row in dst's receive block
     if (lane == 0 && part == 0) p.s.route[i] = make_int2(dst, (int)r);
     const char* src = p.x + (size_t)t * g.hidden * 2 + (size_t)c_begin * 16;
