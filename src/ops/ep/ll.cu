@@ -407,13 +407,19 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + g.G);
   const int buf = (int)(e & 1u);
-  // This call's counts arrived before this rank's send ended (stream order); the rows:
-  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
-  __syncthreads();
+  // This call's counts arrived before this rank's send ended (stream order); the rows:
+  wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
   if (threadIdx.x < g.P && *at<const int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
-  __syncthreads();
+  // pre[x], x = l P + s: the rows before (expert l, source s) in (expert, source) order. Without
+  // GIN sources the counts are read beside the verdicts (one round of loads, and the prefix's
+  // first barrier publishes `bad`); a GIN source's rows are waited for only when none was refused.
+  __shared__ int pre[kEpMaxExperts + 1];
+  const int LP = g.L * g.P;
+  const auto count_of = [&](int x) { return count_from(p, buf, x % g.P, g.me * g.L + x / g.P); };
+  if (!g.gin) block_prefix(pre, LP, count_of);
+  else __syncthreads();
   if (bad) {  // no rank sent rows
     if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(&p.s.status->code, 0, 2) == 0) {
       p.s.status->rank = bad - 1;
@@ -422,12 +428,10 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
     for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < g.L; l += gridDim.x * blockDim.x) p.s.rcount[l] = 0;
     return;
   }
-  if (g.gin)
+  if (g.gin) {
     wait_gin(p, Geo::kSigRows, buf, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
-  // pre[x], x = l P + s: the rows before (expert l, source s) in (expert, source) order.
-  __shared__ int pre[kEpMaxExperts + 1];
-  const int LP = g.L * g.P;
-  block_prefix(pre, LP, [&](int x) { return count_from(p, buf, x % g.P, g.me * g.L + x / g.P); });
+    block_prefix(pre, LP, count_of);
+  }
   for (int l = threadIdx.x; blockIdx.x == 0 && l < g.L; l += blockDim.x) p.s.rcount[l] = pre[(l + 1) * g.P] - pre[l * g.P];
   for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < pre[LP]; k += gridDim.x * blockDim.x) {
     const int x = find_in_prefix(pre, LP, k), l = x / g.P;
