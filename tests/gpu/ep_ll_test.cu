@@ -19,7 +19,7 @@
 //       own slot and is compared bitwise with the host at the end: a row of a neighbouring step
 //       read or overwritten shows up.
 //   Ep.LowLatencyLargestLayout  the send's layout at its largest shared memory (about 512 experts,
-//       top-8, 1024 tokens: 48 KiB of it beside the kernel's static arrays), then a second,
+//       top-8, 1024 tokens: 128 KiB of it beside the kernel's static arrays), then a second,
 //       smaller buffer, then the first again: counts per expert and the combined output
 //       (small integers times quarters: exact) against the host.
 //   Ep.LowLatencyGraphReplayAndSkippedCombine  a step without combine, then a whole step (send,

@@ -166,11 +166,13 @@ __device__ __forceinline__ int find_in_prefix(const int* pre, int n, int k) {
 // (expert, word), plus the word's bits below t) and cnt[e] = all of e's bits. Four barriers,
 // against eight for the per-warp counting it replaced (4.9 us of a 20 us dispatch). The ids stay
 // in shared memory for the send's warps (sid), which then read no routing from global memory.
-// Shared memory (layout_smem): the bits [E][W] words and their prefix counts [E][W] int16
-// (W = ceil(N / 32)), the places and the ids [N topk] int16 each (at most 512 x 32 x 6 bytes
-// and 1024 x 16 x 4 bytes: 160 KiB). With `record` (CTA 0) the verdict (ids out of range,
-// repeats: left out) goes to the status, and pos and cnt to the device state (combine_recv and
-// the GIN totals read them).
+// Shared memory (layout_smem): the bits [W][E] words and their prefix counts [W][E] int16
+// (W = ceil(N / 32); word-major, so that the lanes of a warp, which share a word index and
+// differ in expert, fall on different banks), the places and the ids [N topk] int16 each (at
+// most 32 x 512 x 6 bytes and 1024 x 16 x 4 bytes: 160 KiB). With `record` (CTA 0) the verdict
+// goes to the status: the first entry (in (token, slot) order) with an id out of range, else the
+// first repeat, both left out of the layout; and pos and cnt to the device state (combine_recv
+// and the GIN totals read them).
 __host__ __device__ constexpr size_t layout_smem(int E, int N, int topk) {
   const size_t words = (size_t)E * (((size_t)N + 31) / 32);
   return words * (sizeof(uint32_t) + sizeof(int16_t)) + 2 * (size_t)N * topk * sizeof(int16_t);
@@ -183,18 +185,17 @@ struct LayoutSmem {
 
 __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bool record) {
   const Geo& g = p.g;
-  const int N = p.s.num_tokens, n = N * g.topk, W = (N + 31) / 32;
-  uint32_t* bits = sm;                                                 // [E][W]
-  int16_t* wpre = reinterpret_cast<int16_t*>(bits + (size_t)g.E * W);  // [E][W]
-  int16_t* pos = wpre + (size_t)g.E * W;                               // [n]
-  int16_t* sid = pos + n;                                              // [n]
-  if (record && threadIdx.x == 0) *p.s.status = Status{};  // this dispatch's verdict starts clean
-  for (int i = threadIdx.x; i < g.E * W; i += blockDim.x) bits[i] = 0;
+  const int N = p.s.num_tokens, n = N * g.topk, W = (N + 31) / 32, E = g.E;
+  uint32_t* bits = sm;                                             // [W][E]
+  int16_t* wpre = reinterpret_cast<int16_t*>(bits + (size_t)W * E);  // [W][E]
+  int16_t* pos = wpre + (size_t)W * E;                             // [n]
+  int16_t* sid = pos + n;                                          // [n]
+  __shared__ int first_out, first_repeat;  // the first entry with an id out of range / a repeat
+  if (threadIdx.x == 0) first_out = first_repeat = INT_MAX;
+  for (int i = threadIdx.x; i < W * E; i += blockDim.x) bits[i] = 0;
   __syncthreads();
   // A thread per token: its slots' ids (every load in flight), then its bits in slot order. pos
-  // holds, for now, the expert (>= 0), -1 (no expert, or out of range: recorded here) or
-  // -(e + 2) (a repeat of expert e: recorded after the barrier, so that an id out of range on
-  // any token takes precedence, as the receive's message expects).
+  // holds, for now, the expert (>= 0), -1 (no expert, or out of range) or -(e + 2) (a repeat).
   for (int t = threadIdx.x; t < N; t += blockDim.x) {
     long long ids[kEpMaxTopk];
 #pragma unroll
@@ -208,13 +209,10 @@ __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bo
       if (j >= g.topk) break;
       const long long e = ids[j];
       int16_t v = -1;
-      if (e < -1 || e >= g.E) {
-        if (record && atomicCAS(&p.s.status->code, 0, 1) == 0) {
-          p.s.status->rank = g.me, p.s.status->token = t, p.s.status->slot = j, p.s.status->value = e;
-          __threadfence_system();
-        }
+      if (e < -1 || e >= E) {
+        atomicMin(&first_out, t * g.topk + j);
       } else if (e >= 0) {
-        const uint32_t old = atomicOr(&bits[(size_t)e * W + t / 32], bit);
+        const uint32_t old = atomicOr(&bits[(size_t)(t / 32) * E + e], bit);
         v = (old & bit) ? (int16_t)(-(e + 2)) : (int16_t)e;
       }
       pos[t * g.topk + j] = v;
@@ -222,11 +220,11 @@ __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bo
     }
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < g.E; e += blockDim.x) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int c = 0;
     for (int w = 0; w < W; ++w) {
-      wpre[(size_t)e * W + w] = (int16_t)c;
-      c += __popc(bits[(size_t)e * W + w]);
+      wpre[(size_t)w * E + e] = (int16_t)c;
+      c += __popc(bits[(size_t)w * E + e]);
     }
     cnt[e] = c;
     if (record) p.s.cnt[e] = c;
@@ -236,18 +234,34 @@ __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bo
     const int v = pos[i];
     if (v >= 0) {
       const int t = i / g.topk;
-      const size_t w = (size_t)v * W + t / 32;
+      const size_t w = (size_t)(t / 32) * E + v;
       pos[i] = (int16_t)(wpre[w] + __popc(bits[w] & ((1u << (t % 32)) - 1u)));
     } else {
-      if (v < -1 && record && atomicCAS(&p.s.status->code, 0, kStatusDuplicate) == 0) {
-        p.s.status->rank = g.me, p.s.status->token = i / g.topk, p.s.status->slot = i % g.topk, p.s.status->value = -v - 2;
-        __threadfence_system();
-      }
+      if (v < -1) atomicMin(&first_repeat, i);
       pos[i] = -1;
     }
     if (record) p.s.pos[i] = pos[i];
   }
   __syncthreads();
+  // The verdict (CTA 0): an id out of range anywhere takes precedence over a repeat, as the
+  // receive's message expects; the status starts clean on every dispatch.
+  if (record) {
+    if (threadIdx.x == 0) {
+      Status st{};
+      if (first_out != INT_MAX) {
+        const int i = first_out;
+        st.code = 1, st.rank = g.me, st.token = i / g.topk, st.slot = i % g.topk;
+        st.value = p.idx64 ? static_cast<const long long*>(p.topk_idx)[i] : static_cast<const int*>(p.topk_idx)[i];
+      } else if (first_repeat != INT_MAX) {
+        const int i = first_repeat;
+        st.code = kStatusDuplicate, st.rank = g.me, st.token = i / g.topk, st.slot = i % g.topk;
+        st.value = -sid[i] - 2;
+      }
+      *p.s.status = st;
+      __threadfence_system();
+    }
+    __syncthreads();
+  }
   return {pos, sid};
 }
 
@@ -576,8 +590,8 @@ void EpBuffer::init_low_latency() {
   ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 4 * sizeof(ops::ep::Epoch) * (size_t)g.G + (size_t)g.L * g.cap * 12 +
                    4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
-  // The send computes the layout in shared memory: up to 16 x 512 + 2 x 1024 x 16 int16, beside
-  // its static arrays. The default allowance is 48 KiB less those, and the attribute belongs to
+  // The send computes the layout in shared memory (layout_smem: up to 160 KiB), beside its
+  // static arrays. The default allowance is 48 KiB less those, and the attribute belongs to
   // the kernel (every buffer of the process): raised to this buffer's need, never lowered.
   {
     static std::mutex mu;
