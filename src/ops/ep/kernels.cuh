@@ -168,10 +168,7 @@ struct Local {  // this rank's device state
   int* cnt;       // [E]
   Epoch* epochs;     // [4][G]: send, recv, combine send, combine recv
   int2* route;       // [max_tokens, topk]: (rank, row in its receive block) of each pair the send placed
-  int* rcount;       // [L]
-  int32_t* rsrc;     // [L, cap] source rank
-  int32_t* rtok;     // [L, cap] source token
-  int32_t* rslot;    // [L, cap] top-k slot at the source
+  int* rcount;       // [L] (each row's source, token and slot are in the window: Geo::meta)
   Status* status;
   int num_tokens;
   // GIN only (null otherwise): the signals' values at creation [6P: phase, parity, source], and

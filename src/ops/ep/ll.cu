@@ -76,8 +76,8 @@ __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e
   if (threadIdx.x < g.P && dev::is_lsa_peer(p.ctx, threadIdx.x)) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
 }
 
-// Puts per row dispatched to a GIN peer: the row, its (token, slot), fp8: its scales.
-__device__ __forceinline__ int row_puts(const Geo& g) { return g.nsc ? 3 : 2; }
+// Puts per row dispatched to a GIN peer: the row, its source, token and slot, fp8: its scales.
+__device__ __forceinline__ int row_puts(const Geo& g) { return g.nsc ? 5 : 4; }
 
 // Source `src`'s count of call parity `buf` for expert x (0..E-1), in this rank's window.
 __device__ __forceinline__ int count_from(const Params& p, int buf, int src, int x) {
@@ -353,7 +353,6 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     // This part's first byte of the row (bf16 16 bytes per chunk, fp8 8) and its first scale.
     const size_t row_off = (lsa ? g.off_rows + r * g.row_bytes : g.off_srows + sp * g.row_bytes) + (size_t)c_begin * (p.fp8 ? 8 : 16);
     const size_t sc_off = (lsa ? g.off_scales + r * g.nsc * 4 : g.off_sscales + sp * g.nsc * 4) + (size_t)(c_begin / 16) * 4;
-    const size_t meta_off = lsa ? g.off_meta + r * 8 : g.off_smeta + sp * 8;
     if (!p.fp8) {
       char* to = at<char>(ctx, p.win, row_off, wr);
       warp_copy_row(
@@ -405,60 +404,56 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
         }
       }
     }
-    if (lane == 0 && part == 0) *at<int2>(ctx, p.win, meta_off, wr) = make_int2(t, j);
+    // The row's source rank, token and slot travel with it (lanes 0-2, one store each): the
+    // receive then writes nothing per row.
+    if (part == 0 && lane < 3)
+      *at<int>(ctx, p.win, lsa ? g.meta(lane, r) : g.smeta(lane, buf, i), wr) = lane == 0 ? g.me : lane == 1 ? t : j;
     if (!lsa) {  // warp-uniform (a GIN team sends whole rows: parts is 1)
       __threadfence_system();
       const int sig = g.signal(Geo::kSigRows, buf, g.me);
       dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_rows + r * g.row_bytes, p.win, row_off, g.row_bytes, sig, 1);
       if (g.nsc)
         dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_scales + r * g.nsc * 4, p.win, sc_off, g.nsc * 4, sig, 1);
-      dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.off_meta + r * 8, p.win, meta_off, 8, sig, 1);
+      for (int k = 0; k < 3; ++k) dev::put_signal(dev::Warp{}, ctx, dst, p.win, g.meta(k, r), p.win, g.smeta(k, buf, i), 4, sig, 1);
     }
   }
   release_to_all(p, g.off_done, buf, e);
   if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
 }
 
-// The rows are where the expert reads them: the receive waits for them and writes, per row of
-// expert l (source 0's rows, then source 1's, ...), its source rank, token and top-k slot.
+// The rows are where the expert reads them, each with its source rank, token and slot (the
+// sender stored them with the row): the receive, one CTA, waits for them and counts each
+// expert's rows.
+static_assert(kEpMaxExperts <= kThreads, "recv: a thread per local expert");
 __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params p) {
   ptx::griddep_wait();
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + g.G);
-  const int buf = (int)(e & 1u);
+  const int buf = (int)(e & 1u), l = threadIdx.x;
+  const bool counts = l < g.L;  // a thread per local expert
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   // This call's counts arrived before this rank's send ended (stream order); the rows:
   wait_every_channel(p, g.off_done, buf, e, "ep.ll.recv.rows", 0);
+  // The verdicts and expert l's rows (every source's count for it) in one round of loads; the
+  // barrier publishes `bad`.
   if (threadIdx.x < g.P && *at<const int>(ctx, p.win, g.slot(buf, threadIdx.x) + 8, g.me) != 0) atomicMax(&bad, threadIdx.x + 1);
-  // pre[x], x = l P + s: the rows before (expert l, source s) in (expert, source) order. Without
-  // GIN sources the counts are read beside the verdicts (one round of loads, and the prefix's
-  // first barrier publishes `bad`); a GIN source's rows are waited for only when none was refused.
-  __shared__ int pre[kEpMaxExperts + 1];
-  const int LP = g.L * g.P;
-  const auto count_of = [&](int x) { return count_from(p, buf, x % g.P, g.me * g.L + x / g.P); };
-  if (!g.gin) block_prefix(pre, LP, count_of);
-  else __syncthreads();
+  int n = 0;
+  for (int q = 0; counts && q < g.P; ++q) n += count_from(p, buf, q, g.me * g.L + l);
+  __syncthreads();
   if (bad) {  // no rank sent rows
-    if (blockIdx.x == 0 && threadIdx.x == 0 && atomicCAS(&p.s.status->code, 0, 2) == 0) {
+    if (threadIdx.x == 0 && atomicCAS(&p.s.status->code, 0, 2) == 0) {
       p.s.status->rank = bad - 1;
       __threadfence_system();
     }
-    for (int l = blockIdx.x * blockDim.x + threadIdx.x; l < g.L; l += gridDim.x * blockDim.x) p.s.rcount[l] = 0;
+    if (counts) p.s.rcount[l] = 0;
     return;
   }
-  if (g.gin) {
+  // A GIN source's rows are waited for only when no rank was refused (it put none otherwise).
+  if (g.gin)
     wait_gin(p, Geo::kSigRows, buf, 0, [&](int q) { return rows_from(p, buf, q) * row_puts(g); }, "ep.ll.recv.rows", 0);
-    block_prefix(pre, LP, count_of);
-  }
-  for (int l = threadIdx.x; blockIdx.x == 0 && l < g.L; l += blockDim.x) p.s.rcount[l] = pre[(l + 1) * g.P] - pre[l * g.P];
-  for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < pre[LP]; k += gridDim.x * blockDim.x) {
-    const int x = find_in_prefix(pre, LP, k), l = x / g.P;
-    const size_t row = (size_t)l * g.cap + (k - pre[l * g.P]);
-    const int2 m = *at<const int2>(ctx, p.win, g.off_meta + row * 8, g.me);
-    p.s.rsrc[row] = x % g.P, p.s.rtok[row] = m.x, p.s.rslot[row] = m.y;
-  }
+  if (counts) p.s.rcount[l] = n;
   stamp(p.ring, trace::EventKind::kKernelEnd, blockIdx.x);
 }
 
@@ -488,11 +483,12 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
             (int)(rb / 16), lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
             [&](int c, uint4 v) { ptx::st_v4(yb + (size_t)c * 16, v); });
       }
-      const int s = p.s.rsrc[row];
+      const int s = *at<const int>(ctx, p.win, g.meta(0, row), g.me);
       if (!dev::is_lsa_peer(ctx, s)) {  // warp-uniform
         __threadfence_system();
-        dev::put_signal(dev::Warp{}, ctx, s, p.win, g.off_cy + g.cyrow(p.s.rtok[row], p.s.rslot[row]) * rb, p.win,
-                        g.off_y + row * rb, rb, g.signal(Geo::kSigCombine, buf, g.me), 1);
+        const int t = *at<const int>(ctx, p.win, g.meta(1, row), g.me), j = *at<const int>(ctx, p.win, g.meta(2, row), g.me);
+        dev::put_signal(dev::Warp{}, ctx, s, p.win, g.off_cy + g.cyrow(t, j) * rb, p.win, g.off_y + row * rb, rb,
+                        g.signal(Geo::kSigCombine, buf, g.me), 1);
       }
     }
   }
@@ -590,11 +586,7 @@ void EpBuffer::init_low_latency() {
   s.epochs = ep_zalloc<ops::ep::Epoch>(4 * (size_t)g.G, s0);
   s.route = ep_zalloc<int2>((size_t)g.max_tokens * g.topk, s0);
   s.rcount = ep_zalloc<int>(g.L, s0);
-  s.rsrc = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  s.rtok = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  s.rslot = ep_zalloc<int32_t>((size_t)g.L * g.cap, s0);
-  ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 4 * sizeof(ops::ep::Epoch) * (size_t)g.G + (size_t)g.L * g.cap * 12 +
-                   4 * (size_t)g.L;
+  ll.local_bytes = (size_t)g.max_tokens * g.topk * 12 + (size_t)g.E * 4 + 4 * sizeof(ops::ep::Epoch) * (size_t)g.G + 4 * (size_t)g.L;
   TW_CUDA_CHECK(cudaMemsetAsync(ll.win.data(), 0, g.off_meta, s0));  // slots and flags start at 0
   // The send computes the layout in shared memory (layout_smem: up to 160 KiB), beside its
   // static arrays. The default allowance is 48 KiB less those, and the attribute belongs to
@@ -673,7 +665,8 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
                       [&] { comm_.agree_on_call("EpBuffer::dispatch_recv", {}); });
   LowLatency& ll = *ll_;
   ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
-  launch_ll(comm_, ops::ep::ll::recv, sms_, ops::ep::kThreads, 0, stream, p);
+  // One CTA: the receive waits for the flags and counts each expert's rows; it moves nothing.
+  launch_ll(comm_, ops::ep::ll::recv, 1, ops::ep::kThreads, 0, stream, p);
   if (ll.g.gin) launch_ll(comm_, ops::ep::ll::gin_advance, 1, 64, 0, stream, p);
   comm_.check_launch("ep low-latency receive launch");
   comm_.launched("ep low-latency receive");
@@ -684,8 +677,8 @@ EpLowLatencyRecv EpBuffer::dispatch_recv(cudaStream_t stream) {
   r.x_scales = ll.g.nsc ? reinterpret_cast<float*>(base + ll.g.off_scales) : nullptr;
   r.y = base + ll.g.off_y;
   r.count = ll.s.rcount;
-  r.src_rank = ll.s.rsrc;
-  r.src_token = ll.s.rtok;
+  r.src_rank = reinterpret_cast<int32_t*>(base + ll.g.meta(0, 0));
+  r.src_token = reinterpret_cast<int32_t*>(base + ll.g.meta(1, 0));
   r.capacity = ll.g.cap;
   return r;
 }
