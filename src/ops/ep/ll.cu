@@ -8,9 +8,10 @@
 // per expert (all E of them) to every rank and waits for every rank's: the counts travel ahead
 // of the rows in the same kernel, and a rank's counts of call e also say that it has begun call
 // e, which ends its use of call e - 1's rows (valid until its next dispatch_send): that is
-// what lets a single receive block, at a fixed address, take the next call's rows. The receive
-// waits for every source's rows (a flag per source and CTA), then writes the counts and each
-// row's (source, token, slot) for the caller; it moves no payload.
+// what lets a single receive block, at a fixed address, take the next call's rows. Each row's
+// source rank and token (and, for a GIN source, its top-k slot) travel with it. The receive
+// waits for every source's rows (a flag per source and CTA) and writes the counts per expert;
+// it moves nothing per row.
 //
 // Combine is a pull: the expert rank's rows y(l, r) are in its window's combine block (the
 // caller's expert GEMM writes there, or combine_send copies them in), combine_send releases a
@@ -404,9 +405,10 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
         }
       }
     }
-    // The row's source rank, token and slot travel with it (lanes 0-2, one store each): the
+    // The row's source rank and token travel with it (lanes 0 and 1, one store each; lane 2 the
+    // top-k slot, which only a GIN expert rank reads, to put the combined row back): the
     // receive then writes nothing per row.
-    if (part == 0 && lane < 3)
+    if (part == 0 && lane < (lsa ? 2 : 3))
       *at<int>(ctx, p.win, lsa ? g.meta(lane, r) : g.smeta(lane, buf, i), wr) = lane == 0 ? g.me : lane == 1 ? t : j;
     if (!lsa) {  // warp-uniform (a GIN team sends whole rows: parts is 1)
       __threadfence_system();
@@ -483,7 +485,7 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
             (int)(rb / 16), lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
             [&](int c, uint4 v) { ptx::st_v4(yb + (size_t)c * 16, v); });
       }
-      const int s = *at<const int>(ctx, p.win, g.meta(0, row), g.me);
+      const int s = g.gin ? *at<const int>(ctx, p.win, g.meta(0, row), g.me) : g.me;
       if (!dev::is_lsa_peer(ctx, s)) {  // warp-uniform
         __threadfence_system();
         const int t = *at<const int>(ctx, p.win, g.meta(1, row), g.me), j = *at<const int>(ctx, p.win, g.meta(2, row), g.me);
