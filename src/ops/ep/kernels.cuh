@@ -194,6 +194,13 @@ struct Params {
   trace::Ring ring;
 };
 
+// The send's dynamic shared memory for the layout of N tokens (ll.cu layout_in_smem): the bits
+// and their prefix counts [ceil(N / 32)][E] (uint32 + int16), the places and the ids [N topk] int16.
+__host__ __device__ constexpr size_t layout_smem(int E, int N, int topk) {
+  const size_t words = (size_t)E * (((size_t)N + 31) / 32);
+  return words * (sizeof(uint32_t) + sizeof(int16_t)) + 2 * (size_t)N * topk * sizeof(int16_t);
+}
+
 __global__ void send(const __grid_constant__ Params p);
 __global__ void recv(const __grid_constant__ Params p);
 __global__ void combine_send(const __grid_constant__ Params p);
