@@ -36,6 +36,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cutlass/arch/barrier.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <mutex>
@@ -262,20 +265,47 @@ __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bo
   return {pos, sid};
 }
 
-__global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
-  ptx::griddep_wait();
+// e4m3 of one 16-byte chunk of bf16 (8 values), scaled per 128 columns: the amax over the
+// half-warp's 16 lanes (16 consecutive chunks of a row), q = e4m3(x x (448 / amax)), and the
+// row keeps scale = amax / 448. Every lane of the warp calls it (the shuffles).
+__device__ __forceinline__ uint2 quantize_chunk(uint4 v, float& scale) {
+  // Registers only (a byte pointer into a vector would put it in local memory).
+  const uint32_t wd[4] = {v.x, v.y, v.z, v.w};
+  float f[8], m[4];
+#pragma unroll
+  for (int k = 0; k < 8; ++k) f[k] = __uint_as_float((k % 2 ? wd[k / 2] >> 16 : wd[k / 2] & 0xffffu) << 16);  // exact
+  // The chunk's amax as a tree (depth 3, not a chain of 8: fmaxf's result does not depend on
+  // the order), then over the half-warp's 16 lanes.
+#pragma unroll
+  for (int k = 0; k < 4; ++k) m[k] = fmaxf(fabsf(f[2 * k]), fabsf(f[2 * k + 1]));
+  float amax = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
+#pragma unroll
+  for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
+  // send twice the bf16 one); the row keeps amax / 448 to dequantize.
+  // inv at most FLT_MAX: 448 / amax overflows below amax ~ 1.3e-36, and 0 x inf is NaN.
+  scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const float inv = amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
+  // Two elements per conversion (cvt.rn.satfinite.e4m3x2: the same rounding as one at a
+  // time; the first of the pair in the low byte).
+  uint32_t qw[2] = {0, 0};
+#pragma unroll
+  for (int e2 = 0; e2 < 4; ++e2) {
+    const float2 pr = make_float2(__fmul_rn(f[2 * e2], inv), __fmul_rn(f[2 * e2 + 1], inv));
+    qw[e2 / 2] |= (uint32_t)__nv_cvt_float2_to_fp8x2(pr, __NV_SATFINITE, __NV_E4M3) << (16 * (e2 % 2));
+  }
+  return make_uint2(qw[0], qw[1]);
+}
+
+// Steps 1 and 2 of either send: CTA 0 publishes this rank's verdict and its counts for every
+// expert to every rank; every CTA waits for every rank's counts of this call (they place this
+// rank's rows, and each says that its rank has begun the call: it reads no earlier rows any
+// more), then base[x] = the rows that lower ranks send to expert x. Returns whether some rank's
+// routing was refused (every CTA of every rank sees the same).
+__device__ bool exchange_counts(const Params& p, const int* cnt, uint64_t e, int buf, int* base) {
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
-  const uint64_t e = next_epoch(p.s.epochs);
-  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
-  extern __shared__ uint32_t lsm[];
-  __shared__ int cnt[kEpMaxExperts];
-  stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
-  const LayoutSmem lay = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
-  const int16_t* pos = lay.pos;
-  stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
-  // 1. CTA 0: this rank's verdict and its counts for every expert, to every rank.
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (blockIdx.x == 0)
     for (int d = warp; d < g.P; d += kWarps) {
       const bool lsa = dev::is_lsa_peer(ctx, d);
@@ -298,8 +328,6 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
                         g.signal(Geo::kSigCounts, buf, g.me), 1);
       if (lane == 0 && d == g.P - 1) trace::emit(p.ring, trace::EventKind::kChunkSend, kCountsId, ptx::globaltimer());
     }
-  // 2. Every CTA: every rank's counts of this call. They place this rank's rows, and each says
-  //    that its rank has begun the call (it reads no earlier rows any more).
   for (int q = threadIdx.x; q < g.P; q += blockDim.x) {
     if (dev::is_lsa_peer(ctx, q))
       dev::wait_flag(dev::Thread{}, ctx, at<uint64_t>(ctx, p.win, g.slot(buf, q), g.me), e, cuda::memory_order_acquire,
@@ -309,7 +337,6 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
                        p.s.sig0[sig_slot(g, Geo::kSigCounts, buf, q)] + (e + 1) / 2, cuda::memory_order_acquire,
                        "ep.ll.send.counts");
   }
-  __shared__ int base[kEpMaxExperts];  // rows that lower ranks send to expert x
   __shared__ int bad;
   if (threadIdx.x == 0) bad = 0;
   __syncthreads();
@@ -322,6 +349,24 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
     base[x] = b;
   }
   __syncthreads();
+  return bad != 0;
+}
+
+__global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const uint64_t e = next_epoch(p.s.epochs);
+  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
+  extern __shared__ uint32_t lsm[];
+  __shared__ int cnt[kEpMaxExperts];
+  stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
+  const LayoutSmem lay = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);
+  const int16_t* pos = lay.pos;
+  stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
+  __shared__ int base[kEpMaxExperts];  // rows that lower ranks send to expert x
+  const bool bad = exchange_counts(p, cnt, e, buf, base);
   stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
   // 3. p.parts warps per (token, expert) pair, each a range of its 16-byte chunks (a multiple of
   //    16: whole fp8 scale groups), so that a decode batch of a few tokens still spreads over
@@ -369,32 +414,8 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
       for (int u = 0; u < kRowUnroll; ++u) {
         if (c0 + 32 * u >= chunks) break;  // warp-uniform
         const int c = c0 + 32 * u + lane;
-        // Registers only (a byte pointer into a vector would put it in local memory).
-        const uint32_t wd[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        float f[8], m[4];
-#pragma unroll
-        for (int k = 0; k < 8; ++k) f[k] = __uint_as_float((k % 2 ? wd[k / 2] >> 16 : wd[k / 2] & 0xffffu) << 16);  // exact
-        // The chunk's amax as a tree (depth 3, not a chain of 8: fmaxf's result does not depend on
-        // the order), then over the half-warp's 16 lanes.
-#pragma unroll
-        for (int k = 0; k < 4; ++k) m[k] = fmaxf(fabsf(f[2 * k]), fabsf(f[2 * k + 1]));
-        float amax = fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3]));
-#pragma unroll
-        for (int o = 8; o >= 1; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        // q = e4m3(x x (448 / amax)), one multiply per element (a division each cost the fp8
-        // send twice the bf16 one); the row keeps amax / 448 to dequantize.
-        // inv at most FLT_MAX: 448 / amax overflows below amax ~ 1.3e-36, and 0 x inf is NaN.
-        const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
-        const float inv = amax > 0.0f ? fminf(__fdiv_rn(448.0f, amax), FLT_MAX) : 1.0f;
-        // Two elements per conversion (cvt.rn.satfinite.e4m3x2: the same rounding as one at a
-        // time; the first of the pair in the low byte).
-        uint32_t qw[2] = {0, 0};
-#pragma unroll
-        for (int e2 = 0; e2 < 4; ++e2) {
-          const float2 pr = make_float2(__fmul_rn(f[2 * e2], inv), __fmul_rn(f[2 * e2 + 1], inv));
-          qw[e2 / 2] |= (uint32_t)__nv_cvt_float2_to_fp8x2(pr, __NV_SATFINITE, __NV_E4M3) << (16 * (e2 % 2));
-        }
-        const uint2 q = make_uint2(qw[0], qw[1]);
+        float scale;
+        const uint2 q = quantize_chunk(v[u], scale);
         if (c < chunks) {
           *at<uint2>(ctx, p.win, row_off + (size_t)c * 8, wr) = q;
           if (c % 16 == 0) *at<float>(ctx, p.win, sc_off + (size_t)(c / 16) * 4, wr) = scale;
@@ -417,6 +438,82 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
   }
   release_to_all(p, g.off_done, buf, e);
   if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
+}
+
+// The send through the CTA's copy engine (an all-LSA team whose CTAs' rows fit in shared memory:
+// EpBuffer::dispatch_send chooses, tma_send_smem). CTA b owns tokens b, b + G, .. (at most
+// kTmaTokens, a warp each). Their bf16 rows are bulk-loaded into shared memory first, so the
+// loads run under the layout and the count exchange; fp8 quantizes each row once, in shared
+// memory; then lane j of token t's warp bulk-stores the row (fp8: and its scales) into slot j's
+// receive row, with its source rank and token beside it. The rows are read once per token, no
+// register holds them, and all of a CTA's stores are in flight at once; they are complete
+// (written, not only read) before the CTA's fence and flags, as in the warp send.
+__global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const uint64_t e = next_epoch(p.s.epochs);
+  const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
+  extern __shared__ __align__(128) uint32_t lsm[];
+  __shared__ int cnt[kEpMaxExperts];
+  __shared__ __align__(8) uint64_t loaded[kTmaTokens];
+  const int N = p.s.num_tokens, G = (int)gridDim.x, H = g.hidden;
+  const int ntok = (int)blockIdx.x < N ? min(kTmaTokens, (N - 1 - (int)blockIdx.x) / G + 1) : 0;
+  char* const rows = reinterpret_cast<char*>(lsm) + tma_rows_offset(g.E, N, g.topk);
+  const size_t rs = tma_row_smem(H, p.fp8);
+  // 0. The rows: one bulk load each, completing loaded[i] by its bytes.
+  if ((int)threadIdx.x < ntok) {
+    const int i = threadIdx.x;
+    cutlass::arch::ClusterTransactionBarrier::init(&loaded[i], 1);
+    cutlass::arch::fence_barrier_init();
+    cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&loaded[i], (uint32_t)(2 * H));
+    cute::SM90_BULK_COPY_G2S::copy(p.x + (size_t)(blockIdx.x + i * G) * 2 * H, &loaded[i], rows + i * rs, 2 * H);
+  }
+  stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
+  const LayoutSmem lay = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);  // its barriers publish loaded[]'s init
+  stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
+  __shared__ int base[kEpMaxExperts];
+  const bool bad = exchange_counts(p, cnt, e, buf, base);
+  stamp(p.ring, trace::EventKind::kChunkSend, blockIdx.x);
+  if (warp < ntok) {
+    const int t = (int)blockIdx.x + warp * G;
+    char* const row = rows + warp * rs;
+    // Every load completes before the CTA ends, refused call or not.
+    cutlass::arch::ClusterTransactionBarrier::wait(&loaded[warp], 0);
+    if (!bad) {
+      char* const q = row + 2 * H;                            // fp8: the quantized row [H]
+      float* const sc = reinterpret_cast<float*>(q + H);      // and its scales [H / 128]
+      if (p.fp8) {
+        const int chunks = H / 8;  // a multiple of 16: whole scale groups per half-warp
+        for (int c0 = 0; c0 < chunks; c0 += 32) {
+          const int c = c0 + lane;
+          const uint4 v = c < chunks ? *reinterpret_cast<const uint4*>(row + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
+          float scale;
+          const uint2 qq = quantize_chunk(v, scale);
+          if (c < chunks) {
+            *reinterpret_cast<uint2*>(q + (size_t)c * 8) = qq;
+            if (c % 16 == 0) sc[c / 16] = scale;
+          }
+        }
+        cute::tma_store_fence();  // these generic writes, then the bulk stores read them
+        __syncwarp();
+      }
+      const int i = t * g.topk + lane;
+      if (lane < g.topk && lay.pos[i] >= 0) {
+        const int id = lay.sid[i], dst = id / g.L;
+        const size_t r = (size_t)(id % g.L) * g.cap + base[id] + lay.pos[i];
+        p.s.route[i] = make_int2(dst, (int)r);
+        cute::SM90_BULK_COPY_S2G::copy(p.fp8 ? q : row, at<char>(ctx, p.win, g.off_rows + r * g.row_bytes, dst), (int32_t)g.row_bytes);
+        if (p.fp8) cute::SM90_BULK_COPY_S2G::copy(sc, at<char>(ctx, p.win, g.off_scales + r * g.nsc * 4, dst), (int32_t)(g.nsc * 4));
+        *at<int>(ctx, p.win, g.meta(0, r), dst) = g.me;
+        *at<int>(ctx, p.win, g.meta(1, r), dst) = t;
+        cute::tma_store_arrive();
+        ptx::bulk_wait_all_writes();  // written before release_to_all's fence and flags
+      }
+    }
+  }
+  release_to_all(p, g.off_done, buf, e);
 }
 
 // The rows are where the expert reads them, each with its source rank, token and slot (the

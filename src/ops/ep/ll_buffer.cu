@@ -9,6 +9,7 @@
 #include "../../runtime/pdl_launch.hpp"
 #include "state.cuh"
 #include "tilewire/ops/ep.hpp"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
@@ -52,6 +53,17 @@ void EpBuffer::init_low_latency() {
     TW_CUDA_CHECK(cudaFuncGetAttributes(&fa, ops::ep::ll::send));
     if (smem > (size_t)fa.maxDynamicSharedSizeBytes)
       TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    // send_tma holds the layout and its CTA's rows: it may take the device's whole opt-in shared
+    // memory less its static arrays; dispatch_send runs it only where a call fits.
+    if (!gin && env::get_bool("TILEWIRE_EP_LL_TMA")) {
+      int optin = 0;
+      TW_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm_.device()));
+      cudaFuncAttributes ta{};
+      TW_CUDA_CHECK(cudaFuncGetAttributes(&ta, ops::ep::ll::send_tma));
+      ll.tma_smem_max = (size_t)std::max(0, optin - (int)ta.sharedSizeBytes);
+      if (ll.tma_smem_max > (size_t)ta.maxDynamicSharedSizeBytes)
+        TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send_tma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)ll.tma_smem_max));
+    }
   }
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
     ll.g.sig = comm_.reserve_signals(6 * P, "EpBuffer (low latency)");
@@ -98,13 +110,22 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
   p.topk_idx = a.topk_idx;
   p.idx64 = a.index_type == EpIndex::kInt64;
   p.fp8 = cfg_.payload == EpPayload::kFp8E4M3;
-  // Warps per pair: as many as leave every CTA's warps busy (a power of two, at most 16), so a
-  // lane has at most two rounds of loads per row; whole rows when GIN puts them.
-  p.parts = 1;
-  const int pairs_per_cta = std::max(1, (a.num_tokens * cfg_.topk + sms_ - 1) / sms_);
-  while (!ll.g.gin && p.parts < ops::ep::kWarps && 2 * p.parts * pairs_per_cta <= ops::ep::kWarps) p.parts *= 2;
-  launch_ll(comm_, ops::ep::ll::send, sms_, ops::ep::kThreads,
-            ops::ep::ll::layout_smem(cfg_.num_experts, a.num_tokens, cfg_.topk), stream, p);
+  // The copy engine's send where the call fits: an all-LSA team (tma_smem_max is 0 otherwise), at
+  // most kTmaTokens tokens per CTA, the rows and the layout in shared memory, and fp8 rows whose
+  // scales are whole 16-byte bulk copies (hidden a multiple of 512).
+  const size_t tma_smem = ops::ep::ll::tma_send_smem(cfg_.num_experts, a.num_tokens, cfg_.topk, sms_, cfg_.hidden, p.fp8);
+  if (a.num_tokens > 0 && (a.num_tokens + sms_ - 1) / sms_ <= ops::ep::ll::kTmaTokens &&
+      (!p.fp8 || cfg_.hidden % 512 == 0) && tma_smem <= ll.tma_smem_max) {
+    launch_ll(comm_, ops::ep::ll::send_tma, sms_, ops::ep::kThreads, tma_smem, stream, p);
+  } else {
+    // Warps per pair: as many as leave every CTA's warps busy (a power of two, at most 16), so a
+    // lane has at most two rounds of loads per row; whole rows when GIN puts them.
+    p.parts = 1;
+    const int pairs_per_cta = std::max(1, (a.num_tokens * cfg_.topk + sms_ - 1) / sms_);
+    while (!ll.g.gin && p.parts < ops::ep::kWarps && 2 * p.parts * pairs_per_cta <= ops::ep::kWarps) p.parts *= 2;
+    launch_ll(comm_, ops::ep::ll::send, sms_, ops::ep::kThreads,
+              ops::ep::ll::layout_smem(cfg_.num_experts, a.num_tokens, cfg_.topk), stream, p);
+  }
   ll.step = LowLatency::Step::kSent;
 }
 
