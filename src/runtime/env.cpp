@@ -91,7 +91,7 @@ static const Var kVars[] = {
      "drains and wait for it on the device)."},
     {"TILEWIRE_EP_LL_TMA", Type::kBool, "1",
      "Low-latency EP: the send stores rows with each CTA's bulk copies where a call fits (all-LSA teams, few "
-     "tokens per CTA); 0: always with warps (for measurement)."},
+     "tokens per CTA); 0: always with warps (for measurement). Read when a buffer is made."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
     {"TILEWIRE_GIN_EMU_SEED", Type::kInt, "1",

@@ -455,12 +455,12 @@ __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Par
   const uint64_t e = next_epoch(p.s.epochs);
   const int buf = (int)(e & 1u), warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   stamp(p.ring, trace::EventKind::kKernelStart, blockIdx.x);
-  extern __shared__ __align__(128) uint32_t lsm[];
+  extern __shared__ __align__(128) uint32_t tma_sm[];  // the layout, then the rows
   __shared__ int cnt[kEpMaxExperts];
   __shared__ __align__(8) uint64_t loaded[kTmaTokens];
   const int N = p.s.num_tokens, G = (int)gridDim.x, H = g.hidden;
   const int ntok = (int)blockIdx.x < N ? min(kTmaTokens, (N - 1 - (int)blockIdx.x) / G + 1) : 0;
-  char* const rows = reinterpret_cast<char*>(lsm) + tma_rows_offset(g.E, N, g.topk);
+  char* const rows = reinterpret_cast<char*>(tma_sm) + tma_rows_offset(g.E, N, g.topk);
   const size_t rs = tma_row_smem(H, p.fp8);
   // 0. The rows: one bulk load each, completing loaded[i] by its bytes.
   if ((int)threadIdx.x < ntok) {
@@ -471,7 +471,7 @@ __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Par
     cute::SM90_BULK_COPY_G2S::copy(p.x + (size_t)(blockIdx.x + i * G) * 2 * H, &loaded[i], rows + i * rs, 2 * H);
   }
   stamp(p.ring, trace::EventKind::kMmaStart, kLayoutId + blockIdx.x);
-  const LayoutSmem lay = layout_in_smem(p, lsm, cnt, blockIdx.x == 0);  // its barriers publish loaded[]'s init
+  const LayoutSmem lay = layout_in_smem(p, tma_sm, cnt, blockIdx.x == 0);  // its barriers publish loaded[]'s init
   stamp(p.ring, trace::EventKind::kMmaEnd, kLayoutId + blockIdx.x);
   __shared__ int base[kEpMaxExperts];
   const bool bad = exchange_counts(p, cnt, e, buf, base);
@@ -479,11 +479,18 @@ __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Par
   if (warp < ntok) {
     const int t = (int)blockIdx.x + warp * G;
     char* const row = rows + warp * rs;
-    // Every load completes before the CTA ends, refused call or not.
-    cutlass::arch::ClusterTransactionBarrier::wait(&loaded[warp], 0);
+    // Every load completes before the CTA ends, refused call or not (bounded, as every EP wait).
+    dev::bounded_spin(
+        ctx, "ep.ll.send.rows_smem", 1, [&] { return (uint64_t)cutlass::arch::ClusterBarrier::try_wait(&loaded[warp], 0u); },
+        [](uint64_t v) { return v != 0; });
+    __syncwarp();
     if (!bad) {
-      char* const q = row + 2 * H;                            // fp8: the quantized row [H]
-      float* const sc = reinterpret_cast<float*>(q + H);      // and its scales [H / 128]
+      // fp8: the quantized row [H] over the start of the bf16 row (chunk c's 8 bytes land on
+      // chunk c / 2, read in this round or an earlier one; every lane's read of this round
+      // precedes quantize_chunk's full-mask shuffles, which every write follows); its scales
+      // [H / 128] after the bf16 row.
+      char* const q = row;
+      float* const sc = reinterpret_cast<float*>(row + 2 * H);
       if (p.fp8) {
         const int chunks = H / 8;  // a multiple of 16: whole scale groups per half-warp
         for (int c0 = 0; c0 < chunks; c0 += 32) {
@@ -504,7 +511,10 @@ __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Par
         const int id = lay.sid[i], dst = id / g.L;
         const size_t r = (size_t)(id % g.L) * g.cap + base[id] + lay.pos[i];
         p.s.route[i] = make_int2(dst, (int)r);
-        cute::SM90_BULK_COPY_S2G::copy(p.fp8 ? q : row, at<char>(ctx, p.win, g.off_rows + r * g.row_bytes, dst), (int32_t)g.row_bytes);
+        // The destination's counts were acquired in the generic proxy (it no longer reads its
+        // earlier rows); the bulk stores that overwrite them go through the async proxy.
+        ptx::fence_proxy_async_global();
+        cute::SM90_BULK_COPY_S2G::copy(row, at<char>(ctx, p.win, g.off_rows + r * g.row_bytes, dst), (int32_t)g.row_bytes);
         if (p.fp8) cute::SM90_BULK_COPY_S2G::copy(sc, at<char>(ctx, p.win, g.off_scales + r * g.nsc * 4, dst), (int32_t)(g.nsc * 4));
         *at<int>(ctx, p.win, g.meta(0, r), dst) = g.me;
         *at<int>(ctx, p.win, g.meta(1, r), dst) = t;

@@ -29,6 +29,7 @@ void EpBuffer::init_low_latency() {
   LowLatency& ll = *ll_;
   const int P = comm_.nranks();
   const bool gin = !comm_.all_lsa();
+  const bool tma = !gin && env::get_bool("TILEWIRE_EP_LL_TMA");  // read before any collective step
   ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_, gin);
   ll.win = comm_.alloc_window(ll.g.total);
   StreamGuard init;
@@ -55,7 +56,7 @@ void EpBuffer::init_low_latency() {
       TW_CUDA_CHECK(cudaFuncSetAttribute(ops::ep::ll::send, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     // send_tma holds the layout and its CTA's rows: it may take the device's whole opt-in shared
     // memory less its static arrays; dispatch_send runs it only where a call fits.
-    if (!gin && env::get_bool("TILEWIRE_EP_LL_TMA")) {
+    if (tma) {
       int optin = 0;
       TW_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, comm_.device()));
       cudaFuncAttributes ta{};
