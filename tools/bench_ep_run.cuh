@@ -257,7 +257,7 @@ void EpBench::run(Comm& comm) {
     long long own = 0;  // this rank's selections of its own experts
     for (int64_t e : routing) own += e >= 0 && e / L == me;
     logical_bytes = (double)rows * (row + nsc * 4);
-    wire_bytes = (double)(rows - own) * (row + nsc * 4 + 8);
+    wire_bytes = (double)(rows - own) * (row + nsc * 4 + 8);  // + the row's source rank and token
     comb_logical = (double)rows * H * 2;
     comb_wire = (double)(rows - own) * H * 2;
     disp_floor = (double)N * H * 2 + (double)pairs * (row + nsc * 4);  // x read once, a row per pair written

@@ -89,6 +89,9 @@ static const Var kVars[] = {
     {"TILEWIRE_PDL", Type::kBool, "1",
      "Launch tilewire kernels with programmatic dependent launch (they start while the previous kernel "
      "drains and wait for it on the device)."},
+    {"TILEWIRE_EP_LL_TMA", Type::kBool, "1",
+     "Low-latency EP: the send stores rows with each CTA's bulk copies where a call fits (all-LSA teams, few "
+     "tokens per CTA); 0: always with warps (for measurement). Read when a buffer is made."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
     {"TILEWIRE_GIN_EMU_SEED", Type::kInt, "1",

@@ -165,11 +165,15 @@ TEST(EpPlan, LowLatencyWindowRegionsAreDisjoint) {
       EXPECT_EQ(g.cap, P * 256);
       EXPECT_GE(g.slot_bytes, 16 + 4 * (size_t)c.num_experts);
       EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
-                               {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
+                               {g.off_meta, 3 * rows * 4}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
                                {g.off_y, rows * c.hidden * 2}},
                               g.total),
                 "")
           << "P = " << P;
+      // Each row's source rank, token and slot: three int32 arrays of every row, back to back.
+      EXPECT_EQ(g.meta(0, 0), g.off_meta);
+      EXPECT_EQ(g.meta(1, 0), g.off_meta + rows * 4);
+      EXPECT_EQ(g.meta(2, rows - 1) + 4, g.off_meta + 3 * rows * 4);
       // Slots and flags come first: creation zeroes [0, off_meta).
       EXPECT_LE(g.off_cdone + flags, g.off_meta);
       EXPECT_EQ(g.done(g.off_done, 1, P - 1, 15) + 8, g.off_done + flags);
@@ -192,9 +196,9 @@ TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
       EXPECT_EQ(g.off_y, plain.off_y);
       const size_t rows = (size_t)g.L * P * 128, flags = 2 * (size_t)P * 16 * 8, pairs = (size_t)128 * c.topk;
       EXPECT_EQ(check_regions({{g.off_slots, 2 * P * g.slot_bytes}, {g.off_done, flags}, {g.off_cdone, flags},
-                               {g.off_meta, rows * 8}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
+                               {g.off_meta, 3 * rows * 4}, {g.off_scales, rows * g.nsc * 4}, {g.off_rows, rows * g.row_bytes},
                                {g.off_y, rows * c.hidden * 2}, {g.off_sslots, 2 * P * g.slot_bytes},
-                               {g.off_smeta, 2 * pairs * 8}, {g.off_sscales, 2 * pairs * g.nsc * 4},
+                               {g.off_smeta, 3 * 2 * pairs * 4}, {g.off_sscales, 2 * pairs * g.nsc * 4},
                                {g.off_srows, 2 * pairs * g.row_bytes}, {g.off_cy, pairs * c.hidden * 2}},
                               g.total),
                 "")
@@ -203,6 +207,9 @@ TEST(EpPlan, LowLatencyGinStagingIsDisjointAndSized) {
       // inside the landing block; six signals per source (phase x call parity).
       EXPECT_EQ((g.spair(1, 128 * c.topk - 1) + 1) * g.row_bytes, 2 * pairs * g.row_bytes);
       EXPECT_EQ(g.cyrow(127, c.topk - 1) + 1, pairs);
+      // The staged (source, token, slot) of the last pair of the last parity: the end of the staging's meta.
+      EXPECT_EQ(g.smeta(2, 1, 128 * c.topk - 1) + 4, g.off_smeta + 3 * 2 * pairs * 4);
+      EXPECT_EQ(g.smeta(1, 0, 0), g.off_smeta + 2 * pairs * 4);
       auto s = g;
       s.sig = 40;
       EXPECT_EQ(s.signal(tw::ops::ep::ll::Geo::kSigCounts, 0, 0), 40);

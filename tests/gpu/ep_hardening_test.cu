@@ -13,9 +13,10 @@
 //       id on the last rank: check() between dispatch_send and dispatch_recv refuses on every rank
 //       alike (a peer's verdict arrives with its counts); after dispatch_recv it throws on every
 //       rank that the dispatch wrote nothing.
-//   EpHardening.LowLatencyDuplicateExpertRefused  the last rank's token 3 names one expert twice:
-//       after dispatch_recv every rank's check() throws (the last rank naming the repeat), no
-//       rank's receive counts anything, and the next good dispatch works.
+//   EpHardening.LowLatencyDuplicateExpertRefused  the last rank's token 3 names one expert three
+//       times and its token 9 one twice: after dispatch_recv every rank's check() throws (the last
+//       rank naming the first repeat, topk_idx[3][2]), no rank's receive counts anything, and the
+//       next good dispatch works.
 //   EpHardening.EmptyRankAndMixedWeights  the last rank receives no rows and combines with y and
 //       weights null (an empty tensor's data pointer); of the others, even ranks pass weights and
 //       odd ones none. Every rank's output matches the host reference bitwise (weight x row,
@@ -211,7 +212,12 @@ TEST(EpHardening, LowLatencyDuplicateExpertRefused) {
     for (int t = 0; t < N; ++t)
       for (int j = 0; j < cfg.topk; ++j) good[(size_t)t * cfg.topk + j] = (int64_t)((t * 3 + me + j * (E / cfg.topk)) % E);
     std::vector<int64_t> dup = good;
-    if (me == P - 1) dup[3 * cfg.topk + 2] = dup[3 * cfg.topk + 0];
+    // Token 3 names its first expert three times and token 9 twice: the verdict is the first
+    // repeat in (token, slot) order, on every run.
+    if (me == P - 1) {
+      dup[3 * cfg.topk + 2] = dup[3 * cfg.topk + 3] = dup[3 * cfg.topk + 0];
+      dup[9 * cfg.topk + 1] = dup[9 * cfg.topk + 0];
+    }
     DeviceBuffer x((size_t)N * cfg.hidden * 2), i1(dup.size() * 8), i2(good.size() * 8);
     fill(x.data(), tw::DType::kBFloat16, (size_t)N * cfg.hidden, Fill::kRandom, 13, me, s);
     upload(i1.data(), dup, s), upload(i2.data(), good, s);

@@ -6,7 +6,9 @@
 //       skewed routing, ranks with 64, 0, 37 and 1 tokens, some top-k entries -1: per-expert
 //       counts exact, each expert's rows, scales and sources bitwise in (source rank, source
 //       token) order; combine_recv bitwise against the fixed-order fp32 sum over the top-k slots;
-//       three steps in a row, the last two bit-identical to the first. Token 0 of each rank starts
+//       three steps in a row, the last two bit-identical to the first; twice more on 2 SMs, where
+//       the ranks of 64 and 37 tokens send with warps and the rank of 1 token with the copy
+//       engine, in the same call (from 4 ranks on). Token 0 of each rank starts
 //       with a scale group of 1e-37 and zeros (fp8: 448 / amax would overflow to inf there). Before each step the last
 //       step's receive (rows, scales, sources) and the combine block are poisoned (the receive
 //       block is this rank's until its next dispatch_send, the combine block from its
@@ -19,7 +21,7 @@
 //       own slot and is compared bitwise with the host at the end: a row of a neighbouring step
 //       read or overwritten shows up.
 //   Ep.LowLatencyLargestLayout  the send's layout at its largest shared memory (about 512 experts,
-//       top-8, 1024 tokens: 48 KiB of it beside the kernel's static arrays), then a second,
+//       top-8, 1024 tokens: 128 KiB of it beside the kernel's static arrays), then a second,
 //       smaller buffer, then the first again: counts per expert and the combined output
 //       (small integers times quarters: exact) against the host.
 //   Ep.LowLatencyGraphReplayAndSkippedCombine  a step without combine, then a whole step (send,
@@ -46,11 +48,11 @@ using tw::EpPayload;
 constexpr int kMaxTokens = 64, kTopk = 8, kL = 32;  // experts per rank
 
 // The buffer of these tests: low latency, kMaxTokens tokens, top-kTopk of kL experts per rank.
-tw::EpConfig ll_config(int H, int P, EpPayload payload = EpPayload::kBFloat16) {
+tw::EpConfig ll_config(int H, int P, EpPayload payload = EpPayload::kBFloat16, int num_sms = 0) {
   tw::EpConfig cfg;
   cfg.mode = tw::EpMode::kLowLatency;
   cfg.max_tokens_per_rank = kMaxTokens, cfg.hidden = H, cfg.topk = kTopk, cfg.num_experts = kL * P;
-  cfg.payload = payload;
+  cfg.payload = payload, cfg.num_sms = num_sms;
   return cfg;
 }
 
@@ -119,9 +121,12 @@ TEST(Ep, LowLatencyMatchesTheReference) {
     EpPayload payload;
     bool skewed;
     uint64_t seed;
+    int num_sms = 0;  // 2: the ranks of 64 and 37 tokens (more than 16 per CTA) take the warp
+                      // send, the rank of 1 token the copy engine's, in the same call (P >= 4)
   };
   const Case cases[] = {{2048, EpPayload::kBFloat16, false, 71}, {7168, EpPayload::kBFloat16, true, 72},
-                        {7168, EpPayload::kFp8E4M3, false, 73}, {2048, EpPayload::kFp8E4M3, true, 74}};
+                        {7168, EpPayload::kFp8E4M3, false, 73}, {2048, EpPayload::kFp8E4M3, true, 74},
+                        {2048, EpPayload::kBFloat16, false, 75, 2}, {2048, EpPayload::kFp8E4M3, false, 76, 2}};
   std::vector<std::vector<std::string>> wrong(P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
@@ -129,8 +134,9 @@ TEST(Ep, LowLatencyMatchesTheReference) {
     Stream s;
     for (const Case& c : cases) {
       const std::string label = std::string(c.payload == EpPayload::kFp8E4M3 ? "fp8" : "bf16") + " hidden " +
-                                std::to_string(c.H) + (c.skewed ? " skewed: " : " uniform: ");
-      tw::EpBuffer buf(comm, ll_config(c.H, P, c.payload));
+                                std::to_string(c.H) + (c.skewed ? " skewed" : " uniform") +
+                                (c.num_sms ? " on " + std::to_string(c.num_sms) + " SMs: " : ": ");
+      tw::EpBuffer buf(comm, ll_config(c.H, P, c.payload, c.num_sms));
       std::vector<Input> all;
       for (int q = 0; q < P; ++q) all.push_back(make_input(c.seed, c.skewed, c.H, q, P));
       const Input& in = all[me];

@@ -143,8 +143,8 @@ struct EpLowLatencyRecv {
   // quantizes q = e4m3(x x (448 / amax)), each step rounded in fp32)
   float* x_scales = nullptr;
   int* count = nullptr;               // device [L]
-  int32_t* src_rank = nullptr;        // [L, capacity]
-  int32_t* src_token = nullptr;       // [L, capacity]
+  int32_t* src_rank = nullptr;        // [L, capacity] (the window: the senders store them with the rows)
+  int32_t* src_token = nullptr;       // [L, capacity] (the window)
   // [L, capacity, H] bf16, the combine block: an expert that writes its output rows here (row
   // for row as x) passes y to combine_send, which then copies nothing; its sources read it.
   void* y = nullptr;

@@ -124,8 +124,8 @@ EpBuffer::~EpBuffer() {
   }
   if (ll_) {
     const ops::ep::ll::Local& l = ll_->s;
-    for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.route, (void*)l.rcount,
-                    (void*)l.rsrc, (void*)l.rtok, (void*)l.rslot, (void*)l.sig0, (void*)l.gin_total})
+    for (void* p : {(void*)l.pos, (void*)l.cnt, (void*)l.epochs, (void*)l.route, (void*)l.rcount, (void*)l.sig0,
+                    (void*)l.gin_total})
       cudaFree(p);
     if (ll_->g.gin) comm_.release_signals(ll_->g.sig);
   }

@@ -53,20 +53,21 @@ struct Geo {
   size_t row_bytes, nsc;  // payload bytes per row; fp32 scales per row
   size_t slot_bytes;      // count slot: [0] tag, [8] verdict, [16] counts[E] of its source
   // Count slots [parity][source] and flags [parity][source][CTA] first (zeroed at creation);
-  // then the receive block [L][cap] (rows, scales, (token, slot)) and the combine block
-  // [L][cap] bf16, expert l's rows at [l][0, count[l]).
+  // then the receive block [L][cap] (each row's source rank, source token and top-k slot as
+  // three int32 arrays [3][L cap], written by the sender with the row; scales; rows) and the
+  // combine block [L][cap] bf16, expert l's rows at [l][0, count[l]).
   size_t off_slots, off_done, off_cdone, off_meta, off_scales, off_rows, off_y;
   // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
   // a GIN peer is first stored here: count slots [parity][destination], dispatch rows, scales
-  // and (token, slot) per [parity][pair t x topk + j]; and the landing rows [t][j] of the
-  // combine rows GIN expert ranks put back. 0 when gin is false.
+  // and the (source, token, slot) arrays [3][parity][pair t x topk + j]; and the landing rows
+  // [t][j] of the combine rows GIN expert ranks put back. 0 when gin is false.
   bool gin;
   size_t off_sslots, off_smeta, off_sscales, off_srows, off_cy;
   int sig;  // first of 6P signals (Comm::reserve_signals), see Phase
   size_t total;
   // GIN signals at a receiver, one counter per (phase, call parity, source), cumulative over the
-  // calls of that parity: counts get 1 add per call; dispatch rows one per put (a row, its meta,
-  // fp8: its scales), combine rows one per row. The receiver knows how many to expect from the
+  // calls of that parity: counts get 1 add per call; dispatch rows one per put (a row, its
+  // source, token and slot, fp8: its scales), combine rows one per row. The receiver knows how many to expect from the
   // counts (its running totals in Local::gin_total). Per parity because a rank may publish call
   // e + 1's counts while a peer still waits for call e's, and puts are not ordered.
   enum Phase { kSigCounts = 0, kSigRows = 1, kSigCombine = 2 };
@@ -77,6 +78,12 @@ struct Geo {
     return base + (((size_t)buf * P + src) * G + ch) * 8;
   }
   TW_EP_HD size_t cyrow(int t, int j) const { return (size_t)t * topk + j; }
+  // Receive row r's source rank (k = 0), source token (1) or top-k slot (2); and the staged
+  // copy of pair i's at parity buf.
+  TW_EP_HD size_t meta(int k, size_t r) const { return off_meta + ((size_t)k * L * cap + r) * 4; }
+  TW_EP_HD size_t smeta(int k, int buf, int i) const {
+    return off_smeta + ((size_t)k * 2 * max_tokens * topk + spair(buf, i)) * 4;
+  }
 };
 
 Geo geometry(const EpConfig& c, int P, int me, int G, bool gin = false);

@@ -168,10 +168,7 @@ struct Local {  // this rank's device state
   int* cnt;       // [E]
   Epoch* epochs;     // [4][G]: send, recv, combine send, combine recv
   int2* route;       // [max_tokens, topk]: (rank, row in its receive block) of each pair the send placed
-  int* rcount;       // [L]
-  int32_t* rsrc;     // [L, cap] source rank
-  int32_t* rtok;     // [L, cap] source token
-  int32_t* rslot;    // [L, cap] top-k slot at the source
+  int* rcount;       // [L] (each row's source, token and slot are in the window: Geo::meta)
   Status* status;
   int num_tokens;
   // GIN only (null otherwise): the signals' values at creation [6P: phase, parity, source], and
@@ -197,7 +194,26 @@ struct Params {
   trace::Ring ring;
 };
 
+// The send's dynamic shared memory for the layout of N tokens (ll.cu layout_in_smem): the bits
+// and their prefix counts [ceil(N / 32)][E] (uint32 + int16), the places and the ids [N topk] int16.
+__host__ __device__ constexpr size_t layout_smem(int E, int N, int topk) {
+  const size_t words = (size_t)E * (((size_t)N + 31) / 32);
+  return words * (sizeof(uint32_t) + sizeof(int16_t)) + 2 * (size_t)N * topk * sizeof(int16_t);
+}
+
+// send_tma's shared memory: the layout, then (128-byte aligned) per token of the CTA its bf16
+// row [2H] (fp8: quantized in place) and, fp8, its scales [H / 128] (H a multiple of 512 there:
+// every region a multiple of 16 bytes, as bulk copies need).
+constexpr int kTmaTokens = 16;  // a warp per token
+static_assert(kTmaTokens <= kWarps, "send_tma: a warp per token");
+__host__ __device__ constexpr size_t tma_rows_offset(int E, int N, int topk) { return (layout_smem(E, N, topk) + 127) / 128 * 128; }
+__host__ __device__ constexpr size_t tma_row_smem(int H, bool fp8) { return 2 * (size_t)H + (fp8 ? (size_t)H / 128 * 4 : 0); }
+__host__ __device__ constexpr size_t tma_send_smem(int E, int N, int topk, int G, int H, bool fp8) {
+  return tma_rows_offset(E, N, topk) + (size_t)((N + G - 1) / G) * tma_row_smem(H, fp8);
+}
+
 __global__ void send(const __grid_constant__ Params p);
+__global__ void send_tma(const __grid_constant__ Params p);
 __global__ void recv(const __grid_constant__ Params p);
 __global__ void combine_send(const __grid_constant__ Params p);
 __global__ void combine_recv(const __grid_constant__ Params p);

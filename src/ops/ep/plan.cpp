@@ -129,7 +129,7 @@ Geo geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.off_slots = take(2 * (size_t)P * g.slot_bytes);
   g.off_done = take(2 * (size_t)P * G * 8);
   g.off_cdone = take(2 * (size_t)P * G * 8);
-  g.off_meta = take(rows * 8);
+  g.off_meta = take(3 * rows * 4);  // source rank, source token, top-k slot
   g.off_scales = take(rows * g.nsc * 4);
   g.off_rows = take(rows * g.row_bytes);
   g.off_y = take(rows * g.hidden * 2);
@@ -137,7 +137,7 @@ Geo geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   if (gin) {
     const size_t pairs = (size_t)g.max_tokens * g.topk;
     g.off_sslots = take(2 * (size_t)P * g.slot_bytes);
-    g.off_smeta = take(2 * pairs * 8);  // two parities of [max_tokens x topk]
+    g.off_smeta = take(3 * 2 * pairs * 4);  // [source, token, slot][two parities][max_tokens x topk]
     g.off_sscales = take(2 * pairs * g.nsc * 4);
     g.off_srows = take(2 * pairs * g.row_bytes);
     g.off_cy = take(pairs * g.hidden * 2);

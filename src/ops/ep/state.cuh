@@ -49,6 +49,8 @@ struct EpBuffer::LowLatency {
   ops::ep::ll::Local s{};
   Window win;
   size_t local_bytes = 0;
+  // send_tma's allowance of dynamic shared memory (0: never; TILEWIRE_EP_LL_TMA=0 or no room).
+  size_t tma_smem_max = 0;
   enum class Step { kIdle, kSent, kReceived, kCombineSent } step = Step::kIdle;
 
   // What every low-latency kernel takes; the call adds its own pointers.
