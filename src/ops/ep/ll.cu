@@ -55,10 +55,6 @@
 namespace tw {
 namespace ops::ep::ll {
 
-// A release at GPU scope, for a flag only this GPU's threads read (this rank's own count slot).
-__device__ __forceinline__ void st_release_gpu(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 
 // Every thread i < P x G waits for flag (buf, source i / G, channel i % G) in this rank's window
 // (trace: kChunkRecv, id = id0 + source, when the source's last channel landed).
@@ -321,7 +317,8 @@ __device__ bool exchange_counts(const Params& p, const int* cnt, uint64_t e, int
       if (own) __threadfence();
       else __threadfence_system();
       __syncwarp();
-      if (own && lane == 0) st_release_gpu(reinterpret_cast<uint64_t*>(s), e);
+      if (own && lane == 0)
+        cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*reinterpret_cast<uint64_t*>(s)).store(e, cuda::memory_order_release);
       else if (lsa && lane == 0) ptx::st_release_sys(reinterpret_cast<uint64_t*>(s), e);
       if (!lsa)
         dev::put_signal(dev::Warp{}, ctx, d, p.win, g.slot(buf, g.me), p.win, staged, g.slot_bytes,
