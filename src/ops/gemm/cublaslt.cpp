@@ -15,9 +15,9 @@ void load_sym(void* h, const char* name, F& f) {
 }
 
 LtApi load() {
-  const char* names[] = {"libcublasLt.so.13", "libcublasLt.so",
-                         "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib/libcublasLt.so.13",
-                         "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cublas/lib/libcublasLt.so.13"};
+  // The loader's search first (LD_LIBRARY_PATH, or the copy torch already loaded into the
+  // process), then the CUDA toolkit the library was built against (CMakeLists.txt).
+  const char* names[] = {"libcublasLt.so.13", "libcublasLt.so", TILEWIRE_CUDA_LIBDIR "/libcublasLt.so.13"};
   void* h = nullptr;
   for (const char* n : names)
     if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
