@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node 1 scripts/py_gemm_allreduce_time.py [M N K] [-R REPEATS] [--warm-s WARM_S] [--json FILE]
 
-bf16, A [M, K], B [N, K] (b_layout "nk"), the inputs rotating over two (A, B) sets, C returned as
+bf16, A [M, K], B [N, K] (b_layout "nk"; uniform in [-1, 1) as the CLI's), the inputs rotating over two (A, B) sets, C returned as
 a view (no copy): `iters` calls back to back between two CUDA events on torch's current stream,
 after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 2: the CLI times
 its row among five others on a GPU already hot, whose clock is lower than after an idle start);
@@ -36,8 +36,10 @@ def main(argv) -> int:
     dist.init_process_group("nccl")
     comm = tilewire.init()
     g = torch.Generator(device="cuda").manual_seed(1 + dist.get_rank())
-    sets = [(torch.randn(M, K, device="cuda", generator=g).to(torch.bfloat16),
-             torch.randn(N, K, device="cuda", generator=g).to(torch.bfloat16)) for _ in range(2)]
+    # Uniform in [-1, 1), as the CLI fills its operands (a GEMM's clock under its power limit
+    # depends on the data it multiplies).
+    sets = [((torch.rand(M, K, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16),
+             (torch.rand(N, K, device="cuda", generator=g) * 2 - 1).to(torch.bfloat16)) for _ in range(2)]
     for j in range(warmup):
         comm.gemm_allreduce(*sets[j % 2], view=True)
     torch.cuda.synchronize()
