@@ -95,7 +95,9 @@
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
 #                 and `bench gemm --sweep acceptance` for this dist and BEFORE_TAR's, alternated
 #                 twice in one call (bench_house.jsonl), then the whole GPU test binary at the real rank
-#                 and at HOUSE_P virtual ranks (default "2 4 8"; whole_binary below; gpu_tests_house.tgz)
+#                 and at HOUSE_P virtual ranks (default "2 4 8"; whole_binary below; gpu_tests_house.tgz).
+#                 All of it takes about 11 minutes, over one device call's 10: run HOUSE_P="2 4" and then
+#                 the 8 virtual ranks' step alone (bench/results/2026-12-05-merge-h200 README)
 #   moe           (nvidia-h200) the grouped GEMM and the MoE FFN: their tests at the real rank and at
 #                 MOE_P virtual ranks (default "2 3 4 8"; gpu_tests_moe.json, one gtest JSON per P
 #                 merged by name), memcheck on them (real rank, and 4 virtual), `bench gemm --grouped`
