@@ -410,6 +410,11 @@ if [ "$MODE" = python ]; then
   # Python (view=True: no copy), 8192 x 8192 x 4096 at one rank, in alternation, three times each,
   # 9 repeats each; Python's calls first run 2 s untimed so that both time a hot GPU.
   : >"$OUT/python_vs_cli.jsonl"
+  # The SM clock and power every 100 ms while both run (a GEMM of this size runs at its power
+  # limit: a difference in clock between the two is not the Python layer's).
+  nvidia-smi -i 0 --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+    >"$OUT/clocks.csv" 2>/dev/null &
+  smi=$!
   for round in 1 2 3; do
     step "bench gemm-allreduce -m 8192 -n 8192 -k 4096 on GPU 0, round $round"
     CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 9 --json "$OUT/cli.json" &&
@@ -418,21 +423,25 @@ if [ "$MODE" = python ]; then
     PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 120 torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" \
       8192 8192 4096 -R 9 --json "$OUT/py.json" && cat "$OUT/py.json" >>"$OUT/python_vs_cli.jsonl"
   done
+  kill "$smi" 2>/dev/null
   rm -f "$OUT/cli.json" "$OUT/py.json"
   step "scripts/py_moe_bench.py: tilewire.MoE against the torch reference layer, $ngpu processes"
   PYTHONPATH=$PYLIB run 240 torchrun --nproc-per-node "$ngpu" "$REPO/scripts/py_moe_bench.py" --json "$OUT/py_moe.json"
   python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"
 import json, sys
-cli, py = [], []
+cli, py, raw, side = [], [], [], []
 for line in open(sys.argv[1]):
     if not line.strip(): continue
     j = json.loads(line)
     if j.get("bench") == "gemm-allreduce": cli.append(j["rows"][0]["t_fused_us"])
-    else: py.append(j["t_python_us"])
+    else: py.append(j["t_python_us"]); raw.append(j.get("t_raw_us")); side.append(j.get("t_side_stream_us"))
 if cli and py:
     med = lambda v: sorted(v)[len(v) // 2]
     print("# python / cli gemm_allreduce 8192x8192x4096, 1 rank: cli %s us, python %s us, ratio of the medians %.4f"
           % (cli, py, med(py) / med(cli)))
+    if None not in raw + side:
+        print("# same process: raw extension call %s us (python / raw %.4f), side stream %s us (python / side %.4f)"
+              % (raw, med(py) / med(raw), side, med(py) / med(side)))
 PY
   cd "$REPO"
 fi

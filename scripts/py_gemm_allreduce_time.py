@@ -6,7 +6,8 @@ bf16, A [M, K], B [N, K] (b_layout "nk"; uniform in [-1, 1) as the CLI's), the i
 a view (no copy): `iters` calls back to back between two CUDA events on torch's current stream,
 after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 2: the CLI times
 its row among five others on a GPU already hot, whose clock is lower than after an idle start);
-the median over `repeats` of (elapsed / iters). The same defaults as the CLI (20, 5, 5; scripts/
+the median over `repeats` of (elapsed / iters). Beside it, in alternation, the extension's raw call
+(t_raw_us) and the call on a side stream (t_side_stream_us). The same defaults as the CLI (20, 5, 5; scripts/
 gpu_run.sh python passes -R 9 to both). Prints one JSON line (and writes it to FILE): what the Python layer adds over
 the C++ call is the difference between the two figures (scripts/gpu_run.sh python compares them
 in the same call)."""
@@ -52,20 +53,42 @@ def main(argv) -> int:
         dist.all_reduce(go, op=dist.ReduceOp.MIN)
         if go.item() == 0:
             break
-    times = []
+    # Three ways to make the same call, a repeat of each in turn (so that the GPU's clock drifts
+    # over all three alike): comm.gemm_allreduce on torch's current stream (the figure compared
+    # with the CLI); the extension's raw call with the same pointers, stream and workspace (what
+    # the Python checks and bookkeeping add is the difference); comm.gemm_allreduce on a
+    # non-blocking side stream, as the CLI's (what the stream adds).
+    C = comm.gemm_allreduce(*sets[0], view=True)
+    st = torch.cuda.current_stream().cuda_stream
+    ws = comm._workspace("gemm_allreduce.ws", 0, st)
+    raw = tilewire.comm._C.gemm_allreduce
+    side = torch.cuda.Stream()
+
+    def call_python(A, B):
+        comm.gemm_allreduce(A, B, view=True)
+
+    def call_raw(A, B):
+        raw(comm._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, "bfloat16", "nk", ws.data_ptr(), "auto", "auto",
+            "bfloat16", st)
+
+    variants = {"python": (call_python, None), "raw": (call_raw, None), "side_stream": (call_python, side)}
+    times = {k: [] for k in variants}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(repeats):
-        dist.barrier()
-        torch.cuda.synchronize()
-        start.record()
-        for j in range(iters):
-            comm.gemm_allreduce(*sets[j % 2], view=True)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / iters)
+        for name, (fn, stream) in variants.items():
+            dist.barrier()
+            torch.cuda.synchronize()
+            with torch.cuda.stream(stream or torch.cuda.current_stream()):
+                start.record()
+                for j in range(iters):
+                    fn(*sets[j % 2])
+                end.record()
+            end.synchronize()
+            times[name].append(start.elapsed_time(end) * 1e3 / iters)
     row = {"bench": "python gemm_allreduce", "M": M, "N": N, "K_local": K, "nranks": dist.get_world_size(),
-           "iters": iters, "warmup": warmup, "warm_s": warm_s, "repeats": repeats, "t_python_us": statistics.median(times),
-           "t_python_all_us": times}
+           "sm_count": comm._c.sm_count, "iters": iters, "warmup": warmup, "warm_s": warm_s, "repeats": repeats,
+           "t_python_us": statistics.median(times["python"]), "t_python_all_us": times["python"],
+           "t_raw_us": statistics.median(times["raw"]), "t_side_stream_us": statistics.median(times["side_stream"])}
     if dist.get_rank() == 0:
         line = json.dumps(row)
         print(line)

@@ -51,6 +51,13 @@ class EpBench {
   // those repeats start at a host barrier instead (`gated` false).
   template <class Op>
   void time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated = true);
+  // Times `part` alone, `pre` (untimed) before each of its calls: an event before and after each
+  // call of `part`, the per-call time = the sum of those intervals / iters (the events between the
+  // kernels end programmatic launch's overlap at both ends of `part`: it reads high by about a
+  // launch). Otherwise as time().
+  template <class Pre, class Part>
+  void time_part(Comm& comm, cudaStream_t s, Row& row, Pre pre, Part part);
+  void finish_row(Row& row, const std::vector<double>& t, int me);
   // The NCCL pipeline on the routing of idx (layout() of `lb`, a high-throughput buffer): counts
   // exchanged (all-gather, read back), rows permuted per destination, all-to-all-v (grouped
   // send/recv); back: all-to-all-v of the received rows, unpermute (fp32 sum in rank order).
@@ -92,6 +99,43 @@ void EpBench::time(Comm& comm, cudaStream_t s, Row& row, Op op, bool gated) {
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
+  finish_row(row, t, me);
+}
+
+template <class Pre, class Part>
+void EpBench::time_part(Comm& comm, cudaStream_t s, Row& row, Pre pre, Part part) {
+  const int me = comm.rank();
+  pre();
+  part();  // untimed
+  TW_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<cudaEvent_t> ev(2 * (size_t)o_.iters);
+  for (cudaEvent_t& e : ev) TW_CUDA_CHECK(cudaEventCreate(&e));
+  std::vector<double> t;
+  for (int r = 0; r < o_.repeats; ++r) {
+    const uint32_t g = ++gen_[me];
+    gate_.hold(s, g);
+    for (int i = 0; i < o_.iters; ++i) {
+      pre();
+      TW_CUDA_CHECK(cudaEventRecord(ev[2 * i], s));
+      part();
+      TW_CUDA_CHECK(cudaEventRecord(ev[2 * i + 1], s));
+    }
+    barrier_.arrive_and_wait("bench ep repeat");
+    if (me == 0) gate_.open(g);
+    comm.sync(s);
+    double us = 0;
+    for (int i = 0; i < o_.iters; ++i) {
+      float ms = 0;
+      TW_CUDA_CHECK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+      us += ms * 1e3;
+    }
+    t.push_back(us / o_.iters);
+  }
+  for (cudaEvent_t e : ev) cudaEventDestroy(e);
+  finish_row(row, t, me);
+}
+
+void EpBench::finish_row(Row& row, const std::vector<double>& t, int me) {
   {
     std::lock_guard<std::mutex> lk(sh_.mu);
     sh_.times[me] = t;
@@ -189,6 +233,7 @@ void EpBench::run(Comm& comm) {
   unsigned long long* bad = wrong.as<unsigned long long>();
   Row disp{ll ? "ll dispatch (send + recv)" : "ht dispatch"}, comb{ll ? "ll combine (send + recv), y in the buffer" : "ht combine"};
   Row combc{"ll combine (send + recv), y copied in"};
+  Row combe{"ll combine (send + recv), events around each"};
   Row nd{"nccl dispatch (layout, counts, permute, all-to-all-v)"}, nc{"nccl combine (all-to-all-v, unpermute)"};
   double logical_bytes = 0, wire_bytes = 0, comb_logical = 0, comb_wire = 0;
   // The HBM floor at one rank: the bytes an op cannot avoid (its inputs read once, its outputs
@@ -282,6 +327,20 @@ void EpBench::run(Comm& comm) {
       }
       check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
     }
+    // The combine again, timed by events around it instead of as the pair minus the dispatch: the
+    // pair rule charges combine with any change in the dispatch's time after a combine (the
+    // dispatch row runs after a dispatch).
+    time_part(
+        comm, s, combe,
+        [&] {
+          buf.dispatch_send(a, s);
+          buf.dispatch_recv(s);
+        },
+        [&] {
+          buf.combine_send(r.y, s);
+          buf.combine_recv(w.as<float>(), out.p, s);
+        });
+    check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
     if (comm.nccl() != nullptr) {
       // The same tokens through NCCL, a row per (token, destination rank) as a host-sized
       // all-to-all-v moves them (the routing from a high-throughput buffer's layout); its rows
@@ -357,18 +416,20 @@ void EpBench::run(Comm& comm) {
       cudaEventDestroy(e0), cudaEventDestroy(e1);
       hbm_gbps = 2.0 * bytes / (pct(ts, 0.5) * 1e-3) / 1e9;
     }
-    for (Row* x : {&disp, &comb, &combc, &nd, &nc}) {
+    for (Row* x : {&disp, &comb, &combc, &combe, &nd, &nc}) {
       x->per_token_us = N > 0 ? x->med_us / N : 0;
       x->per_pair_us = pairs > 0 ? x->med_us / pairs : 0;
     }
     if (one_rank && hbm_gbps > 0) {
       disp.floor_us = nd.floor_us = disp_floor / hbm_gbps / 1e3;
-      comb.floor_us = nc.floor_us = comb_floor / hbm_gbps / 1e3;
+      comb.floor_us = combe.floor_us = nc.floor_us = comb_floor / hbm_gbps / 1e3;
       combc.floor_us = combc_floor / hbm_gbps / 1e3;
     }
     std::lock_guard<std::mutex> lk(sh_.mu);
     sh_.hbm_gbps = hbm_gbps;
-    sh_.rows = ll ? std::vector<Row>{disp, comb, combc, nd, nc} : std::vector<Row>{disp, comb, nd, nc};
+    combe.logical_gbps = combe.med_us > 0 ? comb_logical / combe.med_us / 1e3 : 0;
+    combe.wire_gbps = combe.med_us > 0 ? comb_wire / combe.med_us / 1e3 : 0;
+    sh_.rows = ll ? std::vector<Row>{disp, comb, combc, combe, nd, nc} : std::vector<Row>{disp, comb, nd, nc};
   }
   // The ceiling: every SM of each rank stores 256 MiB into the next rank's window.
   if (P > 1 && !comm.is_virtual()) {

@@ -202,12 +202,14 @@ __host__ __device__ constexpr size_t layout_smem(int E, int N, int topk) {
 }
 
 // send_tma's shared memory: the layout, then (128-byte aligned) per token of the CTA its bf16
-// row [2H] (fp8: quantized in place) and, fp8, its scales [H / 128] (H a multiple of 512 there:
-// every region a multiple of 16 bytes, as bulk copies need).
+// row [2H] and, fp8, the quantized row [H] and its scales [H / 128] fp32 (H a multiple of 512
+// there: every region a multiple of 16 bytes, as bulk copies need). The quantized row has a
+// region of its own: the CTA's warps quantize a row's groups in any order, and in place a group's
+// bytes would land on another group's unread input.
 constexpr int kTmaTokens = 16;  // a warp per token
 static_assert(kTmaTokens <= kWarps, "send_tma: a warp per token");
 __host__ __device__ constexpr size_t tma_rows_offset(int E, int N, int topk) { return (layout_smem(E, N, topk) + 127) / 128 * 128; }
-__host__ __device__ constexpr size_t tma_row_smem(int H, bool fp8) { return 2 * (size_t)H + (fp8 ? (size_t)H / 128 * 4 : 0); }
+__host__ __device__ constexpr size_t tma_row_smem(int H, bool fp8) { return 2 * (size_t)H + (fp8 ? (size_t)H + (size_t)H / 128 * 4 : 0); }
 __host__ __device__ constexpr size_t tma_send_smem(int E, int N, int topk, int G, int H, bool fp8) {
   return tma_rows_offset(E, N, topk) + (size_t)((N + G - 1) / G) * tma_row_smem(H, fp8);
 }
