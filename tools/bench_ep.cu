@@ -22,6 +22,9 @@
 //
 // Low latency: the dispatch row times dispatch_send + dispatch_recv; the combine row times a whole
 // step (both halves of each) minus the dispatch row's median (a combine needs a fresh receive).
+// A third combine row times combine_send + combine_recv alone, with an event before and after
+// each (the pair rule charges combine with any change in the dispatch's time after a combine;
+// the events end programmatic launch's overlap at both ends: about a launch too high).
 //
 // NCCL baseline (real GPUs): the same layout kernels, per-rank counts to the host (a sync), an
 // ncclAllGather of the count matrix and a sync, a permute kernel packing rows per destination,
