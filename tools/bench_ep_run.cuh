@@ -362,6 +362,11 @@ void EpBench::run(Comm& comm) {
     trace::TraceBuffer tb(1 << 14);
     tb.reset(s);
     buf.set_trace(tb.ring(me));
+    // No rank launches before every rank is past the setup: measure_clock_offsets frees device
+    // memory on its way out, and cudaFree waits for the whole device, so on a virtual team a rank
+    // still freeing waited for a peer's traced dispatch that spun for it (the high-throughput
+    // trace at 8 virtual ranks timed out in 'ep.dispatch.counts').
+    barrier_.arrive_and_wait("bench ep trace setup");
     if (ll) {
       EpLowLatencyArgs a;
       a.x = x.p, a.num_tokens = N, a.topk_idx = idx.p;
