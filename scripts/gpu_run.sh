@@ -47,8 +47,9 @@
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU, then gemm_allreduce at 8192 x 8192 x 4096 on one rank from the
-#                 CLI and from Python in alternation (python_vs_cli.jsonl: what the Python layer adds),
-#                 then tilewire.MoE against a torch reference MoE layer (py_moe.json)
+#                 CLI and from Python in alternation (python_vs_cli.jsonl: each Python line also times
+#                 the extension's raw call and a side stream; clocks.csv: SM clock and power every
+#                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json)
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
