@@ -409,7 +409,9 @@ if [ "$MODE" = python ]; then
   done
   # What the Python layer adds to gemm_allreduce: the CLI's fused row (e) and the same call from
   # Python (view=True: no copy), 8192 x 8192 x 4096 at one rank, in alternation, three times each,
-  # 9 repeats each; Python's calls first run 2 s untimed so that both time a hot GPU.
+  # 9 repeats each; both first run the op 2 s untimed (the CLI's --warm-s 2, the script's default):
+  # a GEMM of this size reaches the GPU's 700 W limit after about a second, and the CLI's rows
+  # alone take about one (2026-12-05-ep-fp8-h200 run02: 1.043 with only the script warmed).
   : >"$OUT/python_vs_cli.jsonl"
   # The SM clock and power every 100 ms while both run (a GEMM of this size runs at its power
   # limit: a difference in clock between the two is not the Python layer's).
@@ -418,7 +420,7 @@ if [ "$MODE" = python ]; then
   smi=$!
   for round in 1 2 3; do
     step "bench gemm-allreduce -m 8192 -n 8192 -k 4096 on GPU 0, round $round"
-    CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 9 --json "$OUT/cli.json" &&
+    CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 9 --warm-s 2 --json "$OUT/cli.json" &&
       tr -d '\n' <"$OUT/cli.json" >>"$OUT/python_vs_cli.jsonl" && echo >>"$OUT/python_vs_cli.jsonl"
     step "scripts/py_gemm_allreduce_time.py 8192 8192 4096, round $round"
     PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 120 torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" \

@@ -4,8 +4,9 @@
 
 bf16, A [M, K], B [N, K] (b_layout "nk"; uniform in [-1, 1) as the CLI's), the inputs rotating over two (A, B) sets, C returned as
 a view (no copy): `iters` calls back to back between two CUDA events on torch's current stream,
-after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 2: the CLI times
-its row among five others on a GPU already hot, whose clock is lower than after an idle start);
+after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 2, as the CLI's
+`--warm-s 2` in scripts/gpu_run.sh python: a GEMM of this size reaches the GPU's power limit after
+about a second, so both must time the same state);
 the median over `repeats` of (elapsed / iters). Beside it, in alternation, the extension's raw call
 (t_raw_us) and the call on a side stream (t_side_stream_us). The same defaults as the CLI (20, 5, 5; scripts/
 gpu_run.sh python passes -R 9 to both). Prints one JSON line (and writes it to FILE): what the Python layer adds over

@@ -55,6 +55,7 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <chrono>
 #include <functional>
 #include <cerrno>
 #include <cstdio>
@@ -420,6 +421,19 @@ class RankRun {
       for (int i = 0; i < std::max(1, o_.warmup); ++i) v.iteration();  // >= 1: first-use setup
     }
     comm_.sync(s1);
+    // --warm-s: the variants in turn, `iters` calls each, untimed, until rank 0 has seen warm_s
+    // seconds pass (every rank makes the same calls: the ops are collective, and the vote ends
+    // the loop everywhere at once).
+    const auto warm0 = std::chrono::steady_clock::now();
+    for (bool more = o_.warm_s > 0; more;) {
+      for (Variant& v : vs) {
+        j = 0;
+        for (int i = 0; i < o_.iters; ++i) v.iteration();
+      }
+      comm_.sync(s1);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - warm0).count();
+      more = !all_ranks(me_ != 0 || s >= o_.warm_s, "warm-s vote");
+    }
     for (int r = 0; r < o_.repeats; ++r)
       for (size_t k = 0; k < vs.size(); ++k) {
         Variant& v = vs[(k + (size_t)r) % vs.size()];

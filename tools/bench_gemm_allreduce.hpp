@@ -24,6 +24,7 @@ struct Options {
   int iters = 20;                  // --iters   timed iterations per repeat
   int warmup = 5;                  // --warmup  untimed iterations first (at least 1 is run)
   int repeats = 5;                 // -R        repeats, median reported
+  double warm_s = 0;               // --warm-s  seconds of the variants in turn, untimed, before the repeats
   std::vector<int> chunks{2, 4, 8};  // --chunks  row chunks tried by (d), ascending
   GemmAllReduceConfig cfg;         // --reserved-sms --swizzle --raster --partials --algo, for (e)
   std::string json_path;           // --json FILE

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <optional>
 #include <sstream>
 
@@ -32,6 +33,9 @@ constexpr const char* kUsage =
     "                        decode: M {1,16,64,128,256} x N {4096,8192,14336} x K_local {4096,8192}\n"
     "                        (the fused owner kernel's decode tile; with --path fused)\n"
     "  --iters N             timed iterations per repeat (20)   --warmup N  untimed first (5, >= 1 run)\n"
+    "  --warm-s S            then S seconds of the variants in turn, untimed (0): a GEMM this size runs at\n"
+    "                        the GPU's power limit after about a second, so a figure to compare with one\n"
+    "                        taken after sustained load (scripts/py_gemm_allreduce_time.py) needs it too\n"
     "  -R N                  repeats, median reported (5)\n"
     "  --chunks LIST         row chunks tried by (d), e.g. 2,4,8 (default); the best is reported\n"
     "  --reserved-sms N      SMs the fused GEMM leaves idle (0)   --swizzle 1|2|4|8 (4)\n"
@@ -155,6 +159,11 @@ Options parse_options(const std::vector<std::string>& argv) {
     else if (opt == "--sweep") o.sweep = v;
     else if (opt == "--iters") o.iters = int_opt(opt, v, 1, 100000);
     else if (opt == "--warmup") o.warmup = int_opt(opt, v, 0, 100000);
+    else if (opt == "--warm-s") {
+      char* end = nullptr;
+      o.warm_s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.warm_s >= 0 && o.warm_s <= 600)) bad("--warm-s: seconds in [0, 600], got '" + v + "'");
+    }
     else if (opt == "-R" || opt == "--repeats") o.repeats = int_opt(opt, v, 1, 1000);
     else if (opt == "--chunks") o.chunks = chunk_list(opt, v);
     else if (opt == "--reserved-sms") o.cfg.reserved_sms = int_opt(opt, v, 0, 1 << 16);
@@ -205,10 +214,10 @@ void print_header(const Options& o, const RunInfo& info) {
                 info.gpu.c_str(), info.sms, info.l2_bytes >> 20);
   }
   std::printf("# bf16, A_r [M,K_local], B_r [N,K_local] (kNK), C [M,N] = sum over ranks; fused: algo %s, partials "
-              "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, R %d%s%s\n",
+              "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, warm-s %g, R %d%s%s\n",
               gemm_allreduce_algo_name(o.cfg.algo), partial_precision_name(o.cfg.partials), o.cfg.reserved_sms,
               o.cfg.swizzle, gemm_raster_name(o.cfg.raster),
-              chunks_text(o.chunks).c_str(), o.iters, o.warmup, o.repeats, o.trace_path.empty() ? "" : "; trace ",
+              chunks_text(o.chunks).c_str(), o.iters, o.warmup, o.warm_s, o.repeats, o.trace_path.empty() ? "" : "; trace ",
               o.trace_path.c_str());
   std::printf("# time: us per iteration, median of R repeats, slowest rank; NCCL in place on C ((b) (d) (f)),\n"
               "#   tw::allreduce out of place ((c)); (d) = the best chunk count, in ()\n");
@@ -261,7 +270,7 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
     << ",\n  \"commit\": " << jstr(commit_id()) << ",\n  \"tilewire_version\": "
     << jstr(kVersion) << ",\n  \"nccl_version\": " << jstr(nccl_version_string(nccl_runtime_version()))
     << ",\n  \"config\": {\"sweep\": " << jstr(o.sweep) << ", \"dtype\": \"bf16\", \"b_layout\": \"nk\""
-    << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"repeats\": " << o.repeats
+    << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"warm_s\": " << o.warm_s << ", \"repeats\": " << o.repeats
     << ", \"chunks\": [" << chunks_text(o.chunks) << "], \"reserved_sms\": " << o.cfg.reserved_sms
     << ", \"swizzle\": " << o.cfg.swizzle << ", \"raster\": " << jstr(gemm_raster_name(o.cfg.raster))
     << ", \"algo\": " << jstr(gemm_allreduce_algo_name(o.cfg.algo))
