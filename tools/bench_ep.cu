@@ -71,6 +71,7 @@ struct EpOptions {
   int ranks_per_node = 0;  // --ranks-per-node: virtual nodes (peers of other nodes through the emulated GIN)
   std::string json_path;
   std::string trace_path;
+  bool combine_probes = false;  // --combine-probes
   bool help = false;
 };
 
@@ -90,7 +91,10 @@ const char* kUsage =
     "                        through the emulated GIN (CommConfig::ranks_per_node)\n"
     "  --json FILE           every row and the metadata as JSON\n"
     "  --trace FILE          one dispatch + combine traced (per CTA: start, first row out, each\n"
-    "                        source's rows landed, end), clocks aligned: Perfetto JSON\n";
+    "                        source's rows landed, end), clocks aligned: Perfetto JSON\n"
+    "  --combine-probes      ll: the combine timed by events twice more, after each dispatch\n"
+    "                        (a) the L2 flushed (256 MiB written) and (b) a 50 us idle kernel: what\n"
+    "                        the combine's time owes to the state the dispatch leaves behind\n";
 
 EpOptions parse(const std::vector<std::string>& a) {
   EpOptions o;
@@ -138,6 +142,7 @@ EpOptions parse(const std::vector<std::string>& a) {
     }
     else if (k == "--json") o.json_path = need(i);
     else if (k == "--trace") o.trace_path = need(i);
+    else if (k == "--combine-probes") o.combine_probes = true;
     else TW_REQUIRE(false, kInvalidArgument, "bench ep: unknown option '" + k + "' (tilewire bench ep --help)");
   }
   return o;

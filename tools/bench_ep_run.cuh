@@ -31,6 +31,13 @@ __global__ void count_diff(const uint8_t* a, const uint8_t* b, size_t n, unsigne
   if (bad) atomicAdd(wrong, bad);
 }
 
+// Spins for `ns` nanoseconds of %globaltimer (one thread): an idle stretch in a stream.
+__global__ void idle_ns(uint64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+}
+
 struct Dev {  // a device allocation
   void* p = nullptr;
   explicit Dev(size_t bytes) { TW_CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(bytes, 16))); }
@@ -234,6 +241,7 @@ void EpBench::run(Comm& comm) {
   Row disp{ll ? "ll dispatch (send + recv)" : "ht dispatch"}, comb{ll ? "ll combine (send + recv), y in the buffer" : "ht combine"};
   Row combc{"ll combine (send + recv), y copied in"};
   Row combe{"ll combine (send + recv), events around each"};
+  Row combl2{"ll combine, events, L2 flushed after the dispatch"}, combgap{"ll combine, events, 50 us idle after the dispatch"};
   Row nd{"nccl dispatch (layout, counts, permute, all-to-all-v)"}, nc{"nccl combine (all-to-all-v, unpermute)"};
   double logical_bytes = 0, wire_bytes = 0, comb_logical = 0, comb_wire = 0;
   // The HBM floor at one rank: the bytes an op cannot avoid (its inputs read once, its outputs
@@ -341,6 +349,30 @@ void EpBench::run(Comm& comm) {
           buf.combine_recv(w.as<float>(), out.p, s);
         });
     check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
+    if (o_.combine_probes) {  // what the combine owes to the L2 and the writes the dispatch leaves behind
+      auto probes = [&] {
+        Dev flush(size_t(256) << 20);
+        for (const bool l2 : {true, false}) {
+          time_part(
+              comm, s, l2 ? combl2 : combgap,
+              [&] {
+                buf.dispatch_send(a, s);
+                buf.dispatch_recv(s);
+                if (l2) TW_CUDA_CHECK(cudaMemsetAsync(flush.p, 0x5a, size_t(256) << 20, s));
+                else idle_ns<<<1, 1, 0, s>>>(50000);
+              },
+              [&] {
+                buf.combine_send(r.y, s);
+                buf.combine_recv(w.as<float>(), out.p, s);
+              });
+          check_ll_out<<<1024, 256, 0, s>>>(out.as<__nv_bfloat16>(), idx.as<int64_t>(), w.as<float>(), N, H, o_.topk, me, bad);
+        }
+      };
+      probes();
+      // flush's cudaFree waits for the whole device: on a virtual team no rank may launch a kernel
+      // that waits for a peer (the trace's clock probe) before every rank is past it.
+      barrier_.arrive_and_wait("bench ep combine probes freed");
+    }
     if (comm.nccl() != nullptr) {
       // The same tokens through NCCL, a row per (token, destination rank) as a host-sized
       // all-to-all-v moves them (the routing from a high-throughput buffer's layout); its rows
@@ -421,20 +453,23 @@ void EpBench::run(Comm& comm) {
       cudaEventDestroy(e0), cudaEventDestroy(e1);
       hbm_gbps = 2.0 * bytes / (pct(ts, 0.5) * 1e-3) / 1e9;
     }
-    for (Row* x : {&disp, &comb, &combc, &combe, &nd, &nc}) {
+    for (Row* x : {&disp, &comb, &combc, &combe, &combl2, &combgap, &nd, &nc}) {
       x->per_token_us = N > 0 ? x->med_us / N : 0;
       x->per_pair_us = pairs > 0 ? x->med_us / pairs : 0;
     }
     if (one_rank && hbm_gbps > 0) {
       disp.floor_us = nd.floor_us = disp_floor / hbm_gbps / 1e3;
-      comb.floor_us = combe.floor_us = nc.floor_us = comb_floor / hbm_gbps / 1e3;
+      comb.floor_us = combe.floor_us = combl2.floor_us = combgap.floor_us = nc.floor_us = comb_floor / hbm_gbps / 1e3;
       combc.floor_us = combc_floor / hbm_gbps / 1e3;
     }
     std::lock_guard<std::mutex> lk(sh_.mu);
     sh_.hbm_gbps = hbm_gbps;
-    combe.logical_gbps = combe.med_us > 0 ? comb_logical / combe.med_us / 1e3 : 0;
-    combe.wire_gbps = combe.med_us > 0 ? comb_wire / combe.med_us / 1e3 : 0;
+    for (Row* x : {&combe, &combl2, &combgap}) {
+      x->logical_gbps = x->med_us > 0 ? comb_logical / x->med_us / 1e3 : 0;
+      x->wire_gbps = x->med_us > 0 ? comb_wire / x->med_us / 1e3 : 0;
+    }
     sh_.rows = ll ? std::vector<Row>{disp, comb, combc, combe, nd, nc} : std::vector<Row>{disp, comb, nd, nc};
+    if (ll && o_.combine_probes) sh_.rows.insert(sh_.rows.begin() + 4, {combl2, combgap});
   }
   // The ceiling: every SM of each rank stores 256 MiB into the next rank's window.
   if (P > 1 && !comm.is_virtual()) {
