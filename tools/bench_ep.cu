@@ -53,6 +53,7 @@
 #include "commands.hpp"
 #include "ep_timeline.hpp"
 #include "tilewire/device/peer.cuh"
+#include "tilewire/device/ptx.cuh"
 #include "tilewire/ops/ep.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/env.hpp"

@@ -33,9 +33,9 @@ __global__ void count_diff(const uint8_t* a, const uint8_t* b, size_t n, unsigne
 
 // Spins for `ns` nanoseconds of %globaltimer (one thread): an idle stretch in a stream.
 __global__ void idle_ns(uint64_t ns) {
-  uint64_t t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  do asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); while (t - t0 < ns);
+  const uint64_t t0 = ptx::globaltimer();
+  while (ptx::globaltimer() - t0 < ns) {
+  }
 }
 
 struct Dev {  // a device allocation

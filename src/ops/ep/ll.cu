@@ -483,8 +483,8 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
 // kTmaTokens, a warp each). Their bf16 rows are bulk-loaded into shared memory first, so the
 // loads run under the layout and the count exchange; fp8 quantizes each row once, in shared
 // memory, with every warp of the CTA, between publishing this rank's counts and waiting for its
-// peers' (quantize_rows_smem); then lane j of token t's warp bulk-stores the row (fp8: and its scales) into slot j's
-// receive row, with its source rank and token beside it. The rows are read once per token, no
+// peers' (quantize_rows_smem); then lane j of token t's warp bulk-stores the row (fp8: and its
+// scales) into slot j's receive row, with its source rank and token beside it. The rows are read once per token, no
 // register holds them, and all of a CTA's stores are in flight at once; they are complete
 // (written, not only read) before the CTA's fence and flags, as in the warp send.
 __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Params p) {
