@@ -88,9 +88,10 @@
 #                 nodes LL_GIN_SHAPES (default none: the gin mode runs them; e.g. "2x2 8x1") under
 #                 LL_GIN_SEEDS chaos seeds (default 2),
 #                 `bench ep --mode ll` (bench_ll.jsonl, one JSON line per run, labelled) at 1 real rank
-#                 (128 tokens bf16 and fp8, 256 tokens, skewed routing) and 8 virtual (bf16, fp8), with
-#                 this dist and the one in LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in
-#                 turn; one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
+#                 (128 tokens bf16 and fp8, 256 tokens, skewed routing; the bf16 rows with
+#                 --combine-probes) and 8 virtual (bf16, fp8), with this dist and the one in
+#                 LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in turn, LL_ROUNDS times
+#                 (default 1); one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
 #                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl); last, one traced
 #                 high-throughput call (4096 tokens) at 1 real and 8 virtual ranks, timelines in run.log
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
@@ -349,11 +350,14 @@ if [ "$MODE" = ll ]; then
     x=$(mktemp -d) && tar xJf "$LL_BEFORE_TAR" -C "$x" && dists="$(ls -d "$x"/*/ | head -1) $DIST"
   fi
   : >"$OUT/bench_ll.jsonl"
-  for args in "-t 128" "-t 128 --payload fp8" "-t 256" "-t 128 --routing skewed" "-t 128 --virtual 8" "-t 128 --virtual 8 --payload fp8"; do
-    for d in $dists; do
-      step "bench ep --mode ll $args ($(cat "$d/COMMIT"))"
-      LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $args --json "$OUT/ll.json" &&
-        sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+  for round in $(seq 1 "${LL_ROUNDS:-1}"); do
+    for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes" "-t 128 --routing skewed" \
+      "-t 128 --virtual 8" "-t 128 --virtual 8 --payload fp8"; do
+      for d in $dists; do
+        step "bench ep --mode ll $args ($(cat "$d/COMMIT")), round $round"
+        LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $args --json "$OUT/ll.json" &&
+          sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+      done
     done
   done
   rm -f "$OUT/ll.json"
