@@ -90,7 +90,7 @@
 #                 `bench ep --mode ll` (bench_ll.jsonl, one JSON line per run, labelled) at 1 real rank
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing; the bf16 rows with
 #                 --combine-probes) and 8 virtual (bf16, fp8), with this dist and the one in
-#                 LL_BEFORE_TAR (a tar.xz of a dist before the redesign) in turn, LL_ROUNDS times
+#                 LL_BEFORE_TAR (tar.xz files of dists before a change, oldest first) in turn, LL_ROUNDS times
 #                 (default 1); one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
 #                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl); last, one traced
 #                 high-throughput call (4096 tokens) at 1 real and 8 virtual ranks, timelines in run.log
@@ -345,10 +345,11 @@ if [ "$MODE" = ll ]; then
     P=$p run 60 "$DIST/bin/ep_ll_ceiling" "$OUT/c.json" && cat "$OUT/c.json" >>"$OUT/ep_ll_ceiling.jsonl"
   done
   rm -f "$OUT/c.json"
-  dists=$DIST
-  if [ -f "${LL_BEFORE_TAR:-/nonexistent}" ]; then
-    x=$(mktemp -d) && tar xJf "$LL_BEFORE_TAR" -C "$x" && dists="$(ls -d "$x"/*/ | head -1) $DIST"
-  fi
+  for tarball in ${LL_BEFORE_TAR:-}; do  # one or more, the oldest first
+    [ -f "$tarball" ] || { step "no $tarball: skipped"; continue; }
+    x=$(mktemp -d) && tar xJf "$tarball" -C "$x" && before="${before:-} $(ls -d "$x"/*/ | head -1)"
+  done
+  dists="${before:-} $DIST"
   : >"$OUT/bench_ll.jsonl"
   for round in $(seq 1 "${LL_ROUNDS:-1}"); do
     for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes" "-t 128 --routing skewed" \

@@ -626,45 +626,65 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
 
 // out[t] = sum_j w[t][j] y(t, j) over the slots with an expert, j ascending, fp32, rounded once.
 // A thread per 16 bytes of an output row issues the loads of all its slots before the first add
-// (from the expert rank's combine block, or this rank's landing rows for a GIN expert rank).
+// (from the expert rank's combine block, or this rank's landing rows for a GIN expert rank);
+// with kItems 2 it takes two such 16-byte items a grid-stride apart and has both items' loads in
+// flight before the first add (a grid of G CTAs covers 128 tokens at H 7168 in 1.7 strides,
+// 256 in 3.4, and each stride's loads otherwise wait for the stride before). kTopk bounds the
+// slots (8, or kEpMaxTopk with one item: two items of 16 slots would not fit the registers).
+template <int kTopk, int kItems>
+__device__ __forceinline__ void combine_rows(const Params& p) {
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  const int vecs = g.hidden / 8, total = p.s.num_tokens * vecs, stride = gridDim.x * blockDim.x;
+  const size_t rb = (size_t)g.hidden * 2;
+  for (int i0 = blockIdx.x * blockDim.x + threadIdx.x; i0 < total; i0 += kItems * stride) {
+    uint4 raw[kItems][kTopk];
+    unsigned have[kItems];
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int i = i0 + u * stride, t = i / vecs, v = i % vecs;
+      have[u] = 0;
+#pragma unroll
+      for (int j = 0; j < kTopk; ++j) {
+        if (i >= total || j >= g.topk || p.s.pos[t * g.topk + j] < 0) continue;
+        const int2 rt = p.s.route[t * g.topk + j];
+        const char* row = dev::is_lsa_peer(ctx, rt.x) ? at<const char>(ctx, p.win, g.off_y + (size_t)rt.y * rb, rt.x)
+                                                      : at<const char>(ctx, p.win, g.off_cy + g.cyrow(t, j) * rb, g.me);
+        raw[u][j] = ptx::ld_volatile_v4(row + (size_t)v * 16);
+        have[u] |= 1u << j;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int i = i0 + u * stride, t = i / vecs, v = i % vecs;
+      if (i >= total) break;
+      float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+      for (int j = 0; j < kTopk; ++j) {
+        if (!(have[u] >> j & 1u)) continue;
+        const float w = p.weights[t * g.topk + j];
+        const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw[u][j]);
+        for (int k = 0; k < 8; ++k) acc[k] = __fmaf_rn(w, __bfloat162float(y[k]), acc[k]);
+      }
+      uint4 o;
+      __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
+      for (int k = 0; k < 8; ++k) ob[k] = __float2bfloat16_rn(acc[k]);
+      *reinterpret_cast<uint4*>(p.out + (size_t)t * g.hidden + (size_t)v * 8) = o;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) combine_recv(const __grid_constant__ Params p) {
   ptx::griddep_wait();
   const Geo& g = p.g;
-  const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + 3 * g.G);
   const int buf = (int)(e & 1u);
   wait_every_channel(p, g.off_cdone, buf, e, "ep.ll.combine.rows", kCombineId);
   if (*reinterpret_cast<const volatile int*>(&p.s.status->code) != 0) return;  // the dispatch wrote nothing
   if (g.gin)  // every GIN expert rank put back one row per pair of this rank it received
     wait_gin(p, Geo::kSigCombine, buf, 2 * g.P, [&](int d) { return pairs_to(p, d); }, "ep.ll.combine.rows", kCombineId);
-  const int vecs = g.hidden / 8;
-  const size_t rb = (size_t)g.hidden * 2;
-  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < p.s.num_tokens * vecs; i += gridDim.x * blockDim.x) {
-    const int t = i / vecs, v = i % vecs;
-    uint4 raw[kEpMaxTopk];
-    unsigned have = 0;
-#pragma unroll
-    for (int j = 0; j < kEpMaxTopk; ++j) {
-      if (j >= g.topk || p.s.pos[t * g.topk + j] < 0) continue;
-      const int2 rt = p.s.route[t * g.topk + j];
-      const char* row = dev::is_lsa_peer(ctx, rt.x) ? at<const char>(ctx, p.win, g.off_y + (size_t)rt.y * rb, rt.x)
-                                                    : at<const char>(ctx, p.win, g.off_cy + g.cyrow(t, j) * rb, g.me);
-      raw[j] = ptx::ld_volatile_v4(row + (size_t)v * 16);
-      have |= 1u << j;
-    }
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-#pragma unroll
-    for (int j = 0; j < kEpMaxTopk; ++j) {
-      if (!(have >> j & 1u)) continue;
-      const float w = p.weights[t * g.topk + j];
-      const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(&raw[j]);
-      for (int k = 0; k < 8; ++k) acc[k] = __fmaf_rn(w, __bfloat162float(y[k]), acc[k]);
-    }
-    uint4 o;
-    __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
-    for (int k = 0; k < 8; ++k) ob[k] = __float2bfloat16_rn(acc[k]);
-    *reinterpret_cast<uint4*>(p.out + (size_t)t * g.hidden + (size_t)v * 8) = o;
-  }
+  if (g.topk <= 8) combine_rows<8, 2>(p);
+  else combine_rows<kEpMaxTopk, 1>(p);
   stamp(p.ring, trace::EventKind::kKernelEnd, kCombineId + blockIdx.x);
 }
 
