@@ -1,0 +1,106 @@
+// tests/gpu/ep_queue_test.cu — the low-latency EP on a virtual team whose ranks' streams share a
+// GPU hardware queue.
+//
+//   EpQueue.LowLatencyStepsWithTwoRanksInOneQueue  (virtual teams of 2 or more ranks) rank 0's
+//       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order, so
+//       that CUDA, which hands the hardware queues to new streams in turn, gives them one queue;
+//       rank 1 enqueues each call 200 ms after the others. Two steps, counts and the combined
+//       output (identity experts, small integers times quarters: exact) against the host. What
+//       it guards: no rank may enqueue work behind its send (which waits for every rank's counts)
+//       before every rank has enqueued its own send. Else rank 0's receive, queued behind rank
+//       0's send, holds rank 1's send behind it in the shared queue, and rank 0's send waits for
+//       rank 1 until the device bound ends it.
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common.cuh"
+#include "tilewire/ops/ep.hpp"
+
+namespace tw_test {
+namespace {
+
+TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
+  TW_SKIP_UNLESS_GPUS(1);
+  if (virtual_ranks() < 2) GTEST_SKIP() << "needs a virtual team of 2 or more ranks (TILEWIRE_TEST_VIRTUAL): ranks sharing one GPU";
+  const int P = team_size();
+  constexpr int N = 32, H = 256, K = 4, L = 8;
+  const int E = L * P;
+  const char* c = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  const int queues = c ? std::atoi(c) : 8;
+  // Made on this thread one after another: stream k lands in queue (first + k) mod queues.
+  TW_CUDA_CHECK(cudaSetDevice(0));
+  struct Streams {
+    std::vector<cudaStream_t> v;
+    ~Streams() {
+      for (cudaStream_t st : v) cudaStreamDestroy(st);
+    }
+  } made;
+  for (int k = 0; k <= queues; ++k) {
+    made.v.push_back(nullptr);
+    TW_CUDA_CHECK(cudaStreamCreateWithFlags(&made.v.back(), cudaStreamNonBlocking));
+  }
+  const std::vector<cudaStream_t>& streams = made.v;
+  const auto ids_of = [&](int q) {  // distinct experts per token
+    std::vector<int64_t> ids((size_t)N * K);
+    for (int t = 0; t < N; ++t)
+      for (int j = 0; j < K; ++j) ids[(size_t)t * K + j] = (int64_t)((mix(411, q, t) % (uint64_t)E + (uint64_t)j * (E / K)) % E);
+    return ids;
+  };
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    const cudaStream_t s = me == 0 ? streams[0] : me == 1 ? streams[queues] : streams[me - 1];
+    tw::EpConfig cfg;
+    cfg.mode = tw::EpMode::kLowLatency;
+    cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
+    tw::EpBuffer buf(comm, cfg);
+    const std::vector<int64_t> ids = ids_of(me);
+    std::vector<uint16_t> x((size_t)N * H);
+    std::vector<float> w((size_t)N * K);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(412, me, i) % 17) - 8));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(413, me, i) % 4) / 4.0f;
+    std::vector<int> want_count(L, 0);
+    for (int q = 0; q < P; ++q)
+      for (int64_t e : ids_of(q))
+        if (e / L == me) ++want_count[e % L];
+    std::vector<uint16_t> want_out((size_t)N * H);
+    for (int t = 0; t < N; ++t)
+      for (int col = 0; col < H; ++col) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + col]), acc);
+        want_out[(size_t)t * H + col] = f32_to_bf16(acc);
+      }
+    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    comm.sync(s);
+    comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
+    const auto late = [&] {
+      if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    };
+    for (int step = 0; step < 2; ++step) {
+      const std::string at = "step " + std::to_string(step) + ": ";
+      poison(out.data(), out.bytes, s);
+      tw::EpLowLatencyArgs a;
+      a.x = xd.data(), a.num_tokens = N, a.topk_idx = idx.data();
+      late();
+      buf.dispatch_send(a, s);
+      const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+      buf.check(s);
+      if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
+      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+      late();
+      buf.combine_send(r.y, s);
+      buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
+      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
+    }
+    comm.barrier();
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+}  // namespace
+}  // namespace tw_test
