@@ -24,6 +24,9 @@
 //       top-8, 1024 tokens: 128 KiB of it beside the kernel's static arrays), then a second,
 //       smaller buffer, then the first again: counts per expert and the combined output
 //       (small integers times quarters: exact) against the host.
+//   Ep.LowLatencyTwelveExpertsPerToken  top-12 with some slots -1 (the combine's path for more
+//       than 8 slots): counts per expert and the combined output of identity experts (small
+//       integers times quarters: exact) against the host, two steps.
 //   Ep.LowLatencyGraphReplayAndSkippedCombine  a step without combine, then a whole step (send,
 //       receive, the expert's rows copied into the combine block, combine): then that step is
 //       captured in a CUDA graph and replayed three times over a poisoned receive block, counts
@@ -451,6 +454,68 @@ TEST(Ep, LowLatencyLargestLayout) {
     // may start a kernel that waits for a peer until every rank is past its free.
     comm.barrier();
     step(a, N, "largest after a smaller buffer: ");
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Ep, LowLatencyTwelveExpertsPerToken) {
+  TW_SKIP_UNLESS_GPUS(1);
+  const int P = team_size();
+  constexpr int N = 40, H = 512, K = 12, LE = 16;
+  const int E = LE * P;
+  const auto ids_of = [&](int q) {  // distinct experts per token, about one slot in five -1
+    std::vector<int64_t> ids((size_t)N * K);
+    for (int t = 0; t < N; ++t)
+      for (int j = 0; j < K; ++j)
+        ids[(size_t)t * K + j] = mix(502, q, (uint64_t)t * K + j) % 5 == 0 ? int64_t(-1) : (int64_t)((mix(501, q, t) + (uint64_t)j) % E);
+    return ids;
+  };
+  std::vector<std::vector<std::string>> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    tw::EpConfig cfg;
+    cfg.mode = tw::EpMode::kLowLatency;
+    cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
+    tw::EpBuffer buf(comm, cfg);
+    const std::vector<int64_t> ids = ids_of(me);
+    std::vector<uint16_t> x((size_t)N * H);
+    std::vector<float> w((size_t)N * K);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(503, me, i) % 17) - 8));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(504, me, i) % 4) / 4.0f;
+    std::vector<int> want_count(LE, 0);
+    for (int q = 0; q < P; ++q)
+      for (int64_t e : ids_of(q))
+        if (e >= 0 && e / LE == me) ++want_count[e % LE];
+    std::vector<uint16_t> want_out((size_t)N * H);
+    for (int t = 0; t < N; ++t)
+      for (int c = 0; c < H; ++c) {
+        float acc = 0.0f;
+        for (int j = 0; j < K; ++j)
+          if (ids[(size_t)t * K + j] >= 0) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + c]), acc);
+        want_out[(size_t)t * H + c] = f32_to_bf16(acc);
+      }
+    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    comm.sync(s);
+    comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
+    for (int step = 0; step < 2; ++step) {
+      const std::string at = "step " + std::to_string(step) + ": ";
+      tw::EpLowLatencyArgs a;
+      a.x = xd.data(), a.num_tokens = N, a.topk_idx = idx.data();
+      buf.dispatch_send(a, s);
+      const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+      buf.check(s);
+      if (download<int>(r.count, LE, s) != want_count) wrong[me].push_back(at + "counts differ");
+      // Identity experts: the received rows back as y, in the combine block (no copy).
+      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)LE * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+      buf.combine_send(r.y, s);
+      poison(out.data(), out.bytes, s);
+      buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
+      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
+    }
+    comm.barrier();
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
