@@ -2,14 +2,14 @@
 // GPU hardware queue.
 //
 //   EpQueue.LowLatencyStepsWithTwoRanksInOneQueue  (virtual teams of 2 or more ranks) rank 0's
-//       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order, so
-//       that CUDA, which hands the hardware queues to new streams in turn, gives them one queue;
-//       rank 1 enqueues each call 200 ms after the others. Two steps, counts and the combined
-//       output (identity experts, small integers times quarters: exact) against the host. What
-//       it guards: no rank may enqueue work behind its send (which waits for every rank's counts)
-//       before every rank has enqueued its own send. Else rank 0's receive, queued behind rank
-//       0's send, holds rank 1's send behind it in the shared queue, and rank 0's send waits for
-//       rank 1 until the device bound ends it.
+//       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order (one
+//       hardware queue, if CUDA hands the queues to new streams in turn), and rank 1 enqueues each
+//       call 200 ms after the others. Two steps, counts and the combined output (identity
+//       experts, small integers times quarters: exact) against the host. Written for the rule in
+//       Comm::launched (no rank enqueues work behind a kernel that waits for its peers before
+//       every rank has enqueued its own): the low-latency send follows it since this test, but
+//       the test also passed on the code before (2026-12-05-ll-combine-h100): the shared queue it
+//       aims at did not show there, so it guards a late rank, not a demonstrated deadlock.
 #include <chrono>
 #include <cstdlib>
 #include <string>

@@ -127,9 +127,8 @@ void EpBuffer::dispatch_send(const EpLowLatencyArgs& a, cudaStream_t stream) {
     launch_ll(comm_, ops::ep::ll::send, sms_, ops::ep::kThreads,
               ops::ep::ll::layout_smem(cfg_.num_experts, a.num_tokens, cfg_.topk), stream, p);
   }
-  // The send waits for every rank's counts: on a virtual team every rank enqueues it before any
-  // rank enqueues more (its receive would otherwise hold a late peer's send behind it in a
-  // hardware queue their streams share: EpQueue.LowLatencyStepsWithTwoRanksInOneQueue).
+  // The send waits for every rank's counts: Comm::launched's rule (on a virtual team every rank
+  // enqueues it before any rank enqueues more, which a shared hardware queue would hold behind it).
   comm_.check_launch("ep low-latency send launch");
   comm_.launched("ep low-latency send");
   ll.step = LowLatency::Step::kSent;
