@@ -427,10 +427,13 @@ TEST(Ep, LowLatencyLargestLayout) {
       b.check(s);
       if (n != N) return;
       if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy).
+      // Identity experts: the received rows back as y, in the combine block (no copy). out is
+      // poisoned before combine_send (combine_recv writes it): under compute-sanitizer a memset
+      // between combine_send and combine_recv stalled the virtual team (this test and
+      // LowLatencyTwelveExpertsPerToken, the only ones with one there, at 4 ranks in two runs).
       TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
-      b.combine_send(r.y, s);
       poison(out.data(), out.bytes, s);
+      b.combine_send(r.y, s);
       b.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
     };
@@ -508,10 +511,11 @@ TEST(Ep, LowLatencyTwelveExpertsPerToken) {
       const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
       buf.check(s);
       if (download<int>(r.count, LE, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy).
+      // Identity experts: the received rows back as y, in the combine block (no copy); out
+      // poisoned before combine_send (LowLatencyLargestLayout says why).
       TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)LE * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
-      buf.combine_send(r.y, s);
       poison(out.data(), out.bytes, s);
+      buf.combine_send(r.y, s);
       buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
     }
