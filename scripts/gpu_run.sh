@@ -48,7 +48,8 @@
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU, then gemm_allreduce at 8192 x 8192 x 4096 on one rank from the
 #                 CLI and from Python in alternation (python_vs_cli.jsonl: each Python line also times
-#                 the extension's raw call and a side stream; clocks.csv: SM clock and power every
+#                 the extension's raw call, a side stream and the same calls from a C++ loop in the
+#                 extension, the Python-vs-C++ figure; clocks.csv: SM clock and power every
 #                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json)
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
@@ -442,12 +443,14 @@ if [ "$MODE" = python ]; then
   PYTHONPATH=$PYLIB run 240 torchrun --nproc-per-node "$ngpu" "$REPO/scripts/py_moe_bench.py" --json "$OUT/py_moe.json"
   python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"
 import json, sys
-cli, py, raw, side = [], [], [], []
+cli, py, raw, side, cpp = [], [], [], [], []
 for line in open(sys.argv[1]):
     if not line.strip(): continue
     j = json.loads(line)
     if j.get("bench") == "gemm-allreduce": cli.append(j["rows"][0]["t_fused_us"])
-    else: py.append(j["t_python_us"]); raw.append(j.get("t_raw_us")); side.append(j.get("t_side_stream_us"))
+    else:
+        py.append(j["t_python_us"]); raw.append(j.get("t_raw_us")); side.append(j.get("t_side_stream_us"))
+        cpp.append(j.get("t_cpp_loop_us"))
 if cli and py:
     med = lambda v: sorted(v)[len(v) // 2]
     print("# python / cli gemm_allreduce 8192x8192x4096, 1 rank: cli %s us, python %s us, ratio of the medians %.4f"
@@ -455,6 +458,9 @@ if cli and py:
     if None not in raw + side:
         print("# same process: raw extension call %s us (python / raw %.4f), side stream %s us (python / side %.4f)"
               % (raw, med(py) / med(raw), side, med(py) / med(side)))
+    if None not in cpp:
+        print("# same process: C++ loop %s us, python / C++ loop %.4f (the Python-vs-C++ figure: one GPU state)"
+              % (cpp, med(py) / med(cpp)))
 PY
   cd "$REPO"
 fi

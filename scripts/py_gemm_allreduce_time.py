@@ -8,7 +8,8 @@ after `warmup` untimed calls and then untimed calls for WARM_S seconds (default 
 `--warm-s 2` in scripts/gpu_run.sh python: a GEMM of this size reaches the GPU's power limit after
 about a second, so both must time the same state);
 the median over `repeats` of (elapsed / iters). Beside it, in alternation, the extension's raw call
-(t_raw_us) and the call on a side stream (t_side_stream_us). The same defaults as the CLI (20, 5, 5; scripts/
+(t_raw_us), the call on a side stream (t_side_stream_us) and the same calls made by a C++ loop
+inside the extension (t_cpp_loop_us: tw::gemm_allreduce from C++, in this process and GPU state). The same defaults as the CLI (20, 5, 5; scripts/
 gpu_run.sh python passes -R 9 to both). Prints one JSON line (and writes it to FILE): what the Python layer adds over
 the C++ call is the difference between the two figures (scripts/gpu_run.sh python compares them
 in the same call)."""
@@ -72,13 +73,23 @@ def main(argv) -> int:
         raw(comm._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, "bfloat16", "nk", ws.data_ptr(), "auto", "auto",
             "bfloat16", st)
 
-    variants = {"python": (call_python, None), "raw": (call_raw, None), "side_stream": (call_python, side)}
+    def cpp_loop():  # the same calls from a C++ loop, timed by its own events on the stream
+        (A0, B0), (A1, B1) = sets
+        return tilewire.comm._C._time_gemm_allreduce(comm._c, A0.data_ptr(), B0.data_ptr(), A1.data_ptr(), B1.data_ptr(),
+                                                     C.data_ptr(), M, N, K, "bfloat16", "nk", ws.data_ptr(), "auto",
+                                                     "auto", "bfloat16", st, iters)
+
+    variants = {"python": (call_python, None), "raw": (call_raw, None), "side_stream": (call_python, side),
+                "cpp_loop": (None, None)}
     times = {k: [] for k in variants}
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for _ in range(repeats):
         for name, (fn, stream) in variants.items():
             dist.barrier()
             torch.cuda.synchronize()
+            if fn is None:
+                times[name].append(cpp_loop())
+                continue
             with torch.cuda.stream(stream or torch.cuda.current_stream()):
                 start.record()
                 for j in range(iters):
@@ -89,7 +100,8 @@ def main(argv) -> int:
     row = {"bench": "python gemm_allreduce", "M": M, "N": N, "K_local": K, "nranks": dist.get_world_size(),
            "sm_count": comm._c.sm_count, "iters": iters, "warmup": warmup, "warm_s": warm_s, "repeats": repeats,
            "t_python_us": statistics.median(times["python"]), "t_python_all_us": times["python"],
-           "t_raw_us": statistics.median(times["raw"]), "t_side_stream_us": statistics.median(times["side_stream"])}
+           "t_raw_us": statistics.median(times["raw"]), "t_side_stream_us": statistics.median(times["side_stream"]),
+           "t_cpp_loop_us": statistics.median(times["cpp_loop"]), "t_cpp_loop_all_us": times["cpp_loop"]}
     if dist.get_rank() == 0:
         line = json.dumps(row)
         print(line)

@@ -113,6 +113,40 @@ void bind_ops(nb::module_& m) {
           nb::gil_scoped_release unlocked;
           tw::gemm_allreduce(c.get(), a, cfg, stream_of(stream));
         });
+  // Measurement only (scripts/py_gemm_allreduce_time.py): `iters` calls of tw::gemm_allreduce in a
+  // C++ loop, the inputs alternating between (A0, B0) and (A1, B1), between two events on the
+  // stream; returns us per call. Timed in the same process as comm.gemm_allreduce, in turn with
+  // it, so that both see the same GPU state (clocks under the power limit move more than the
+  // difference measured between processes).
+  m.def("_time_gemm_allreduce",
+        [](PyComm& c, uintptr_t A0, uintptr_t B0, uintptr_t A1, uintptr_t B1, uintptr_t C, int M, int N, int K,
+           const std::string& dtype, const std::string& b_layout, uintptr_t workspace, const std::string& path,
+           const std::string& algo, const std::string& partials, uintptr_t stream, int iters) {
+          TW_REQUIRE(iters > 0, kInvalidArgument, "iters must be > 0");
+          const tw::GemmAllReduceArgs a0{ptr<const void>(A0), ptr<const void>(B0), ptr(C), M, N, K, dtype_of(dtype),
+                                         layout_of(b_layout), ptr(workspace)};
+          tw::GemmAllReduceArgs a1 = a0;
+          a1.A = ptr<const void>(A1), a1.B = ptr<const void>(B1);
+          const tw::GemmAllReduceConfig cfg = fused_config(path, algo, partials);
+          const cudaStream_t s = stream_of(stream);
+          nb::gil_scoped_release unlocked;
+          struct Events {
+            cudaEvent_t e[2] = {nullptr, nullptr};
+            ~Events() {
+              for (cudaEvent_t x : e)
+                if (x) cudaEventDestroy(x);
+            }
+          } ev;
+          TW_CUDA_CHECK(cudaEventCreate(&ev.e[0]));
+          TW_CUDA_CHECK(cudaEventCreate(&ev.e[1]));
+          TW_CUDA_CHECK(cudaEventRecord(ev.e[0], s));
+          for (int i = 0; i < iters; ++i) tw::gemm_allreduce(c.get(), i % 2 ? a1 : a0, cfg, s);
+          TW_CUDA_CHECK(cudaEventRecord(ev.e[1], s));
+          TW_CUDA_CHECK(cudaEventSynchronize(ev.e[1]));
+          float ms = 0;
+          TW_CUDA_CHECK(cudaEventElapsedTime(&ms, ev.e[0], ev.e[1]));
+          return (double)ms * 1e3 / iters;
+        });
 
   // Sequence parallelism (tilewire/ops/gemm_scatter_gather.hpp); path: auto | sequential | fused.
   const auto tp_config = [](const std::string& path, int reserved_sms) {
