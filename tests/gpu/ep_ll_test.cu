@@ -10,7 +10,8 @@
 //       the ranks of 64 and 37 tokens send with warps and the rank of 1 token with the copy
 //       engine, in the same call (from 4 ranks on). Token 0 of each rank starts
 //       with a scale group of 1e-37 and zeros (fp8: 448 / amax would overflow to inf there). Before each step the last
-//       step's receive (rows, scales, sources) and the combine block are poisoned (the receive
+//       step's receive (rows, scales, sources) and the combine block are poisoned up to each
+//       expert's count, the rows the step reads (the receive
 //       block is this rank's until its next dispatch_send, the combine block from its
 //       dispatch_recv on); step 1 writes y straight into the combine block
 //       (EpLowLatencyRecv::y, no copy in combine_send), steps 0 and 2 pass it from elsewhere.
@@ -172,11 +173,18 @@ TEST(Ep, LowLatencyMatchesTheReference) {
               for (int k = 0; k < 128; ++k) want_x[l].push_back(e4m3(bf16_to_f32(row[g * 128 + k]) * inv));
             }
           }
-      // This rank's combine input: expert l's row r, from seeds (zeros past each count).
-      std::vector<uint16_t> y((size_t)kL * cap * c.H, 0);
-      for (int l = 0; l < kL; ++l)
+      // This rank's combine input: expert l's rows [0, count), from seeds. Only those rows are
+      // written, poisoned and copied below (what the receive and the combine touch): on virtual
+      // nodes the windows are host memory, and the whole [kL][cap] blocks cost seconds per step.
+      std::vector<std::vector<uint16_t>> y(kL);
+      for (int l = 0; l < kL; ++l) {
+        y[l].resize(want_src[l].size() * c.H);
         for (size_t r = 0; r < want_src[l].size(); ++r)
-          for (int col = 0; col < c.H; ++col) y[((size_t)l * cap + r) * c.H + col] = y_bits(c.seed, me, (size_t)l * cap + r, col, c.H);
+          for (int col = 0; col < c.H; ++col) y[l][r * c.H + col] = y_bits(c.seed, me, (size_t)l * cap + r, col, c.H);
+      }
+      // Expert l's first rows of a [kL][cap] block with `row` bytes per row.
+      const auto rows_at = [&](void* block, int l, size_t row) { return static_cast<char*>(block) + (size_t)l * cap * row; };
+      const auto rows_of = [&](int l, size_t row) { return want_src[l].size() * row; };
       // Reference combine for this rank's tokens: slot j's row at its expert's rank.
       std::vector<uint16_t> want_out((size_t)in.N * c.H);
       for (int t = 0; t < in.N; ++t) {
@@ -195,17 +203,20 @@ TEST(Ep, LowLatencyMatchesTheReference) {
         for (int col = 0; col < c.H; ++col) want_out[(size_t)t * c.H + col] = f32_to_bf16(acc[col]);
       }
       DeviceBuffer x(std::max<size_t>(in.x.size() * 2, 16)), idx(std::max<size_t>(in.idx.size() * 8, 16)),
-          w(std::max<size_t>(in.w.size() * 4, 16)), yd(y.size() * 2), out(std::max<size_t>(want_out.size() * 2, 16));
-      upload(x.data(), in.x, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s), upload(yd.data(), y, s);
+          w(std::max<size_t>(in.w.size() * 4, 16)), yd((size_t)kL * cap * c.H * 2), out(std::max<size_t>(want_out.size() * 2, 16));
+      upload(x.data(), in.x, s), upload(idx.data(), in.idx, s), upload(w.data(), in.w, s);
+      for (int l = 0; l < kL; ++l) upload(rows_at(yd.data(), l, (size_t)c.H * 2), y[l], s);
       comm.sync(s);
       comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
       tw::EpLowLatencyRecv last{};
       for (int step = 0; step < 3; ++step) {
         const std::string at = label + "step " + std::to_string(step) + ": ";
-        if (last.x != nullptr) {
-          poison(last.x, kL * cap * rb, s), poison(last.src_rank, kL * cap * 4, s), poison(last.src_token, kL * cap * 4, s);
-          if (fp8) poison(last.x_scales, kL * cap * nsc * 4, s);
-        }
+        if (last.x != nullptr)
+          for (int l = 0; l < kL; ++l) {
+            poison(rows_at(last.x, l, rb), rows_of(l, rb), s);
+            poison(rows_at(last.src_rank, l, 4), rows_of(l, 4), s), poison(rows_at(last.src_token, l, 4), rows_of(l, 4), s);
+            if (fp8) poison(rows_at(last.x_scales, l, nsc * 4), rows_of(l, nsc * 4), s);
+          }
         tw::EpLowLatencyArgs a;
         a.x = x.data(), a.num_tokens = in.N, a.topk_idx = idx.data();
         buf.dispatch_send(a, s);
@@ -229,13 +240,17 @@ TEST(Ep, LowLatencyMatchesTheReference) {
             bad.push_back(at + "expert " + std::to_string(l) + ": sources differ");
         }
         poison(out.data(), out.bytes, s);
-        poison(r.y, kL * cap * c.H * 2, s);
-        if (step == 1) {
-          TW_CUDA_CHECK(cudaMemcpyAsync(r.y, yd.data(), yd.bytes, cudaMemcpyDeviceToDevice, s));
-          buf.combine_send(r.y, s);
-        } else {
-          buf.combine_send(yd.data(), s);
+        for (int l = 0; l < kL; ++l) {
+          poison(rows_at(r.y, l, (size_t)c.H * 2), rows_of(l, (size_t)c.H * 2), s);
+          if (step == 1)
+            TW_CUDA_CHECK(cudaMemcpyAsync(rows_at(r.y, l, (size_t)c.H * 2), rows_at(yd.data(), l, (size_t)c.H * 2),
+                                          rows_of(l, (size_t)c.H * 2), cudaMemcpyDeviceToDevice, s));
         }
+        // Every rank's poison and copies are done before any rank's combine waits for its peers
+        // (compute-sanitizer orders a copy behind a running kernel: LowLatencyLargestLayout).
+        comm.sync(s);
+        comm.barrier();
+        buf.combine_send(step == 1 ? r.y : yd.data(), s);
         buf.combine_recv(static_cast<const float*>(w.data()), out.data(), s);
         if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) bad.push_back(at + "combine differs");
         comm.barrier();
@@ -427,12 +442,15 @@ TEST(Ep, LowLatencyLargestLayout) {
       b.check(s);
       if (n != N) return;
       if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy). out is
-      // poisoned before combine_send (combine_recv writes it): under compute-sanitizer a memset
-      // between combine_send and combine_recv stalled the virtual team (this test and
-      // LowLatencyTwelveExpertsPerToken, the only ones with one there, at 4 ranks in two runs).
+      // Identity experts: the received rows back as y, in the combine block (no copy). Every
+      // rank's copy and poison are done before any rank's combine waits for its peers:
+      // compute-sanitizer orders a copy behind a running kernel, and a faster peer's spinning
+      // combine_recv stalled this rank's copy there (this test and
+      // LowLatencyTwelveExpertsPerToken, memcheck at 4 virtual ranks, two runs).
       TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
       poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
       b.combine_send(r.y, s);
       b.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
@@ -511,10 +529,12 @@ TEST(Ep, LowLatencyTwelveExpertsPerToken) {
       const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
       buf.check(s);
       if (download<int>(r.count, LE, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy); out
-      // poisoned before combine_send (LowLatencyLargestLayout says why).
+      // Identity experts: the received rows back as y, in the combine block (no copy); every
+      // rank's copies done before any combine (LowLatencyLargestLayout says why).
       TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)LE * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
       poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
       buf.combine_send(r.y, s);
       buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
