@@ -83,7 +83,9 @@
 #                 under their own chaos seed from GIN_EP_SEED0 on (TILEWIRE_TEST_GIN_CHAOS) unless GIN_EP=0; the GIN tests in one node of 4
 #                 (GIN_ONE_NODE=0: skipped); memcheck at 2 x 2 (GIN_MEMCHECK_FILTER,
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
-#                 dist before the EP kernels' GIN flush, whose EpGin.* must fail
+#                 dist before the EP kernels' GIN flush, whose EpGin.* must fail. GIN_PARALLEL=1: the
+#                 shapes in one process each at once (gin_shapes.tgz), then the memcheck; size
+#                 GIN_LIMIT + 2 x GIN_EP_LIMIT to the call
 #   ll            (nvidia-h200) the low-latency EP: the EP tests at real P = 1 and 2, 3, 4, 8 virtual
 #                 ranks (one JSON each), memcheck on them at 4, the EP and device-API tests at virtual
 #                 nodes LL_GIN_SHAPES (default none: the gin mode runs them; e.g. "2x2 8x1") under
@@ -163,7 +165,29 @@ if [ "$MODE" = virtual ]; then
   done
 fi
 
-if [ "$MODE" = gin ]; then
+if [ "$MODE" = gin ] && [ "${GIN_PARALLEL:-0}" = 1 ]; then
+  # One process per shape at once (the GPU time-slices their contexts, and each team keeps the
+  # whole GPU within its slices): this script again per shape, into OUT/<shape>, then one tarball.
+  header
+  pids=()
+  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+    step "gin at $shape in a process of its own (log: gin_shapes.tgz, $shape/run.log)"
+    OUT=$OUT/$shape GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 bash "$0" gin >/dev/null 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do wait "$pid" || FAIL=1; done
+  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+    { echo "##### $shape"; grep -E '^(===|!!!)' "$OUT/$shape/run.log"; } | tee -a "$LOG"
+    grep -hE '^\[  (PASSED|FAILED)  \]' "$OUT/$shape/run.log" | sort | uniq -c | tee -a "$LOG"
+  done
+  (cd "$OUT" && tar czf gin_shapes.tgz ${GIN_SHAPES:-2x2 2x4 4x2 8x1} && rm -rf ${GIN_SHAPES:-2x2 2x4 4x2 8x1})
+  if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
+    step "memcheck on the GIN tests, 2 x 2"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
+      TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
+      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*:EpGin.*}"
+  fi
+elif [ "$MODE" = gin ]; then
   header
   SEEDS=${GIN_SEEDS:-20}
   # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
