@@ -94,7 +94,8 @@
 #                 (128 tokens bf16 and fp8, 256 tokens, skewed routing; the bf16 rows with
 #                 --combine-probes) and 8 virtual (bf16, fp8), with this dist and the one in
 #                 LL_BEFORE_TAR (tar.xz files of dists before a change, oldest first) in turn, LL_ROUNDS times
-#                 (default 1); one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
+#                 (default 1); then this dist's 128- and 256-token rows with the warp send
+#                 (TILEWIRE_EP_LL_TMA=0) and the copy-engine send in alternation; one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
 #                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl); last, one traced
 #                 high-throughput call (4096 tokens) at 1 real and 8 virtual ranks, timelines in run.log
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
@@ -383,6 +384,17 @@ if [ "$MODE" = ll ]; then
         step "bench ep --mode ll $args ($(cat "$d/COMMIT")), round $round"
         LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $args --json "$OUT/ll.json" &&
           sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+      done
+    done
+  done
+  # The combine after the warp send (TILEWIRE_EP_LL_TMA=0) against after the copy-engine send
+  # (1), this dist, in alternation: what the send's way of writing the rows leaves in the L2.
+  for round in $(seq 1 "${LL_ROUNDS:-1}"); do
+    for tokens in 128 256; do
+      for tma in 0 1; do
+        step "bench ep --mode ll -t $tokens --combine-probes, TILEWIRE_EP_LL_TMA=$tma, round $round"
+        TILEWIRE_EP_LL_TMA=$tma run 120 "$TW" bench ep --mode ll -t $tokens --combine-probes --json "$OUT/ll.json" &&
+          sed "s/^{/{\"commit\": \"$(cat "$DIST/COMMIT") tma=$tma\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
       done
     done
   done
