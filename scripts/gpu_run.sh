@@ -166,74 +166,9 @@ if [ "$MODE" = virtual ]; then
   done
 fi
 
-if [ "$MODE" = gin ] && [ "${GIN_PARALLEL:-0}" = 1 ]; then
-  # One process per shape at once (the GPU time-slices their contexts, and each team keeps the
-  # whole GPU within its slices): this script again per shape, into OUT/<shape>, then one tarball.
-  header
-  pids=()
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    step "gin at $shape in a process of its own (log: gin_shapes.tgz, $shape/run.log)"
-    OUT=$OUT/$shape GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 bash "$0" gin >/dev/null 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || FAIL=1; done
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    { echo "##### $shape"; grep -E '^(===|!!!)' "$OUT/$shape/run.log"; } | tee -a "$LOG"
-    grep -hE '^\[  (PASSED|FAILED)  \]' "$OUT/$shape/run.log" | sort | uniq -c | tee -a "$LOG"
-  done
-  (cd "$OUT" && tar czf gin_shapes.tgz ${GIN_SHAPES:-2x2 2x4 4x2 8x1} && rm -rf ${GIN_SHAPES:-2x2 2x4 4x2 8x1})
-  if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
-    step "memcheck on the GIN tests, 2 x 2"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
-      TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
-      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*:EpGin.*}"
-  fi
-elif [ "$MODE" = gin ]; then
-  header
-  SEEDS=${GIN_SEEDS:-20}
-  # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
-  if [ -f "${GIN_BEFORE_TAR:-/nonexistent}" ]; then
-    mkdir -p /tmp/gin-before && tar xJf "$GIN_BEFORE_TAR" -C /tmp/gin-before
-    d=$(ls -d /tmp/gin-before/*/ | head -1)
-    step "EpGin.* on the code before the fix ($(tr '\n' ' ' <"$d/COMMIT")), 2 x 2: expected to FAIL"
-    LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 timeout 120 \
-      "$d/bin/tilewire_gpu_tests" --gtest_filter='EpGin.*' >>"$LOG" 2>&1
-    echo "=== before the fix: rc=$? (non-zero expected)" | tee -a "$LOG"
-  fi
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    IFS=x read -r nodes per <<<"$shape"
-    export TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per
-    step "Gin.* tests, $nodes x $per (nodes x ranks per node), $SEEDS chaos seeds in the test"
-    TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
-      --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
-    if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
-      # The first GIN_EP_LIMITS_SEEDS repeats (default 1) with Ep.DispatchCombineMatchTheReference's
-      # two limit cases, the others without them (TILEWIRE_TEST_EP_LIMITS=0: over a GiB per rank
-      # through host memory), under seeds from GIN_EP_SEED0 + 1000 on.
-      all=${GIN_EP_SEEDS:-$SEEDS} lim=${GIN_EP_LIMITS_SEEDS:-1}
-      [ "$lim" -gt "$all" ] && lim=$all
-      [ "$lim" -lt 0 ] && lim=0
-      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $all chaos seeds (one per repeat; the EP limit cases under $lim)"
-      [ "$lim" -gt 0 ] &&
-        TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
-          --gtest_repeat="$lim"
-      [ "$all" -gt "$lim" ] &&
-        TILEWIRE_TEST_EP_LIMITS=0 TILEWIRE_TEST_GIN_CHAOS=$((${GIN_EP_SEED0:-1} + 1000)) run "${GIN_EP_LIMIT:-400}" "$TESTS" \
-          --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" --gtest_repeat=$((all - lim))
-    fi
-    unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
-  done
-  if [ "${GIN_ONE_NODE:-1}" = 1 ]; then
-    step "GIN tests, one node of 4"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter='DeviceApi.*:Gin.*' \
-      --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
-  fi
-  if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
-    step "memcheck on the GIN tests, 2 x 2"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
-      TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
-      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*:EpGin.*}"
-  fi
+if [ "$MODE" = gin ] || [ "$MODE" = ep ] || [ "$MODE" = ll ]; then
+  # The EP and GIN modes live in their own file (this one stays readable); same shell, same helpers.
+  . "$(dirname "${BASH_SOURCE[0]}")/gpu_run_ep.sh"
 fi
 
 if [ "$MODE" = hardening ]; then
@@ -271,22 +206,6 @@ if [ "$MODE" = hardening ]; then
   fi
 fi
 
-# The EP tests at real P = 1 and VIRTUAL_P virtual ranks (one JSON each), then memcheck on them at
-# 4 (not the death tests: a forked child under the sanitizer hangs). Modes ep and ll.
-ep_tests() {
-  for p in ${VIRTUAL_P:-0 2 3 4 8}; do
-    step "EP tests, ${p} virtual ranks (0: the real GPU)"
-    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
-  done
-  # Ep.LowLatencyLargestLayout in a process of its own: under the sanitizer it stalled once in a
-  # combine wait (2026-12-05-ep-fp8-h200 run01), and a stall kills the context for every later test.
-  step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout)"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:-Ep.LowLatencyLargestLayout'
-  step "memcheck on Ep.LowLatencyLargestLayout, 4 virtual ranks"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.LowLatencyLargestLayout'
-}
 
 # whole_binary "P..." TGZ: the whole GPU test binary at each P (0: the real rank). The single-GPU
 # suites, which make no team (TILEWIRE_TEST_VIRTUAL does not reach them) and spend most of the
@@ -322,93 +241,7 @@ whole_binary() {
   rm -rf "$d"
 }
 
-if [ "$MODE" = ep ]; then
-  header
-  # EP_BEFORE_FILTER (default EpHardening.*) on the code before its fixes (EP_BEFORE_TARS: tar.xz
-  # files of such dists, each holding one folder with bin/, lib/ and COMMIT): expected to fail there.
-  EP_BEFORE_FILTER=${EP_BEFORE_FILTER:-EpHardening.*}
-  for tarball in ${EP_BEFORE_TARS:-}; do
-    [ -f "$tarball" ] || { step "no $tarball: skipped"; continue; }
-    x=$(mktemp -d) && tar xJf "$tarball" -C "$x"
-    d=$(ls -d "$x"/*/ | head -1)
-    for p in 0 2 4; do
-      step "$EP_BEFORE_FILTER on the code before the fixes ($(tr '\n' ' ' <"$d/COMMIT")), $p virtual ranks: expected to FAIL"
-      LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=$p timeout 120 "$d/bin/tilewire_gpu_tests" \
-        --gtest_filter="$EP_BEFORE_FILTER" >>"$LOG" 2>&1
-      echo "=== before the fixes, P = $p: rc=$? (non-zero expected)" | tee -a "$LOG"
-    done
-  done
-  ep_tests
-  : >"$OUT/bench_ep.jsonl"
-  for ranks in ${EP_BENCH_RANKS-real 8}; do
-    for mode in ht ll; do
-      for pay in bf16 fp8; do
-        tok=$([ $mode = ht ] && echo 4096 || echo 128)
-        v=$([ $ranks = real ] && echo "" || echo "--virtual $ranks")
-        [ $ranks != real ] && [ $mode = ht ] && tok=512  # 8 ranks' buffers on one GPU
-        step "bench ep --mode $mode --payload $pay -t $tok $v"
-        run 120 "$TW" bench ep --mode $mode --payload $pay -t $tok $v --json "$OUT/ep.json" && cat "$OUT/ep.json" >>"$OUT/bench_ep.jsonl"
-      done
-    done
-  done
-  rm -f "$OUT/ep.json"
-  step "bench ep --mode ll -t 128 --trace: where the low-latency dispatch's time goes (per CTA)"
-  run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ep_ll.json"
-fi
 
-if [ "$MODE" = ll ]; then
-  header
-  ep_tests
-  for shape in ${LL_GIN_SHAPES:-}; do
-    IFS=x read -r nodes per <<<"$shape"
-    step "DeviceApi.*, Ep*, $nodes x $per nodes, ${LL_GIN_SEEDS:-2} chaos seeds (one per repeat)"
-    TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per TILEWIRE_TEST_GIN_CHAOS=${LL_GIN_SEED0:-1} \
-      run 200 "$TESTS" --gtest_filter='DeviceApi.*:Ep*' --gtest_repeat="${LL_GIN_SEEDS:-2}"
-  done
-  : >"$OUT/ep_ll_ceiling.jsonl"  # the row phase's floors in plain CUDA, at 1 rank's and 8 ranks' buffer spread
-  for p in 1 8; do
-    step "ep_ll_ceiling, P = $p"
-    P=$p run 60 "$DIST/bin/ep_ll_ceiling" "$OUT/c.json" && cat "$OUT/c.json" >>"$OUT/ep_ll_ceiling.jsonl"
-  done
-  rm -f "$OUT/c.json"
-  for tarball in ${LL_BEFORE_TAR:-}; do  # one or more, the oldest first
-    [ -f "$tarball" ] || { step "no $tarball: skipped"; continue; }
-    x=$(mktemp -d) && tar xJf "$tarball" -C "$x" && before="${before:-} $(ls -d "$x"/*/ | head -1)"
-  done
-  dists="${before:-} $DIST"
-  : >"$OUT/bench_ll.jsonl"
-  for round in $(seq 1 "${LL_ROUNDS:-1}"); do
-    for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes" "-t 128 --routing skewed" \
-      "-t 128 --virtual 8" "-t 128 --virtual 8 --payload fp8"; do
-      for d in $dists; do
-        step "bench ep --mode ll $args ($(cat "$d/COMMIT")), round $round"
-        LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $args --json "$OUT/ll.json" &&
-          sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
-      done
-    done
-  done
-  # The combine after the warp send (TILEWIRE_EP_LL_TMA=0) against after the copy-engine send
-  # (1), this dist, in alternation: what the send's way of writing the rows leaves in the L2.
-  for round in $(seq 1 "${LL_ROUNDS:-1}"); do
-    for tokens in 128 256; do
-      for tma in 0 1; do
-        step "bench ep --mode ll -t $tokens --combine-probes, TILEWIRE_EP_LL_TMA=$tma, round $round"
-        TILEWIRE_EP_LL_TMA=$tma run 120 "$TW" bench ep --mode ll -t $tokens --combine-probes --json "$OUT/ll.json" &&
-          sed "s/^{/{\"commit\": \"$(cat "$DIST/COMMIT") tma=$tma\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
-      done
-    done
-  done
-  rm -f "$OUT/ll.json"
-  step "bench ep --mode ll -t 128 --trace"
-  run 60 "$TW" bench ep --mode ll -t 128 -R 3 --trace "$OUT/trace_ll.json"
-  # The high-throughput mode's profile: one traced call at 1 real and 8 virtual ranks (the
-  # timelines print in the log).
-  for v in "" "--virtual 8"; do
-    step "bench ep --mode ht -t 4096 $v --trace"
-    run 120 "$TW" bench ep --mode ht -t 4096 $v -R 3 --trace "$OUT/trace_ht.json"
-  done
-  rm -f "$OUT/trace_ht.json"
-fi
 
 if [ "$MODE" = tp ]; then
   header
