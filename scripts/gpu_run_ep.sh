@@ -9,8 +9,9 @@ ep_tests() {
     step "EP tests, ${p} virtual ranks (0: the real GPU)"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
   done
-  # Ep.LowLatencyLargestLayout in a process of its own: under the sanitizer it stalled once in a
-  # combine wait (2026-12-05-ep-fp8-h200 run01), and a stall kills the context for every later test.
+  # Ep.LowLatencyLargestLayout in a process of its own: under the sanitizer it stalled in a combine
+  # wait in two runs (a copy ordered behind a peer's spinning kernel; the tests now finish every
+  # rank's copies first), and a stall kills the context for every later test.
   step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout)"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:-Ep.LowLatencyLargestLayout'
