@@ -211,12 +211,15 @@ TEST(Ep, LowLatencyMatchesTheReference) {
       tw::EpLowLatencyRecv last{};
       for (int step = 0; step < 3; ++step) {
         const std::string at = label + "step " + std::to_string(step) + ": ";
-        if (last.x != nullptr)
+        if (last.x != nullptr) {
           for (int l = 0; l < kL; ++l) {
             poison(rows_at(last.x, l, rb), rows_of(l, rb), s);
             poison(rows_at(last.src_rank, l, 4), rows_of(l, 4), s), poison(rows_at(last.src_token, l, 4), rows_of(l, 4), s);
             if (fp8) poison(rows_at(last.x_scales, l, nsc * 4), rows_of(l, nsc * 4), s);
           }
+          comm.sync(s);
+          comm.barrier();  // no rank's send spins while a peer still poisons (as before the combine)
+        }
         tw::EpLowLatencyArgs a;
         a.x = x.data(), a.num_tokens = in.N, a.topk_idx = idx.data();
         buf.dispatch_send(a, s);
@@ -538,8 +541,8 @@ TEST(Ep, LowLatencyTwelveExpertsPerToken) {
       buf.combine_send(r.y, s);
       buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
+      comm.barrier();  // every rank's downloads done before any rank's next send spins
     }
-    comm.barrier();
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
