@@ -640,7 +640,8 @@ void Comm::check_fault() const {
                   " thread " + std::to_string(f->thread) + " waited " + std::to_string(f->waited_ns / 1000000) +
                   " ms in '" + what + "' for >= " + std::to_string(f->expected) + ", saw " + std::to_string(f->seen) +
                   ". A peer never arrived: are all ranks making the same calls in the same order? "
-                  "(TILEWIRE_TIMEOUT_MS sets the bound)");
+                  "(TILEWIRE_TIMEOUT_MS sets the bound)" +
+                  (impl_->team ? ". The ranks' last calls entered: " + impl_->team->last_calls() : std::string()));
 }
 
 void Comm::check_launch(const char* op) const {
@@ -672,6 +673,10 @@ void Comm::reserve_scratch(size_t bytes) {
   impl_->scratch_bytes = 0;
   TW_CUDA_CHECK(cudaMalloc(&impl_->scratch, bytes));
   impl_->scratch_bytes = bytes;
+}
+
+void Comm::note_call(const char* op) const {
+  if (impl_->team) impl_->team->note_call(ctx_.rank, op);
 }
 
 void Comm::launched(const char* op) const {

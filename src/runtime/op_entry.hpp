@@ -1,5 +1,7 @@
 // src/runtime/op_entry.hpp — the one way every communicator op enters (collectives, the fused
 // GEMM ops, EP, the clock sync). In this order:
+//   0. the call is noted (Comm::note_call: on a virtual team a device timeout names each rank's
+//      last call);
 //   1. the communicator is usable: not aborted, and the current device is its device (kState);
 //   2. the op's own argument checks: a Status that is not ok throws kInvalidArgument with its
 //      reason (the checks may also throw their own error); either way nothing has been launched
@@ -26,6 +28,7 @@ class OpEntry {
   template <class Check, class Record>
   OpEntry(Comm& comm, const char* op, cudaStream_t stream, Check&& check, Record&& record, bool moves_nothing = false,
           const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    comm.note_call(op);
     comm.require_usable(op);
     const Status st = std::forward<Check>(check)();
     if (!st.ok) throw_error(Errc::kInvalidArgument, file, line, st.reason);

@@ -21,7 +21,8 @@ VirtualTeam::VirtualTeam(int nranks, int device, uint64_t timeout_ms, int ranks_
       ranks_per_node_(ranks_per_node > 0 ? ranks_per_node : nranks),
       timeout_(timeout_ms),
       ops_(nranks),
-      slots_(nranks) {
+      slots_(nranks),
+      calls_(nranks) {
   if (ranks_per_node_ < nranks_)
     gin_emu_ = std::make_unique<GinEmu>(device, nranks, signal_count, GinEmuChaos::from_env());
 }
@@ -97,6 +98,24 @@ void VirtualTeam::abort() noexcept {
 bool VirtualTeam::aborted() const {
   std::lock_guard<std::mutex> lk(mu_);
   return aborted_;
+}
+
+void VirtualTeam::note_call(int rank, const char* op) {
+  std::lock_guard<std::mutex> lk(calls_mu_);
+  Calls& c = calls_[rank];
+  c.op = op;
+  ++c.n;
+}
+
+std::string VirtualTeam::last_calls() const {
+  std::lock_guard<std::mutex> lk(calls_mu_);
+  std::string s;
+  for (int r = 0; r < nranks_; ++r) {
+    const Calls& c = calls_[r];
+    s += (r ? ", rank " : "rank ") + std::to_string(r) + ": " +
+         (c.n ? c.op + " (call " + std::to_string(c.n) + ")" : std::string("none"));
+  }
+  return s;
 }
 
 std::shared_ptr<void> virtual_slab(int device, size_t bytes, bool host) {

@@ -48,6 +48,11 @@ class VirtualTeam {
   void abort() noexcept;
   bool aborted() const;
 
+  // What each rank's host last entered (every op's OpEntry, before its checks): a device wait's
+  // timeout names them, so that a rank that never made the call the others wait in shows.
+  void note_call(int rank, const char* op);
+  std::string last_calls() const;  // "rank 0: EpBuffer::dispatch (call 3), rank 1: none, ..."
+
  private:
   const int nranks_, device_, ranks_per_node_;
   std::unique_ptr<GinEmu> gin_emu_;
@@ -59,6 +64,12 @@ class VirtualTeam {
   int arrived_ = 0;
   std::vector<std::string> ops_;
   std::vector<std::vector<char>> slots_;
+  struct Calls {
+    std::string op;
+    uint64_t n = 0;  // calls entered
+  };
+  mutable std::mutex calls_mu_;
+  std::vector<Calls> calls_;
   Round result_;
 };
 
