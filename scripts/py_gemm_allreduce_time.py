@@ -74,10 +74,7 @@ def main(argv) -> int:
             "bfloat16", st)
 
     def cpp_loop():  # the same calls from a C++ loop, timed by its own events on the stream
-        (A0, B0), (A1, B1) = sets
-        return tilewire.comm._C._time_gemm_allreduce(comm._c, A0.data_ptr(), B0.data_ptr(), A1.data_ptr(), B1.data_ptr(),
-                                                     C.data_ptr(), M, N, K, "bfloat16", "nk", ws.data_ptr(), "auto",
-                                                     "auto", "bfloat16", st, iters)
+        return comm._time_gemm_allreduce(sets, iters)
 
     variants = {"python": (call_python, None), "raw": (call_raw, None), "side_stream": (call_python, side),
                 "cpp_loop": (None, None)}

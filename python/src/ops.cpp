@@ -113,7 +113,8 @@ void bind_ops(nb::module_& m) {
           nb::gil_scoped_release unlocked;
           tw::gemm_allreduce(c.get(), a, cfg, stream_of(stream));
         });
-  // Measurement only (scripts/py_gemm_allreduce_time.py): `iters` calls of tw::gemm_allreduce in a
+  // Measurement only (Comm._time_gemm_allreduce, which checks the tensors as gemm_allreduce does;
+  // scripts/py_gemm_allreduce_time.py): `iters` calls of tw::gemm_allreduce in a
   // C++ loop, the inputs alternating between (A0, B0) and (A1, B1), between two events on the
   // stream; returns us per call. Timed in the same process as comm.gemm_allreduce, in turn with
   // it, so that both see the same GPU state (clocks under the power limit move more than the

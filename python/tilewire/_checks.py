@@ -97,25 +97,25 @@ def matrix_a(op: str, A, device: int | None, name: str = "A") -> tuple:
     return M, K
 
 
-def matrix_b(op: str, B, b_layout: str, A, K: int, device: int | None) -> tuple:
+def matrix_b(op: str, B, b_layout: str, A, K: int, device: int | None, name: str = "B") -> tuple:
     """B as `b_layout` ("nk": [N, K]; "kn": [K, N]), row-major, in A's dtype, with A's K. A view
     whose transpose is row-major is taken as the other layout (same memory, no copy). Returns
     (the layout to pass to C++, N)."""
-    tensor(op, "B", B)
+    tensor(op, name, B)
     if b_layout not in ("nk", "kn"):
-        _fail(op, f"b_layout is '{b_layout}'; expected 'nk' (B [N, K]) or 'kn' (B [K, N])")
-    dtype(op, "B", B, str(A.dtype), " (A's dtype)")
-    on_gpu(op, "B", B, device)
-    r, c = dims(op, "B", B, 2, " ([N, K] for b_layout 'nk', [K, N] for 'kn')")
+        _fail(op, f"b_layout is '{b_layout}'; expected 'nk' ({name} [N, K]) or 'kn' ({name} [K, N])")
+    dtype(op, name, B, str(A.dtype), " (A's dtype)")
+    on_gpu(op, name, B, device)
+    r, c = dims(op, name, B, 2, " ([N, K] for b_layout 'nk', [K, N] for 'kn')")
     N, Kb = (r, c) if b_layout == "nk" else (c, r)
     if Kb != K:
-        _fail(op, f"B has shape {[r, c]} for b_layout '{b_layout}', so K = {Kb}; A [M, K] has K = {K}")
+        _fail(op, f"{name} has shape {[r, c]} for b_layout '{b_layout}', so K = {Kb}; A [M, K] has K = {K}")
     if is_row_major(B):
         return b_layout, N
     if is_col_major_2d(B):  # B.t() is row-major: the same bytes are the other layout
         return ("kn" if b_layout == "nk" else "nk"), N
-    _fail(op, f"B is neither row-major nor a transposed row-major view (strides {list(B.stride())}); "
-              "pass B.contiguous()")
+    _fail(op, f"{name} is neither row-major nor a transposed row-major view (strides {list(B.stride())}); "
+              f"pass {name}.contiguous()")
 
 
 def out_tensor(op: str, name: str, t, shape, dt: str, device: int | None) -> None:

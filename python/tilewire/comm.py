@@ -210,6 +210,19 @@ class Comm:
         b_layout, N = chk.matrix_b(op, B, b_layout, A, K, self.device)
         if out is not None:
             chk.out_tensor(op, "out", out, (M, N), str(A.dtype), self.device)
+        dt, ws, C, st = self._gemm_allreduce_target(A, M, N, K, b_layout, path, algo, partials)
+        _C.gemm_allreduce(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, dt, b_layout, ws.data_ptr(),
+                          path, algo, partials, st)
+        if view:
+            return C.view(M, N)
+        if out is not None:
+            return out.copy_(C.view(M, N))
+        return C.view(M, N).clone()
+
+    def _gemm_allreduce_target(self, A, M: int, N: int, K: int, b_layout: str, path: str, algo: str,
+                               partials: str):
+        """A's dtype name, the kept workspace and C window of this shape and dtype on the current
+        stream, and the stream."""
         dt = _dtype_name(A.dtype)
         ws_bytes = _C.gemm_allreduce_workspace_size(M, N, K, dt, b_layout, self.nranks, path, algo, partials)
         st = _stream()
@@ -219,13 +232,32 @@ class Comm:
         if C is None:
             C = self.empty((M * N,), A.dtype)
             self._staging[key] = C
-        _C.gemm_allreduce(self._c, A.data_ptr(), B.data_ptr(), C.data_ptr(), M, N, K, dt, b_layout, ws.data_ptr(),
-                          path, algo, partials, st)
-        if view:
-            return C.view(M, N)
-        if out is not None:
-            return out.copy_(C.view(M, N))
-        return C.view(M, N).clone()
+        return dt, ws, C, st
+
+    def _time_gemm_allreduce(self, sets, iters: int = 20, b_layout: str = "nk", path: str = "auto",
+                             algo: str = "auto", partials: str = "bfloat16") -> float:
+        """Measurement only (scripts/py_gemm_allreduce_time.py): `iters` gemm_allreduce calls made by
+        a C++ loop in the extension, the inputs alternating between the two (A, B) pairs of `sets`
+        (same shapes and dtype), timed by events on the current stream; us per call. Checked as
+        gemm_allreduce is; the result is C's window of that shape (gemm_allreduce(..., view=True))."""
+        op = "_time_gemm_allreduce"
+        self._live(op)
+        if not isinstance(iters, int) or iters < 1:
+            raise ValueError(f"{op}: iters is {iters!r}; expected an int >= 1")
+        if len(sets) != 2:
+            raise ValueError(f"{op}: sets has {len(sets)} (A, B) pairs; expected 2")
+        (A0, B0), (A1, B1) = sets
+        M, K = chk.matrix_a(op, A0, self.device, "A0")
+        lay, N = chk.matrix_b(op, B0, b_layout, A0, K, self.device, "B0")
+        if chk.matrix_a(op, A1, self.device, "A1") != (M, K):
+            raise ValueError(f"{op}: A1 has shape {list(A1.shape)}; expected A0's {[M, K]}")
+        chk.dtype(op, "A1", A1, str(A0.dtype), " (A0's dtype)")
+        if chk.matrix_b(op, B1, b_layout, A1, K, self.device, "B1") != (lay, N):
+            raise ValueError(f"{op}: B1 has shape {list(B1.shape)} and strides {list(B1.stride())}; "
+                             f"expected B0's {list(B0.shape)} and {list(B0.stride())}")
+        dt, ws, C, st = self._gemm_allreduce_target(A0, M, N, K, lay, path, algo, partials)
+        return _C._time_gemm_allreduce(self._c, A0.data_ptr(), B0.data_ptr(), A1.data_ptr(), B1.data_ptr(),
+                                       C.data_ptr(), M, N, K, dt, lay, ws.data_ptr(), path, algo, partials, st, iters)
 
     def _workspace(self, name: str, nbytes: int, stream: int):
         import torch

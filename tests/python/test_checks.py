@@ -130,6 +130,24 @@ def test_comm_gemms_refuse_bad_tensors():
     refused(lambda: c.allgather_gemm(T((256, 128), "float32"), B, 512), "allgather_gemm: A_shard has dtype torch.float32")
 
 
+def test_time_gemm_allreduce_refuses_bad_tensors():
+    c = fake_comm()
+    A, B = T((256, 128)), T((512, 128))
+    op = "_time_gemm_allreduce: "
+    refused(lambda: c._time_gemm_allreduce([(A, B)], 20), op + "sets has 1 (A, B) pairs; expected 2")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (A, B)], 0), op + "iters is 0")
+    refused(lambda: c._time_gemm_allreduce([(A.t(), B), (A, B)]), op + "A0 [M, K] must be row-major")
+    refused(lambda: c._time_gemm_allreduce([(A, T((512, 64))), (A, B)]), op + "B0 has shape [512, 64]", "K = 64")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (T((256, 128), device=("cpu",)), B)]), op + "A1 is on cpu")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (T((128, 128)), B)]), op + "A1 has shape [128, 128]", "[256, 128]")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (T((256, 128), "float16"), B)]), op + "A1 has dtype torch.float16",
+            "A0's dtype")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (A, T((512, 128), "float16"))]), op + "B1 has dtype torch.float16")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (A, T((384, 128)))]), op + "B1 has shape [384, 128]")
+    refused(lambda: c._time_gemm_allreduce([(A, B), (A, T((128, 512)).t())]), op + "B1 has shape [512, 128]",
+            "strides [1, 512]")
+
+
 def test_collectives_refuse_bad_tensors():
     c = fake_comm()
     refused(lambda: c.all_reduce(T((1024,), "int32")), "all_reduce: tensor has dtype torch.int32")
