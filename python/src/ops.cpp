@@ -113,12 +113,12 @@ void bind_ops(nb::module_& m) {
           nb::gil_scoped_release unlocked;
           tw::gemm_allreduce(c.get(), a, cfg, stream_of(stream));
         });
-  // Measurement only (Comm._time_gemm_allreduce, which checks the tensors as gemm_allreduce does;
-  // scripts/py_gemm_allreduce_time.py): `iters` calls of tw::gemm_allreduce in a
-  // C++ loop, the inputs alternating between (A0, B0) and (A1, B1), between two events on the
-  // stream; returns us per call. Timed in the same process as comm.gemm_allreduce, in turn with
-  // it, so that both see the same GPU state (clocks under the power limit move more than the
-  // difference measured between processes).
+  // Measurement only (Comm._time_gemm_allreduce checks the tensors as gemm_allreduce does; used by
+  // scripts/py_gemm_allreduce_time.py): `iters` calls of tw::gemm_allreduce in a C++ loop, the
+  // inputs alternating between (A0, B0) and (A1, B1), between two events on the stream; returns
+  // us per call. Timed in the same process as comm.gemm_allreduce, in turn with it, so that both
+  // see the same GPU state (clocks under the power limit move more than the difference measured
+  // between processes).
   m.def("_time_gemm_allreduce",
         [](PyComm& c, uintptr_t A0, uintptr_t B0, uintptr_t A1, uintptr_t B1, uintptr_t C, int M, int N, int K,
            const std::string& dtype, const std::string& b_layout, uintptr_t workspace, const std::string& path,
