@@ -23,8 +23,9 @@ namespace tw {
 
 class OpEntry {
  public:
-  // check: () -> Status; record: () -> void, calls comm.agree_on_call(op, {...}). A refusal's
-  // error names the op's own file and line (the call site's, by default).
+  // op: the op's name, a string literal (Comm::note_call keeps the pointer). check: () -> Status;
+  // record: () -> void, calls comm.agree_on_call(op, {...}). A refusal's error names the op's own
+  // file and line (the call site's, by default).
   template <class Check, class Record>
   OpEntry(Comm& comm, const char* op, cudaStream_t stream, Check&& check, Record&& record, bool moves_nothing = false,
           const char* file = __builtin_FILE(), int line = __builtin_LINE()) {

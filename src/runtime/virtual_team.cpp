@@ -113,7 +113,7 @@ std::string VirtualTeam::last_calls() const {
   for (int r = 0; r < nranks_; ++r) {
     const Calls& c = calls_[r];
     s += (r ? ", rank " : "rank ") + std::to_string(r) + ": " +
-         (c.n ? c.op + " (call " + std::to_string(c.n) + ")" : std::string("none"));
+         (c.n ? std::string(c.op) + " (call " + std::to_string(c.n) + ")" : std::string("none"));
   }
   return s;
 }

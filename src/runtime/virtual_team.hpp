@@ -49,7 +49,8 @@ class VirtualTeam {
   bool aborted() const;
 
   // What each rank's host last entered (every op's OpEntry, before its checks): a device wait's
-  // timeout names them, so that a rank that never made the call the others wait in shows.
+  // timeout names them, so that a rank that never made the call the others wait in shows. `op`
+  // is kept as given (no copy per call): a string literal, as every OpEntry's op name is.
   void note_call(int rank, const char* op);
   std::string last_calls() const;  // "rank 0: EpBuffer::dispatch (call 3), rank 1: none, ..."
 
@@ -65,7 +66,7 @@ class VirtualTeam {
   std::vector<std::string> ops_;
   std::vector<std::vector<char>> slots_;
   struct Calls {
-    std::string op;
+    const char* op = nullptr;
     uint64_t n = 0;  // calls entered
   };
   mutable std::mutex calls_mu_;

@@ -179,8 +179,9 @@ class Comm {
   // and a rank's later work queued ahead of a peer's kernel in a shared queue would block it
   // behind a kernel that waits for that peer. Collective (ranks make the same calls anyway).
   void launched(const char* op) const;
-  // Called by every op on entry (before its checks). Virtual team: recorded per rank, and a
-  // device wait's timeout lists each rank's last call entered. NCCL backend: nothing.
+  // Called by every op on entry (before its checks) with its name, a string literal. Virtual
+  // team: recorded per rank, and a device wait's timeout lists each rank's last call entered.
+  // NCCL backend: nothing.
   void note_call(const char* op) const;
   // One field of a call's record (agree_on_call).
   struct CallField {
