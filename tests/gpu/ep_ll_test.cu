@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "ep_identity.hpp"
 #include "tilewire/ops/ep.hpp"
 
 namespace {
@@ -411,7 +412,7 @@ TEST(Ep, LowLatencyLargestLayout) {
     big.max_tokens_per_rank = N, big.hidden = H, big.topk = K, big.num_experts = E;
     tw::EpConfig small = big;
     small.max_tokens_per_rank = 16, small.num_experts = 2 * P;
-    // Every rank's routing (distinct experts per token), rows and weights from seeds.
+    // Every rank's routing (distinct experts per token); rows and weights: identity_experts.
     const auto ids_of = [&](int q) {
       std::vector<int64_t> ids((size_t)N * K);
       for (int t = 0; t < N; ++t)
@@ -419,23 +420,11 @@ TEST(Ep, LowLatencyLargestLayout) {
       return ids;
     };
     const std::vector<int64_t> ids = ids_of(me);
-    std::vector<uint16_t> x((size_t)N * H);
-    std::vector<float> w((size_t)N * K);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(302, me, i) % 17) - 8));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(303, me, i) % 4) / 4.0f;
-    std::vector<int> want_count(L, 0);
-    for (int q = 0; q < P; ++q)
-      for (int64_t e : ids_of(q))
-        if (e / L == me) ++want_count[e % L];
-    std::vector<uint16_t> want_out((size_t)N * H);
-    for (int t = 0; t < N; ++t)
-      for (int c = 0; c < H; ++c) {
-        float acc = 0.0f;
-        for (int j = 0; j < K; ++j) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + c]), acc);
-        want_out[(size_t)t * H + c] = f32_to_bf16(acc);
-      }
-    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
-    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    const IdentityExperts ref = identity_experts(302, me, P, N, H, K, L, ids_of);
+    const std::vector<int>& want_count = ref.want_count;
+    const std::vector<uint16_t>& want_out = ref.want_out;
+    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
     tw::EpBuffer a(comm, big);
     const auto step = [&](tw::EpBuffer& b, int n, const std::string& at) {
       tw::EpLowLatencyArgs args;
@@ -504,24 +493,11 @@ TEST(Ep, LowLatencyTwelveExpertsPerToken) {
     cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
     tw::EpBuffer buf(comm, cfg);
     const std::vector<int64_t> ids = ids_of(me);
-    std::vector<uint16_t> x((size_t)N * H);
-    std::vector<float> w((size_t)N * K);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(503, me, i) % 17) - 8));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(504, me, i) % 4) / 4.0f;
-    std::vector<int> want_count(LE, 0);
-    for (int q = 0; q < P; ++q)
-      for (int64_t e : ids_of(q))
-        if (e >= 0 && e / LE == me) ++want_count[e % LE];
-    std::vector<uint16_t> want_out((size_t)N * H);
-    for (int t = 0; t < N; ++t)
-      for (int c = 0; c < H; ++c) {
-        float acc = 0.0f;
-        for (int j = 0; j < K; ++j)
-          if (ids[(size_t)t * K + j] >= 0) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + c]), acc);
-        want_out[(size_t)t * H + c] = f32_to_bf16(acc);
-      }
-    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
-    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    const IdentityExperts ref = identity_experts(503, me, P, N, H, K, LE, ids_of);
+    const std::vector<int>& want_count = ref.want_count;
+    const std::vector<uint16_t>& want_out = ref.want_out;
+    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
     comm.sync(s);
     comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
     for (int step = 0; step < 2; ++step) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "ep_identity.hpp"
 #include "tilewire/ops/ep.hpp"
 
 namespace tw_test {
@@ -60,23 +61,11 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
     cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
     tw::EpBuffer buf(comm, cfg);
     const std::vector<int64_t> ids = ids_of(me);
-    std::vector<uint16_t> x((size_t)N * H);
-    std::vector<float> w((size_t)N * K);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = f32_to_bf16((float)((int)(mix(412, me, i) % 17) - 8));
-    for (size_t i = 0; i < w.size(); ++i) w[i] = (float)(1 + mix(413, me, i) % 4) / 4.0f;
-    std::vector<int> want_count(L, 0);
-    for (int q = 0; q < P; ++q)
-      for (int64_t e : ids_of(q))
-        if (e / L == me) ++want_count[e % L];
-    std::vector<uint16_t> want_out((size_t)N * H);
-    for (int t = 0; t < N; ++t)
-      for (int col = 0; col < H; ++col) {
-        float acc = 0.0f;
-        for (int j = 0; j < K; ++j) acc = std::fma(w[(size_t)t * K + j], bf16_to_f32(x[(size_t)t * H + col]), acc);
-        want_out[(size_t)t * H + col] = f32_to_bf16(acc);
-      }
-    DeviceBuffer xd(x.size() * 2), idx(ids.size() * 8), wd(w.size() * 4), out(want_out.size() * 2);
-    upload(xd.data(), x, s), upload(idx.data(), ids, s), upload(wd.data(), w, s);
+    const IdentityExperts ref = identity_experts(412, me, P, N, H, K, L, ids_of);
+    const std::vector<int>& want_count = ref.want_count;
+    const std::vector<uint16_t>& want_out = ref.want_out;
+    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
+    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
     comm.sync(s);
     comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
     const auto late = [&] {
