@@ -20,67 +20,62 @@ ep_tests() {
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.LowLatencyLargestLayout'
 }
 
-if [ "$MODE" = gin ] && [ "${GIN_PARALLEL:-0}" = 1 ]; then
-  # One process per shape at once (the GPU time-slices their contexts, and each team keeps the
-  # whole GPU within its slices): this script again per shape, into OUT/<shape>, then one tarball.
+if [ "$MODE" = gin ]; then
   header
-  pids=()
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    step "gin at $shape in a process of its own (log: gin_shapes.tgz, $shape/run.log)"
-    OUT=$OUT/$shape GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 GIN_BEFORE_TAR= bash "$0" gin >/dev/null 2>&1 &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || FAIL=1; done
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    { echo "##### $shape"; grep -E '^(===|!!!)' "$OUT/$shape/run.log"; } | tee -a "$LOG"
-    grep -hE '^\[  (PASSED|FAILED)  \]' "$OUT/$shape/run.log" | sort | uniq -c | tee -a "$LOG"
-  done
-  (cd "$OUT" && tar czf gin_shapes.tgz ${GIN_SHAPES:-2x2 2x4 4x2 8x1} && rm -rf ${GIN_SHAPES:-2x2 2x4 4x2 8x1})
-  if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
-    step "memcheck on the GIN tests, 2 x 2"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 TILEWIRE_TEST_GIN_SEEDS=${GIN_MEMCHECK_SEEDS:-2} \
-      TILEWIRE_TIMEOUT_MS=60000 run "${GIN_MEMCHECK_LIMIT:-600}" compute-sanitizer --tool memcheck --error-exitcode 1 "$TESTS" \
-      --gtest_filter="${GIN_MEMCHECK_FILTER:-DeviceApi.*:Gin.*:EpGin.*}"
-  fi
-elif [ "$MODE" = gin ]; then
-  header
-  SEEDS=${GIN_SEEDS:-20}
-  # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
-  if [ -f "${GIN_BEFORE_TAR:-/nonexistent}" ]; then
-    mkdir -p /tmp/gin-before && tar xJf "$GIN_BEFORE_TAR" -C /tmp/gin-before
-    d=$(ls -d /tmp/gin-before/*/ | head -1)
-    step "EpGin.* on the code before the fix ($(tr '\n' ' ' <"$d/COMMIT")), 2 x 2: expected to FAIL"
-    LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 timeout 120 \
-      "$d/bin/tilewire_gpu_tests" --gtest_filter='EpGin.*' >>"$LOG" 2>&1
-    echo "=== before the fix: rc=$? (non-zero expected)" | tee -a "$LOG"
-  fi
-  for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
-    IFS=x read -r nodes per <<<"$shape"
-    export TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per
-    step "Gin.* tests, $nodes x $per (nodes x ranks per node), $SEEDS chaos seeds in the test"
-    TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
-      --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
-    if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
-      # The first GIN_EP_LIMITS_SEEDS repeats (default 1) with Ep.DispatchCombineMatchTheReference's
-      # two limit cases, the others without them (TILEWIRE_TEST_EP_LIMITS=0: over a GiB per rank
-      # through host memory), under seeds from GIN_EP_SEED0 + 1000 on.
-      all=${GIN_EP_SEEDS:-$SEEDS} lim=${GIN_EP_LIMITS_SEEDS:-1}
-      [ "$lim" -gt "$all" ] && lim=$all
-      [ "$lim" -lt 0 ] && lim=0
-      step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $all chaos seeds (one per repeat; the EP limit cases under $lim)"
-      [ "$lim" -gt 0 ] &&
-        TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
-          --gtest_repeat="$lim"
-      [ "$all" -gt "$lim" ] &&
-        TILEWIRE_TEST_EP_LIMITS=0 TILEWIRE_TEST_GIN_CHAOS=$((${GIN_EP_SEED0:-1} + 1000)) run "${GIN_EP_LIMIT:-400}" "$TESTS" \
-          --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" --gtest_repeat=$((all - lim))
+  if [ "${GIN_PARALLEL:-0}" = 1 ]; then
+    # One process per shape at once (the GPU time-slices their contexts, and each team keeps the
+    # whole GPU within its slices): this script again per shape, into OUT/<shape>, then one tarball.
+    pids=()
+    for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+      step "gin at $shape in a process of its own (log: gin_shapes.tgz, $shape/run.log)"
+      OUT=$OUT/$shape GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 GIN_BEFORE_TAR= bash "$0" gin >/dev/null 2>&1 &
+      pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || FAIL=1; done
+    for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+      { echo "##### $shape"; grep -E '^(===|!!!)' "$OUT/$shape/run.log"; } | tee -a "$LOG"
+      grep -hE '^\[  (PASSED|FAILED)  \]' "$OUT/$shape/run.log" | sort | uniq -c | tee -a "$LOG"
+    done
+    (cd "$OUT" && tar czf gin_shapes.tgz ${GIN_SHAPES:-2x2 2x4 4x2 8x1} && rm -rf ${GIN_SHAPES:-2x2 2x4 4x2 8x1})
+  else
+    SEEDS=${GIN_SEEDS:-20}
+    # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
+    if [ -f "${GIN_BEFORE_TAR:-/nonexistent}" ]; then
+      mkdir -p /tmp/gin-before && tar xJf "$GIN_BEFORE_TAR" -C /tmp/gin-before
+      d=$(ls -d /tmp/gin-before/*/ | head -1)
+      step "EpGin.* on the code before the fix ($(tr '\n' ' ' <"$d/COMMIT")), 2 x 2: expected to FAIL"
+      LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_RANKS_PER_NODE=2 timeout 120 \
+        "$d/bin/tilewire_gpu_tests" --gtest_filter='EpGin.*' >>"$LOG" 2>&1
+      echo "=== before the fix: rc=$? (non-zero expected)" | tee -a "$LOG"
     fi
-    unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
-  done
-  if [ "${GIN_ONE_NODE:-1}" = 1 ]; then
-    step "GIN tests, one node of 4"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter='DeviceApi.*:Gin.*' \
-      --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
+    for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
+      IFS=x read -r nodes per <<<"$shape"
+      export TILEWIRE_TEST_VIRTUAL=$((nodes * per)) TILEWIRE_TEST_RANKS_PER_NODE=$per
+      step "Gin.* tests, $nodes x $per (nodes x ranks per node), $SEEDS chaos seeds in the test"
+      TILEWIRE_TEST_GIN_SEEDS=$SEEDS run "${GIN_LIMIT:-300}" "$TESTS" --gtest_filter='Gin.*' \
+        --gtest_output=json:"$OUT/gpu_tests_gin_${nodes}x$per.json"
+      if [ "${GIN_EP:-1}" = 1 ]; then  # the device-API and EP tests (both modes, both payloads), one seed per repeat
+        # The first GIN_EP_LIMITS_SEEDS repeats (default 1) with Ep.DispatchCombineMatchTheReference's
+        # two limit cases, the others without them (TILEWIRE_TEST_EP_LIMITS=0: over a GiB per rank
+        # through host memory), under seeds from GIN_EP_SEED0 + 1000 on.
+        all=${GIN_EP_SEEDS:-$SEEDS} lim=${GIN_EP_LIMITS_SEEDS:-1}
+        [ "$lim" -gt "$all" ] && lim=$all
+        [ "$lim" -lt 0 ] && lim=0
+        step "${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}, $nodes x $per, $all chaos seeds (one per repeat; the EP limit cases under $lim)"
+        [ "$lim" -gt 0 ] &&
+          TILEWIRE_TEST_GIN_CHAOS=${GIN_EP_SEED0:-1} run "${GIN_EP_LIMIT:-400}" "$TESTS" --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" \
+            --gtest_repeat="$lim"
+        [ "$all" -gt "$lim" ] &&
+          TILEWIRE_TEST_EP_LIMITS=0 TILEWIRE_TEST_GIN_CHAOS=$((${GIN_EP_SEED0:-1} + 1000)) run "${GIN_EP_LIMIT:-400}" "$TESTS" \
+            --gtest_filter="${GIN_EP_FILTER:-DeviceApi.*:Ep.*:EpGin.*}" --gtest_repeat=$((all - lim))
+      fi
+      unset TILEWIRE_TEST_VIRTUAL TILEWIRE_TEST_RANKS_PER_NODE
+    done
+    if [ "${GIN_ONE_NODE:-1}" = 1 ]; then
+      step "GIN tests, one node of 4"
+      TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TEST_GIN_SEEDS=2 run 300 "$TESTS" --gtest_filter='DeviceApi.*:Gin.*' \
+        --gtest_output=json:"$OUT/gpu_tests_gin_1x4.json"
+    fi
   fi
   if [ "${GIN_MEMCHECK:-1}" = 1 ]; then
     step "memcheck on the GIN tests, 2 x 2"
@@ -145,6 +140,15 @@ if [ "$MODE" = ll ]; then
   done
   dists="${before:-} $DIST"
   : >"$OUT/bench_ll.jsonl"
+  # ll_row DIST LABEL ROUND ARGS...: one `bench ep --mode ll` run of DIST's CLI, its JSON line
+  # labelled (commit LABEL, round ROUND) into bench_ll.jsonl.
+  ll_row() {
+    local d=$1 label=$2 round=$3
+    shift 3
+    step "bench ep --mode ll $* ($label), round $round"
+    LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll "$@" --json "$OUT/ll.json" &&
+      sed "s/^{/{\"commit\": \"$label\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+  }
   for round in $(seq 1 "${LL_ROUNDS:-1}"); do
     for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes" "-t 128 --routing skewed" \
       "-t 128 --virtual 8" "-t 128 --virtual 8 --payload fp8"; do
@@ -153,9 +157,7 @@ if [ "$MODE" = ll ]; then
         a=$args
         LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH "$d/bin/tilewire" bench ep --help 2>&1 | grep -q -- --combine-probes ||
           a=${args/ --combine-probes/}
-        step "bench ep --mode ll $a ($(cat "$d/COMMIT")), round $round"
-        LD_LIBRARY_PATH=$d/lib:$LD_LIBRARY_PATH run 120 "$d/bin/tilewire" bench ep --mode ll $a --json "$OUT/ll.json" &&
-          sed "s/^{/{\"commit\": \"$(cat "$d/COMMIT")\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+        ll_row "$d" "$(cat "$d/COMMIT")" "$round" $a
       done
     done
   done
@@ -164,9 +166,7 @@ if [ "$MODE" = ll ]; then
   for round in $(seq 1 "${LL_ROUNDS:-1}"); do
     for tokens in 128 256; do
       for tma in 0 1; do
-        step "bench ep --mode ll -t $tokens --combine-probes, TILEWIRE_EP_LL_TMA=$tma, round $round"
-        TILEWIRE_EP_LL_TMA=$tma run 120 "$TW" bench ep --mode ll -t $tokens --combine-probes --json "$OUT/ll.json" &&
-          sed "s/^{/{\"commit\": \"$(cat "$DIST/COMMIT") tma=$tma\", \"round\": $round, /" "$OUT/ll.json" >>"$OUT/bench_ll.jsonl"
+        TILEWIRE_EP_LL_TMA=$tma ll_row "$DIST" "$(cat "$DIST/COMMIT") tma=$tma" "$round" -t "$tokens" --combine-probes
       done
     done
   done
