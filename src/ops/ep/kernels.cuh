@@ -218,6 +218,7 @@ __global__ void send(const __grid_constant__ Params p);
 __global__ void send_tma(const __grid_constant__ Params p);
 __global__ void recv(const __grid_constant__ Params p);
 __global__ void combine_send(const __grid_constant__ Params p);
+__global__ void combine_release(const __grid_constant__ Params p);
 __global__ void combine_recv(const __grid_constant__ Params p);
 __global__ void gin_advance(const __grid_constant__ Params p);
 __global__ void gin_advance_combine(const __grid_constant__ Params p);

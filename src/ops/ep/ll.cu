@@ -624,6 +624,30 @@ __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__
   if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
 }
 
+// combine_send when y is already in the combine block and every peer is an LSA peer: nothing to
+// copy or put, so one CTA releases every channel's flag to every peer, as combine_send's G CTAs
+// would (each its own channel), and lets the receive's CTAs launch beside it: two full grids in
+// a row pay a launch each (the floors in docs/ep.md: 3.9 us for one empty kernel, 6.7 for two
+// chained). The G per-CTA counters move together (combine_send's CTA b reads counter b).
+__global__ void __launch_bounds__(kThreads) combine_release(const __grid_constant__ Params p) {
+  ptx::griddep_wait();
+  ptx::griddep_launch_dependents();
+  const Geo& g = p.g;
+  const DevCtx& ctx = p.ctx;
+  __shared__ uint64_t e;
+  if (threadIdx.x == 0) e = p.s.epochs[2 * g.G] + 1;
+  __syncthreads();
+  for (int c = threadIdx.x; c < g.G; c += blockDim.x) p.s.epochs[2 * g.G + c] = e;
+  const int buf = (int)(e & 1u);
+  stamp(p.ring, trace::EventKind::kChunkSend, kCombineId);
+  __threadfence_system();
+  __syncthreads();
+  for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x) {
+    const int d = i / g.G, c = i % g.G;
+    if (dev::is_lsa_peer(ctx, d)) ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.done(g.off_cdone, buf, g.me, c), d), e);
+  }
+}
+
 // out[t] = sum_j w[t][j] y(t, j) over the slots with an expert, j ascending, fp32, rounded once.
 // A thread per 16 bytes of an output row issues the loads of all its slots before the first add
 // (from the expert rank's combine block, or this rank's landing rows for a GIN expert rank);

@@ -175,7 +175,8 @@ void EpBuffer::combine_send(const void* y, cudaStream_t stream) {
   ops::ep::ll::Params p = ll_->params(comm_, st_->ring);
   // y already in the combine block (the expert wrote it there): nothing to copy.
   p.y = y == static_cast<const char*>(ll.win.data()) + ll.g.off_y ? nullptr : static_cast<const char*>(y);
-  launch_ll(comm_, ops::ep::ll::combine_send, sms_, ops::ep::kThreads, 0, stream, p);
+  if (p.y == nullptr && !ll.g.gin) launch_ll(comm_, ops::ep::ll::combine_release, 1, ops::ep::kThreads, 0, stream, p);
+  else launch_ll(comm_, ops::ep::ll::combine_send, sms_, ops::ep::kThreads, 0, stream, p);
   ll.step = LowLatency::Step::kCombineSent;
 }
 
