@@ -1,7 +1,8 @@
 // src/runtime/op_entry.hpp — the one way every communicator op enters (collectives, the fused
 // GEMM ops, EP, the clock sync). In this order:
 //   0. the call is noted (Comm::note_call: on a virtual team a device timeout names each rank's
-//      last call);
+//      last call); an op entered inside another on the same thread (dispatch runs layout) is part
+//      of the outer call and is not noted, so the timeout names the call the caller made;
 //   1. the communicator is usable: not aborted, and the current device is its device (kState);
 //   2. the op's own argument checks: a Status that is not ok throws kInvalidArgument with its
 //      reason (the checks may also throw their own error); either way nothing has been launched
@@ -29,7 +30,7 @@ class OpEntry {
   template <class Check, class Record>
   OpEntry(Comm& comm, const char* op, cudaStream_t stream, Check&& check, Record&& record, bool moves_nothing = false,
           const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-    comm.note_call(op);
+    if (nest_.outermost()) comm.note_call(op);
     comm.require_usable(op);
     const Status st = std::forward<Check>(check)();
     if (!st.ok) throw_error(Errc::kInvalidArgument, file, line, st.reason);
@@ -43,6 +44,20 @@ class OpEntry {
   bool moves_nothing() const { return !order_.has_value(); }
 
  private:
+  // The depth of OpEntries alive on this thread (a virtual team runs each rank on its own
+  // thread); a member, so a throwing constructor still unwinds it.
+  class Nest {
+   public:
+    Nest() { ++depth_; }
+    ~Nest() { --depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+    bool outermost() const { return depth_ == 1; }
+
+   private:
+    static inline thread_local int depth_ = 0;
+  };
+  Nest nest_;
   std::optional<Comm::CallOrder> order_;
 };
 
