@@ -27,6 +27,10 @@
 #   trace         (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
+#   whole         (nvidia-h200) the whole GPU test binary at the real rank (the single-GPU suites in 4
+#                 shards) and at WHOLE_P virtual ranks (default "2 4 8"), one gtest JSON and log per
+#                 process in gpu_tests_whole.tgz; then the EP tests at WHOLE_EP_P (default 3), and
+#                 memcheck on every EP test but the death test at 4 (WHOLE_MEMCHECK=0: not)
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
 #   decode        (nvidia-h200) the fused ops on the decode tile (M <= 256); DECODE_STEPS picks among
 #                 probe (coresidency_probe, plain and under memcheck), tests (the fused ops' tests at 2
@@ -119,7 +123,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | virtualcheck | decode | hardening | house | moe | ep | ll | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | whole | virtualcheck | decode | hardening | house | moe | ep | ll | python | tp | engine | gin) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -241,7 +245,19 @@ whole_binary() {
   rm -rf "$d"
 }
 
-
+if [ "$MODE" = whole ]; then
+  header
+  whole_binary "0 ${WHOLE_P-2 4 8}" gpu_tests_whole.tgz
+  for p in ${WHOLE_EP_P-3}; do
+    step "EP tests, $p virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
+  done
+  if [ "${WHOLE_MEMCHECK:-1}" = 1 ]; then  # every EP test but the death test (it forks and traps)
+    step "memcheck on the EP tests, 4 virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
+      --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*'
+  fi
+fi
 
 if [ "$MODE" = tp ]; then
   header

@@ -14,7 +14,7 @@ ep_tests() {
   # rank's copies first), and a stall kills the context for every later test.
   step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout)"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:-Ep.LowLatencyLargestLayout'
+    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*:-Ep.LowLatencyLargestLayout'
   step "memcheck on Ep.LowLatencyLargestLayout, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.LowLatencyLargestLayout'
