@@ -4,12 +4,13 @@
 //   EpQueue.LowLatencyStepsWithTwoRanksInOneQueue  (virtual teams of 2 or more ranks) rank 0's
 //       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order (one
 //       hardware queue, if CUDA hands the queues to new streams in turn), and rank 1 enqueues each
-//       call 200 ms after the others. Two steps, counts and the combined output (identity
-//       experts, small integers times quarters: exact) against the host. Written for the rule in
-//       Comm::launched (no rank enqueues work behind a kernel that waits for its peers before
-//       every rank has enqueued its own): the low-latency send follows it since this test, but
-//       the test also passed on the code before (2026-12-05-ll-combine-h100): the shared queue it
-//       aims at did not show there, so it guards a late rank, not a demonstrated deadlock.
+//       send 200 ms after the others (every rank's copies done first). Two steps, counts and the
+//       combined output (identity experts, small integers times quarters: exact) against the
+//       host. Written for the rule in Comm::launched (no rank enqueues work behind a kernel that
+//       waits for its peers before every rank has enqueued its own): the low-latency send follows
+//       it since this test, but the test also passed on the code before
+//       (2026-12-05-ll-combine-h100): the shared queue it aims at did not show there, so it
+//       guards a late rank, not a demonstrated deadlock.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -74,6 +75,12 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
     for (int step = 0; step < 2; ++step) {
       const std::string at = "step " + std::to_string(step) + ": ";
       poison(out.data(), out.bytes, s);
+      // Every rank's poison, and below its copy, done before rank 1 starts its 200 ms: under
+      // compute-sanitizer a copy issued while a peer's kernel spins waits behind that kernel
+      // (memcheck stalled here in combine_recv, as in LowLatencyMatchesTheReference before its
+      // barriers). Rank 1 is still the late rank of each send.
+      comm.sync(s);
+      comm.barrier();
       tw::EpLowLatencyArgs a;
       a.x = xd.data(), a.num_tokens = N, a.topk_idx = idx.data();
       late();
@@ -82,6 +89,8 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
       buf.check(s);
       if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
       TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+      comm.sync(s);
+      comm.barrier();
       late();
       buf.combine_send(r.y, s);
       buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
