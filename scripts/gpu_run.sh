@@ -30,7 +30,7 @@
 #   whole         (nvidia-h200) the whole GPU test binary at the real rank (the single-GPU suites in 4
 #                 shards) and at WHOLE_P virtual ranks (default "2 4 8"), one gtest JSON and log per
 #                 process in gpu_tests_whole.tgz; then the EP tests at WHOLE_EP_P (default 3), and
-#                 memcheck on every EP test but the death test at 4 (WHOLE_MEMCHECK=0: not)
+#                 memcheck on every EP test but the death test at the real rank and at 4 (WHOLE_MEMCHECK=0: not)
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
 #   decode        (nvidia-h200) the fused ops on the decode tile (M <= 256); DECODE_STEPS picks among
 #                 probe (coresidency_probe, plain and under memcheck), tests (the fused ops' tests at 2
@@ -54,7 +54,8 @@
 #                 CLI and from Python in alternation (python_vs_cli.jsonl: each Python line also times
 #                 the extension's raw call, a side stream and the same calls from a C++ loop in the
 #                 extension, the Python-vs-C++ figure; clocks.csv: SM clock and power every
-#                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json)
+#                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json);
+#                 PY_NCU=1: also ncu on the GEMM kernels of the CLI and of the Python process (ncu_*.csv)
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
@@ -99,7 +100,10 @@
 #                 --combine-probes) and 8 virtual (bf16, fp8), with this dist and the one in
 #                 LL_BEFORE_TAR (tar.xz files of dists before a change, oldest first) in turn, LL_ROUNDS times
 #                 (default 1); then this dist's 128- and 256-token rows with the warp send
-#                 (TILEWIRE_EP_LL_TMA=0) and the copy-engine send in alternation; one traced call (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
+#                 (TILEWIRE_EP_LL_TMA=0) and the copy-engine send in alternation, and its 128-token
+#                 bf16 and fp8 and 256-token rows with each step's second kernel launched at the first
+#                 one's end (TILEWIRE_EP_LL_EARLY=0) and early, in alternation; one traced call
+#                 (trace_ll.json); before the benches, bench/ep_ll_ceiling at the
 #                 spread of 1 and 8 ranks' receive blocks (ep_ll_ceiling.jsonl); last, one traced
 #                 high-throughput call (4096 tokens) at 1 real and 8 virtual ranks, timelines in run.log
 #   house         (nvidia-h200) a change that must not move performance: `bench allreduce` (real rank)
@@ -253,6 +257,9 @@ if [ "$MODE" = whole ]; then
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
   done
   if [ "${WHOLE_MEMCHECK:-1}" = 1 ]; then  # every EP test but the death test (it forks and traps)
+    step "memcheck on the EP tests, the real rank"
+    TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
+      --gtest_filter='Ep.*:EpHardening.*:EpEpoch.*'
     step "memcheck on the EP tests, 4 virtual ranks"
     TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
       --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*'
@@ -324,6 +331,20 @@ if [ "$MODE" = python ]; then
   done
   kill "$smi" 2>/dev/null
   rm -f "$OUT/cli.json" "$OUT/py.json"
+  if [ "${PY_NCU:-0}" = 1 ]; then
+    # Whether the CLI's fused row and the Python process run the same GEMM kernel (name: the tile,
+    # grid, block, shared memory) and for how long each: tilewire's GEMM is a CUTLASS
+    # device_kernel (the CLI's other rows are cuBLASLt's and tilewire's all-reduce). The clocks
+    # are left as they are (--clock-control none: no clock changes on these machines).
+    for who in cli python; do
+      step "ncu: the GEMM kernels of the $who process (ncu_$who.csv)"
+      if [ $who = cli ]; then cmd=("$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 1 --warm-s 0)
+      else cmd=(torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" 8192 8192 4096 -R 1 --warm-s 0); fi
+      PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 200 ncu --clock-control none --target-processes all -k regex:device_kernel \
+        --launch-skip 20 --launch-count 6 --csv --log-file "$OUT/ncu_$who.csv" \
+        --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__shared_mem_per_block "${cmd[@]}"
+    done
+  fi
   step "scripts/py_moe_bench.py: tilewire.MoE against the torch reference layer, $ngpu processes"
   PYTHONPATH=$PYLIB run 240 torchrun --nproc-per-node "$ngpu" "$REPO/scripts/py_moe_bench.py" --json "$OUT/py_moe.json"
   python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"

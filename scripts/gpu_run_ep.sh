@@ -15,6 +15,9 @@ ep_tests() {
   step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout)"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*:-Ep.LowLatencyLargestLayout'
+  step "memcheck on the EP tests, the real rank (the early launches of TILEWIRE_EP_LL_EARLY run there only)"
+  TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
+    --gtest_filter='Ep.*:EpHardening.*:EpEpoch.*'
   step "memcheck on Ep.LowLatencyLargestLayout, 4 virtual ranks"
   TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no \
     --error-exitcode 9 "$TESTS" --gtest_filter='Ep.LowLatencyLargestLayout'
@@ -167,6 +170,15 @@ if [ "$MODE" = ll ]; then
     for tokens in 128 256; do
       for tma in 0 1; do
         TILEWIRE_EP_LL_TMA=$tma ll_row "$DIST" "$(cat "$DIST/COMMIT") tma=$tma" "$round" -t "$tokens" --combine-probes
+      done
+    done
+  done
+  # The second kernel of each step launched early (TILEWIRE_EP_LL_EARLY=1, the default) against
+  # at the first one's end (0), this dist, in alternation.
+  for round in $(seq 1 "${LL_ROUNDS:-1}"); do
+    for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes"; do
+      for early in 0 1; do
+        TILEWIRE_EP_LL_EARLY=$early ll_row "$DIST" "$(cat "$DIST/COMMIT") early=$early" "$round" $args
       done
     done
   done

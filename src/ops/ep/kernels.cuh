@@ -191,6 +191,11 @@ struct Params {
   const char* y;          // combine send: [L, cap, H] bf16 to copy into the combine block (null: it is there)
   const float* weights;   // combine recv: [N, topk]
   __nv_bfloat16* out;     // combine recv
+  // send, send_tma, combine_send: let the next kernel on the stream launch once every CTA has
+  // started (griddepcontrol.launch_dependents; it waits in griddepcontrol.wait for this one's
+  // end). Only on a team with a GPU per rank: on a virtual team a CTA waiting there could hold
+  // the room a peer's grid needs on the one GPU, and the ranks' grids must all be resident.
+  bool early;
   trace::Ring ring;
 };
 

@@ -392,6 +392,7 @@ __device__ void quantize_rows_smem(const Params& p, char* rows, size_t rs, int n
 
 __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params p) {
   ptx::griddep_wait();
+  if (p.early) ptx::griddep_launch_dependents();  // the next kernel waits for this one's end (Params::early)
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs);
@@ -489,6 +490,7 @@ __global__ void __launch_bounds__(kThreads) send(const __grid_constant__ Params 
 // (written, not only read) before the CTA's fence and flags, as in the warp send.
 __global__ void __launch_bounds__(kThreads) send_tma(const __grid_constant__ Params p) {
   ptx::griddep_wait();
+  if (p.early) ptx::griddep_launch_dependents();  // the next kernel waits for this one's end (Params::early)
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs);
@@ -590,6 +592,7 @@ __global__ void __launch_bounds__(kThreads) recv(const __grid_constant__ Params 
 // landing rows [t][j].
 __global__ void __launch_bounds__(kThreads) combine_send(const __grid_constant__ Params p) {
   ptx::griddep_wait();
+  if (p.early) ptx::griddep_launch_dependents();  // the next kernel waits for this one's end (Params::early)
   const Geo& g = p.g;
   const DevCtx& ctx = p.ctx;
   const uint64_t e = next_epoch(p.s.epochs + 2 * g.G);

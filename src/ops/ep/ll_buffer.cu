@@ -30,6 +30,7 @@ void EpBuffer::init_low_latency() {
   const int P = comm_.nranks();
   const bool gin = !comm_.all_lsa();
   const bool tma = !gin && env::get_bool("TILEWIRE_EP_LL_TMA");  // read before any collective step
+  ll.early = !comm_.is_virtual() && comm_.tuning().pdl && env::get_bool("TILEWIRE_EP_LL_EARLY");
   ll.g = ops::ep::ll::geometry(cfg_, P, comm_.rank(), sms_, gin);
   ll.win = comm_.alloc_window(ll.g.total);
   StreamGuard init;

@@ -51,6 +51,7 @@ struct EpBuffer::LowLatency {
   size_t local_bytes = 0;
   // send_tma's allowance of dynamic shared memory (0: never; TILEWIRE_EP_LL_TMA=0 or no room).
   size_t tma_smem_max = 0;
+  bool early = false;  // Params::early (TILEWIRE_EP_LL_EARLY, never on a virtual team)
   enum class Step { kIdle, kSent, kReceived, kCombineSent } step = Step::kIdle;
 
   // What every low-latency kernel takes; the call adds its own pointers.
@@ -61,6 +62,7 @@ struct EpBuffer::LowLatency {
     p.g = g;
     p.ring = ring;
     p.s = s;
+    p.early = early;
     return p;
   }
 };
