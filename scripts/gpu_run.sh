@@ -90,7 +90,9 @@
 #                 GIN_MEMCHECK_SEEDS default 2; GIN_MEMCHECK=0: skipped). GIN_BEFORE_TAR: a tar.xz of a
 #                 dist before the EP kernels' GIN flush, whose EpGin.* must fail. GIN_PARALLEL=1: the
 #                 shapes in one process each at once (gin_shapes.tgz), then the memcheck; size
-#                 GIN_LIMIT + 2 x GIN_EP_LIMIT to the call
+#                 GIN_LIMIT + 2 x GIN_EP_LIMIT to the call; GIN_SPLIT=N: N processes per shape, each
+#                 a share of the EP repeats under seeds of its own (the first runs Gin.* and the
+#                 limit cases)
 #   ll            (nvidia-h200) the low-latency EP: the EP tests at real P = 1 and 2, 3, 4, 8 virtual
 #                 ranks (one JSON each), memcheck on them at 4, the EP and device-API tests at virtual
 #                 nodes LL_GIN_SHAPES (default none: the gin mode runs them; e.g. "2x2 8x1") under
