@@ -29,8 +29,9 @@
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   whole         (nvidia-h200) the whole GPU test binary at the real rank (the single-GPU suites in 4
 #                 shards) and at WHOLE_P virtual ranks (default "2 4 8"), one gtest JSON and log per
-#                 process in gpu_tests_whole.tgz; then the EP tests at WHOLE_EP_P (default 3), and
-#                 memcheck on every EP test but the death test at the real rank and at 4 (WHOLE_MEMCHECK=0: not)
+#                 process in gpu_tests_whole.tgz; then the EP tests at WHOLE_EP_P (default 3) and at
+#                 the real GPU with TILEWIRE_EP_LL_EARLY=1, and memcheck on every EP test but the death
+#                 test at 4 and at the real rank (gpu_run_ep.sh ep_memcheck; WHOLE_MEMCHECK=0: not)
 #   virtualcheck  (nvidia-h200) memcheck on the multi-rank tests at 4 virtual ranks (MEMCHECK_P, MEMCHECK_FILTER); benches at 8 (VIRTUALCHECK_BENCH=0: none)
 #   decode        (nvidia-h200) the fused ops on the decode tile (M <= 256); DECODE_STEPS picks among
 #                 probe (coresidency_probe, plain and under memcheck), tests (the fused ops' tests at 2
@@ -176,7 +177,7 @@ if [ "$MODE" = virtual ]; then
   done
 fi
 
-if [ "$MODE" = gin ] || [ "$MODE" = ep ] || [ "$MODE" = ll ]; then
+if [ "$MODE" = gin ] || [ "$MODE" = ep ] || [ "$MODE" = ll ] || [ "$MODE" = whole ]; then
   # The EP and GIN modes live in their own file (this one stays readable); same shell, same helpers.
   . "$(dirname "${BASH_SOURCE[0]}")/gpu_run_ep.sh"
 fi
@@ -258,14 +259,9 @@ if [ "$MODE" = whole ]; then
     step "EP tests, $p virtual ranks"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
   done
-  if [ "${WHOLE_MEMCHECK:-1}" = 1 ]; then  # every EP test but the death test (it forks and traps)
-    step "memcheck on the EP tests, the real rank"
-    TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
-      --gtest_filter='Ep.*:EpHardening.*:EpEpoch.*'
-    step "memcheck on the EP tests, 4 virtual ranks"
-    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-      --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*'
-  fi
+  step "EP tests, the real GPU, TILEWIRE_EP_LL_EARLY=1"
+  TILEWIRE_EP_LL_EARLY=1 run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p0_early.json"
+  [ "${WHOLE_MEMCHECK:-1}" = 1 ] && ep_memcheck
 fi
 
 if [ "$MODE" = tp ]; then
@@ -343,7 +339,7 @@ if [ "$MODE" = python ]; then
       if [ $who = cli ]; then cmd=("$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 1 --warm-s 0)
       else cmd=(torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" 8192 8192 4096 -R 1 --warm-s 0); fi
       PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 200 ncu --clock-control none --target-processes all -k regex:device_kernel \
-        --launch-skip 20 --launch-count 6 --csv --log-file "$OUT/ncu_$who.csv" \
+        --launch-skip 10 --launch-count 6 --csv --log-file "$OUT/ncu_$who.csv" \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__shared_mem_per_block "${cmd[@]}"
     done
   fi

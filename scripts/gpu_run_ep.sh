@@ -1,26 +1,36 @@
 # scripts/gpu_run_ep.sh — the `gin`, `ep` and `ll` modes of scripts/gpu_run.sh (virtual nodes and
-# the emulated GIN; the EP tests and benches), sourced by it: its helpers (run, step, header) and
+# the emulated GIN; the EP tests and benches) and the EP memcheck of its `whole` mode, sourced by it: its helpers (run, step, header) and
 # variables (OUT, LOG, DIST, TW, TESTS, MODE, FAIL) are the caller's. Not run on its own.
 
-# The EP tests at real P = 1 and VIRTUAL_P virtual ranks (one JSON each), then memcheck on them at
-# 4 (not the death tests: a forked child under the sanitizer hangs). Modes ep and ll.
+# memcheck on the EP tests (not the death tests: a forked child under the sanitizer hangs): at 4
+# virtual ranks in three processes, Ep.LowLatencyLargestLayout and EpQueue.* each in its own
+# (under the sanitizer each stalled once in a combine wait, a copy ordered behind a peer's
+# spinning kernel; the tests now finish every rank's copies first, and a stall kills the context
+# for every later test), then at the real rank with TILEWIRE_EP_LL_EARLY=1 (the early launches
+# run there only). Modes ep, ll and whole.
+ep_memcheck() {
+  local mc=(compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS") t
+  step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout and EpQueue.*)"
+  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 "${mc[@]}" \
+    --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:-Ep.LowLatencyLargestLayout'
+  for t in Ep.LowLatencyLargestLayout 'EpQueue.*'; do
+    step "memcheck on $t, 4 virtual ranks"
+    TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 200 "${mc[@]}" --gtest_filter="$t"
+  done
+  step "memcheck on the EP tests, the real rank, TILEWIRE_EP_LL_EARLY=1"
+  TILEWIRE_EP_LL_EARLY=1 TILEWIRE_TIMEOUT_MS=60000 run 200 "${mc[@]}" --gtest_filter='Ep.*:EpHardening.*:EpEpoch.*'
+}
+
+# The EP tests at real P = 1 and VIRTUAL_P virtual ranks (one JSON each), at the real rank again
+# with TILEWIRE_EP_LL_EARLY=1, then ep_memcheck. Modes ep and ll.
 ep_tests() {
   for p in ${VIRTUAL_P:-0 2 3 4 8}; do
     step "EP tests, ${p} virtual ranks (0: the real GPU)"
     TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p$p.json"
   done
-  # Ep.LowLatencyLargestLayout in a process of its own: under the sanitizer it stalled in a combine
-  # wait in two runs (a copy ordered behind a peer's spinning kernel; the tests now finish every
-  # rank's copies first), and a stall kills the context for every later test.
-  step "memcheck on the EP tests, 4 virtual ranks (all but Ep.LowLatencyLargestLayout)"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 300 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.*:EpHardening.*:EpGin.*:EpEpoch.*:EpQueue.*:-Ep.LowLatencyLargestLayout'
-  step "memcheck on the EP tests, the real rank (the early launches of TILEWIRE_EP_LL_EARLY run there only)"
-  TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 9 "$TESTS" \
-    --gtest_filter='Ep.*:EpHardening.*:EpEpoch.*'
-  step "memcheck on Ep.LowLatencyLargestLayout, 4 virtual ranks"
-  TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 200 compute-sanitizer --tool memcheck --report-api-errors no \
-    --error-exitcode 9 "$TESTS" --gtest_filter='Ep.LowLatencyLargestLayout'
+  step "EP tests, the real GPU, TILEWIRE_EP_LL_EARLY=1"
+  TILEWIRE_EP_LL_EARLY=1 run 200 "$TESTS" --gtest_filter='Ep*' --gtest_output=json:"$OUT/gpu_tests_ep_p0_early.json"
+  ep_memcheck
 }
 
 if [ "$MODE" = gin ]; then
@@ -36,12 +46,14 @@ if [ "$MODE" = gin ]; then
     for shape in ${GIN_SHAPES:-2x2 2x4 4x2 8x1}; do
       for k in $(seq 0 $((split - 1))); do
         n=$((all / split + (k < all % split ? 1 : 0)))
-        [ "$n" -gt 0 ] || continue
+        [ "$n" -gt 0 ] || [ "$k" = 0 ] || continue  # the first runs Gin.* even with no EP repeats
         dir=$shape
         [ "$split" -gt 1 ] && dir=$shape.$k
         first=$([ "$k" = 0 ] && echo 1 || echo 0)
         step "gin at $shape in a process of its own, $n EP repeats (log: gin_shapes.tgz, $dir/run.log)"
-        OUT=$OUT/$dir GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 GIN_BEFORE_TAR= GIN_SUITE=$first \
+        # Several processes share the GPU in time slices: a device wait's bound grows with them.
+        TILEWIRE_TIMEOUT_MS=$((${TILEWIRE_TIMEOUT_MS:-3000} * (split > 1 ? 3 : 1))) \
+          OUT=$OUT/$dir GIN_SHAPES=$shape GIN_PARALLEL=0 GIN_ONE_NODE=0 GIN_MEMCHECK=0 GIN_BEFORE_TAR= GIN_SUITE=$first \
           GIN_EP_SEEDS=$n GIN_EP_LIMITS_SEEDS=$([ "$first" = 1 ] && echo "${GIN_EP_LIMITS_SEEDS:-1}" || echo 0) \
           GIN_EP_SEED0=$((${GIN_EP_SEED0:-1} + 20000 * k)) bash "$0" gin >/dev/null 2>&1 &
         pids+=($!) dirs+=("$dir")
@@ -52,7 +64,13 @@ if [ "$MODE" = gin ]; then
       { echo "##### $dir"; grep -E '^(===|!!!)' "$OUT/$dir/run.log"; } | tee -a "$LOG"
       grep -hE '^\[  (PASSED|FAILED)  \]' "$OUT/$dir/run.log" | sort | uniq -c | tee -a "$LOG"
     done
-    (cd "$OUT" && tar czf gin_shapes.tgz "${dirs[@]}" && rm -rf "${dirs[@]}")
+    if [ "${#dirs[@]}" -eq 0 ]; then
+      echo "!!! gin: no shape ran (GIN_SHAPES empty?)" | tee -a "$LOG"
+      FAIL=1
+    else
+      (cd "$OUT" && tar czf gin_shapes.tgz "${dirs[@]}" && rm -rf "${dirs[@]}") ||
+        { echo "!!! gin: could not write gin_shapes.tgz" | tee -a "$LOG"; FAIL=1; }
+    fi
   else
     SEEDS=${GIN_SEEDS:-20}
     # The EP kernels' GIN flush (EpGin.*) on the code before it: expected to fail there.
@@ -188,8 +206,10 @@ if [ "$MODE" = ll ]; then
       done
     done
   done
-  # The second kernel of each step launched early (TILEWIRE_EP_LL_EARLY=1, the default) against
-  # at the first one's end (0), this dist, in alternation.
+  # The second kernel of each step launched early (TILEWIRE_EP_LL_EARLY=1) against at the first
+  # one's end (0, the default), this dist, in alternation: the dispatch, and the combine whose
+  # send copies y in (the probes' "y copied" row; the bench's own combine rows pass y in the
+  # combine block, whose one-CTA send lets combine_recv launch early either way).
   for round in $(seq 1 "${LL_ROUNDS:-1}"); do
     for args in "-t 128 --combine-probes" "-t 128 --payload fp8" "-t 256 --combine-probes"; do
       for early in 0 1; do

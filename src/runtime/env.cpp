@@ -92,10 +92,11 @@ static const Var kVars[] = {
     {"TILEWIRE_EP_LL_TMA", Type::kBool, "1",
      "Low-latency EP: the send stores rows with each CTA's bulk copies where a call fits (all-LSA teams, few "
      "tokens per CTA); 0: always with warps (for measurement). Read when a buffer is made."},
-    {"TILEWIRE_EP_LL_EARLY", Type::kBool, "1",
-     "Low-latency EP, a team with a GPU per rank: the send and the combine's send let the kernel after them "
-     "launch once all their CTAs have started (it waits on the device for their end), hiding its launch; 0: "
-     "only when they end (for measurement). Never on a virtual team. Read when a buffer is made."},
+    {"TILEWIRE_EP_LL_EARLY", Type::kBool, "0",
+     "Low-latency EP, a team with a GPU per rank: 1: the send and the combine's copying send let the kernel "
+     "after them launch once all their CTAs have started (it waits on the device for their end), hiding its "
+     "launch; 0: only when they end (the default until measured). Never on a virtual team. (The one-CTA "
+     "combine_release always lets combine_recv launch beside it.) Read when a buffer is made."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
     {"TILEWIRE_GIN_EMU_SEED", Type::kInt, "1",

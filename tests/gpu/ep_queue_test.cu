@@ -4,9 +4,9 @@
 //   EpQueue.LowLatencyStepsWithTwoRanksInOneQueue  (virtual teams of 2 or more ranks) rank 0's
 //       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order (one
 //       hardware queue, if CUDA hands the queues to new streams in turn), and rank 1 enqueues each
-//       send 200 ms after the others (every rank's copies done first). Two steps, counts and the
-//       combined output (identity experts, small integers times quarters: exact) against the
-//       host. Written for the rule in Comm::launched (no rank enqueues work behind a kernel that
+//       send 200 ms after the others (every rank's copies done first). Two steps (y written into
+//       the combine block, then copied in by combine_send), counts and the combined output
+//       (identity experts, small integers times quarters: exact) against the host. Written for the rule in Comm::launched (no rank enqueues work behind a kernel that
 //       waits for its peers before every rank has enqueued its own): the low-latency send follows
 //       it since this test, but the test also passed on the code before
 //       (2026-12-05-ll-combine-h100): the shared queue it aims at did not show there, so it
@@ -66,6 +66,9 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
     const std::vector<int>& want_count = ref.want_count;
     const std::vector<uint16_t>& want_out = ref.want_out;
     DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
+    // Step 1's y, outside the combine block: combine_send copies it in with its whole grid (step
+    // 0 writes y into the block, where one CTA releases the flags). [L, P x N, H], the receive's shape.
+    DeviceBuffer ycopy((size_t)L * P * N * H * 2);
     upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
     comm.sync(s);
     comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
@@ -88,11 +91,14 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
       const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
       buf.check(s);
       if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
-      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
+      if (r.capacity != P * N) wrong[me].push_back(at + "capacity " + std::to_string(r.capacity));
+      void* const y = step == 0 ? r.y : ycopy.data();
+      const size_t rows = (size_t)L * std::min<int>(r.capacity, P * N);  // a wrong capacity shows in the output
+      TW_CUDA_CHECK(cudaMemcpyAsync(y, r.x, rows * H * 2, cudaMemcpyDeviceToDevice, s));
       comm.sync(s);
       comm.barrier();
       late();
-      buf.combine_send(r.y, s);
+      buf.combine_send(y, s);
       buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
       if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
       comm.barrier();  // every rank's downloads done before any rank's next send spins

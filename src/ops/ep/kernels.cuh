@@ -195,6 +195,8 @@ struct Params {
   // started (griddepcontrol.launch_dependents; it waits in griddepcontrol.wait for this one's
   // end). Only on a team with a GPU per rank: on a virtual team a CTA waiting there could hold
   // the room a peer's grid needs on the one GPU, and the ranks' grids must all be resident.
+  // (combine_release always does: it is one CTA that waits for nothing, so the waiting CTAs are
+  // freed within microseconds wherever they run.)
   bool early;
   trace::Ring ring;
 };
