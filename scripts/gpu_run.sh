@@ -52,7 +52,8 @@
 #   python        the Python package built there against dist/ (pip --no-build-isolation: the box has
 #                 nanobind, scikit-build-core and torch), then tests/python and examples/python under
 #                 torchrun on every GPU, then gemm_allreduce at 8192 x 8192 x 4096 on one rank from the
-#                 CLI and from Python in alternation (python_vs_cli.jsonl: each Python line also times
+#                 CLI (all rows, then its fused row alone: --only-fused) and from Python in
+#                 alternation (python_vs_cli.jsonl: each Python line also times
 #                 the extension's raw call, a side stream and the same calls from a C++ loop in the
 #                 extension, the Python-vs-C++ figure; clocks.csv: SM clock and power every
 #                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json);
@@ -323,6 +324,11 @@ if [ "$MODE" = python ]; then
     step "bench gemm-allreduce -m 8192 -n 8192 -k 4096 on GPU 0, round $round"
     CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 9 --warm-s 2 --json "$OUT/cli.json" &&
       tr -d '\n' <"$OUT/cli.json" >>"$OUT/python_vs_cli.jsonl" && echo >>"$OUT/python_vs_cli.jsonl"
+    # The same row timed alone (--only-fused): no cuBLASLt or NCCL row between its repeats, as in
+    # the Python process, where only gemm_allreduce runs.
+    step "bench gemm-allreduce -m 8192 -n 8192 -k 4096 --only-fused on GPU 0, round $round"
+    CUDA_VISIBLE_DEVICES=0 run 120 "$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 9 --warm-s 2 --only-fused \
+      --json "$OUT/cli.json" && tr -d '\n' <"$OUT/cli.json" >>"$OUT/python_vs_cli.jsonl" && echo >>"$OUT/python_vs_cli.jsonl"
     step "scripts/py_gemm_allreduce_time.py 8192 8192 4096, round $round"
     PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 120 torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" \
       8192 8192 4096 -R 9 --json "$OUT/py.json" && cat "$OUT/py.json" >>"$OUT/python_vs_cli.jsonl"
@@ -347,11 +353,12 @@ if [ "$MODE" = python ]; then
   PYTHONPATH=$PYLIB run 240 torchrun --nproc-per-node "$ngpu" "$REPO/scripts/py_moe_bench.py" --json "$OUT/py_moe.json"
   python3 - "$OUT/python_vs_cli.jsonl" <<'PY' | tee -a "$LOG"
 import json, sys
-cli, py, raw, side, cpp = [], [], [], [], []
+cli, alone, py, raw, side, cpp = [], [], [], [], [], []
 for line in open(sys.argv[1]):
     if not line.strip(): continue
     j = json.loads(line)
-    if j.get("bench") == "gemm-allreduce": cli.append(j["rows"][0]["t_fused_us"])
+    if j.get("bench") == "gemm-allreduce":
+        (alone if j["config"].get("only_fused") else cli).append(j["rows"][0]["t_fused_us"])
     else:
         py.append(j["t_python_us"]); raw.append(j.get("t_raw_us")); side.append(j.get("t_side_stream_us"))
         cpp.append(j.get("t_cpp_loop_us"))
@@ -365,6 +372,9 @@ if cli and py:
     if None not in cpp:
         print("# same process: C++ loop %s us, python / C++ loop %.4f (the Python-vs-C++ figure: one GPU state)"
               % (cpp, med(py) / med(cpp)))
+    if alone:
+        print("# the CLI's (e) timed alone (--only-fused) %s us: python / it %.4f, C++ loop / it %.4f"
+              % (alone, med(py) / med(alone), med(cpp) / med(alone) if None not in cpp else float("nan")))
 PY
   cd "$REPO"
 fi

@@ -402,18 +402,19 @@ class RankRun {
       std::vector<double> reps;
     };
     std::vector<Variant> vs;
-    vs.push_back({&smp.sec[kGemm], [&] { gemm(x, next(), c); }, {}});
-    if (has_nccl_)
+    const bool others = !o_.only_fused;  // --only-fused: (e) alone
+    if (others) vs.push_back({&smp.sec[kGemm], [&] { gemm(x, next(), c); }, {}});
+    if (others && has_nccl_)
       vs.push_back({&smp.sec[kGemmNccl], [&] {
                       gemm(x, next(), c);
                       nccl_ar(c, count, s1);
                     }, {}});
-    if (x.tw_ok)
+    if (others && x.tw_ok)
       vs.push_back({&smp.sec[kGemmTw], [&] {
                       gemm(x, next(), st_.tw_c.data());
                       tw_ar(count);
                     }, {}});
-    for (size_t p = 0; p < x.splits.size(); ++p)
+    for (size_t p = 0; others && p < x.splits.size(); ++p)
       if (x.splits[p].ok) vs.push_back({&smp.chunk_sec[p], [&, p] { chunked(x, x.splits[p], next()); }, {}});
     if (x.fused_ok) vs.push_back({&smp.sec[kFused], [&] { fused(x, next()); }, {}});
     for (Variant& v : vs) {
@@ -441,7 +442,7 @@ class RankRun {
         v.reps.push_back(one_repeat(v.iteration, smp.gate_expired));
       }
     for (Variant& v : vs) *v.out = median(v.reps);
-    if (has_nccl_) {
+    if (others && has_nccl_) {
       TW_CUDA_CHECK(cudaMemsetAsync(c, 0, count * 2, s1));  // in-place sums of zeros stay zeros
       smp.sec[kNcclAr] = from_set0([&] { nccl_ar(c, count, s1); });
     }
@@ -624,6 +625,7 @@ class RankRun {
       row.s = x.s;
       row.sets = x.sets;
       row.note = x.note;
+      if (o_.only_fused) add_note(row.note, "--only-fused: (e) alone");
       const bool ran_fused = o_.cfg.path == GemmAllReducePath::kFused ||
                              (o_.cfg.path == GemmAllReducePath::kAuto &&
                               gemm_allreduce_prefers_fused(x.s.m, x.s.n, x.s.k, P_));

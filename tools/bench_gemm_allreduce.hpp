@@ -31,6 +31,7 @@ struct Options {
   std::string trace_path;          // --trace FILE: Perfetto + tilewire trace JSON of one fused call (first shape)
   std::string plot_path;           // --plot FILE.png: its timeline (and FILE_sequential.png for the baseline)
   int virtual_ranks = 0;           // --virtual P: P virtual ranks on GPU 0 (Comm::run_virtual); 0: one per GPU
+  bool only_fused = false;         // --only-fused: time (e) alone, no other row between its repeats
   bool help = false;
 };
 constexpr int kMaxChunkOptions = 8;  // entries of --chunks

@@ -42,6 +42,9 @@ constexpr const char* kUsage =
     "  --raster auto|m|n     tile walk of the fused op (auto)      --partials bf16|fp32 (bf16)\n"
     "  --algo auto|relay|exchange|owner  how the fused op reduces tiles (auto; ops/gemm_allreduce.hpp)\n"
     "  --path auto|fused|sequential  (e)'s path: auto lets gemm_allreduce choose (the row says which)\n"
+    "  --only-fused          time (e) alone: no other row runs between its repeats or in --warm-s (a\n"
+    "                        measurement: the same calls as another process makes them, such as\n"
+    "                        scripts/py_gemm_allreduce_time.py); the other columns n/a, the check still runs\n"
     "  --json FILE           also write every row as JSON (rank 0)\n"
     "  --trace FILE          first shape: time the fused op with tracing on vs off, write one traced call\n"
     "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
@@ -145,6 +148,10 @@ Options parse_options(const std::vector<std::string>& argv) {
       o.help = true;
       continue;
     }
+    if (opt == "--only-fused") {
+      o.only_fused = true;
+      continue;
+    }
     if (const size_t eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
       v = opt.substr(eq + 1);  // --iters=20
       opt.resize(eq);
@@ -214,11 +221,11 @@ void print_header(const Options& o, const RunInfo& info) {
                 info.gpu.c_str(), info.sms, info.l2_bytes >> 20);
   }
   std::printf("# bf16, A_r [M,K_local], B_r [N,K_local] (kNK), C [M,N] = sum over ranks; fused: algo %s, partials "
-              "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, warm-s %g, R %d%s%s\n",
+              "%s, reserved_sms %d, swizzle %d, raster %s; chunks %s; iters %d, warmup %d, warm-s %g, R %d%s%s%s\n",
               gemm_allreduce_algo_name(o.cfg.algo), partial_precision_name(o.cfg.partials), o.cfg.reserved_sms,
               o.cfg.swizzle, gemm_raster_name(o.cfg.raster),
               chunks_text(o.chunks).c_str(), o.iters, o.warmup, o.warm_s, o.repeats, o.trace_path.empty() ? "" : "; trace ",
-              o.trace_path.c_str());
+              o.trace_path.c_str(), o.only_fused ? "; only (e) timed" : "");
   std::printf("# time: us per iteration, median of R repeats, slowest rank; NCCL in place on C ((b) (d) (f)),\n"
               "#   tw::allreduce out of place ((c)); (d) = the best chunk count, in ()\n");
   std::printf("# speedup e-vs-x = t_x / t_e (> 1: fused faster); e/a = t_e / t_a; "
@@ -271,6 +278,7 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
     << jstr(kVersion) << ",\n  \"nccl_version\": " << jstr(nccl_version_string(nccl_runtime_version()))
     << ",\n  \"config\": {\"sweep\": " << jstr(o.sweep) << ", \"dtype\": \"bf16\", \"b_layout\": \"nk\""
     << ", \"iters\": " << o.iters << ", \"warmup\": " << o.warmup << ", \"warm_s\": " << o.warm_s << ", \"repeats\": " << o.repeats
+    << ", \"only_fused\": " << (o.only_fused ? "true" : "false")
     << ", \"chunks\": [" << chunks_text(o.chunks) << "], \"reserved_sms\": " << o.cfg.reserved_sms
     << ", \"swizzle\": " << o.cfg.swizzle << ", \"raster\": " << jstr(gemm_raster_name(o.cfg.raster))
     << ", \"algo\": " << jstr(gemm_allreduce_algo_name(o.cfg.algo))
