@@ -1,13 +1,19 @@
 // tests/gpu/ep_identity.hpp — the low-latency EP tests' identity experts: every expert returns
 // the rows it received (y = x), on inputs chosen so that the combine is exact. x is small
 // integers, the weights are quarters, and out[t] = sum_j w[t][j] x[t] over t's slots with an
-// expert comes out the same in fp32 in any order and in bf16.
+// expert comes out the same in fp32 in any order and in bf16. Then one checked step of them on
+// an EpBuffer (identity_step), shared by the tests that use them.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
+#include "common.cuh"
 #include "host_ref.hpp"
+#include "tilewire/ops/ep.hpp"
 
 namespace tw_test {
 
@@ -40,6 +46,58 @@ IdentityExperts identity_experts(uint64_t seed, int me, int P, int N, int H, int
       r.want_out[(size_t)t * H + c] = f32_to_bf16(acc);
     }
   return r;
+}
+
+// A low-latency buffer for N tokens per rank, hidden H, top-K of E experts.
+inline tw::EpConfig identity_config(int N, int H, int K, int E) {
+  tw::EpConfig c;
+  c.mode = tw::EpMode::kLowLatency;
+  c.max_tokens_per_rank = N, c.hidden = H, c.topk = K, c.num_experts = E;
+  return c;
+}
+
+// One rank's inputs on the device (x, its routing, the weights), uploaded on `s`, and its output.
+struct IdentityBuffers {
+  DeviceBuffer x, idx, w, out;
+  IdentityBuffers(const IdentityExperts& ref, const std::vector<int64_t>& ids, cudaStream_t s)
+      : x(ref.x.size() * 2), idx(ids.size() * 8), w(ref.w.size() * 4), out(ref.want_out.size() * 2) {
+    upload(x.data(), ref.x, s), upload(idx.data(), ids, s), upload(w.data(), ref.w, s);
+  }
+};
+
+// One step on `buf`, every rank at once: all N tokens dispatched, this rank's L counts against the
+// reference, the received rows copied back as y (into the combine block when `y` is null, where
+// combine_send then copies nothing; else into `y`, which combine_send copies in), the combine,
+// and the output against the reference; each difference goes to `wrong` after `at`.
+// Every rank's copy and poison are done (sync + barrier) before any rank's combine waits for its
+// peers, and every rank's downloads before any next send: compute-sanitizer orders a copy behind
+// a running kernel, and a faster peer's spinning combine_recv stalled a rank's copy there
+// (memcheck at 4 virtual ranks). before_send, if set, runs before each of the two sends.
+inline void identity_step(tw::Comm& comm, tw::EpBuffer& buf, IdentityBuffers& io, const IdentityExperts& ref, int N,
+                          int L, DeviceBuffer* y, cudaStream_t s, const std::string& at, std::vector<std::string>& wrong,
+                          const std::function<void()>& before_send = {}) {
+  tw::EpLowLatencyArgs a;
+  a.x = io.x.data(), a.num_tokens = N, a.topk_idx = io.idx.data();
+  if (before_send) before_send();
+  buf.dispatch_send(a, s);
+  const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
+  buf.check(s);
+  if (download<int>(r.count, L, s) != ref.want_count) wrong.push_back(at + "counts differ");
+  size_t bytes = (size_t)L * r.capacity * (ref.x.size() / N) * 2;
+  if (y != nullptr && bytes > y->bytes) {  // the receive's shape is [L, capacity, H]
+    wrong.push_back(at + "capacity " + std::to_string(r.capacity) + " overflows y");
+    bytes = y->bytes;
+  }
+  void* const dst = y != nullptr ? y->data() : r.y;
+  TW_CUDA_CHECK(cudaMemcpyAsync(dst, r.x, bytes, cudaMemcpyDeviceToDevice, s));
+  poison(io.out.data(), io.out.bytes, s);
+  comm.sync(s);
+  comm.barrier();
+  if (before_send) before_send();
+  buf.combine_send(dst, s);
+  buf.combine_recv(static_cast<const float*>(io.w.data()), io.out.data(), s);
+  if (download<uint16_t>(io.out.data(), ref.want_out.size(), s) != ref.want_out) wrong.push_back(at + "output differs");
+  comm.barrier();
 }
 
 }  // namespace tw_test

@@ -407,9 +407,7 @@ TEST(Ep, LowLatencyLargestLayout) {
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    tw::EpConfig big;
-    big.mode = tw::EpMode::kLowLatency;
-    big.max_tokens_per_rank = N, big.hidden = H, big.topk = K, big.num_experts = E;
+    const tw::EpConfig big = identity_config(N, H, K, E);
     tw::EpConfig small = big;
     small.max_tokens_per_rank = 16, small.num_experts = 2 * P;
     // Every rank's routing (distinct experts per token); rows and weights: identity_experts.
@@ -421,35 +419,11 @@ TEST(Ep, LowLatencyLargestLayout) {
     };
     const std::vector<int64_t> ids = ids_of(me);
     const IdentityExperts ref = identity_experts(302, me, P, N, H, K, L, ids_of);
-    const std::vector<int>& want_count = ref.want_count;
-    const std::vector<uint16_t>& want_out = ref.want_out;
-    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
-    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
+    IdentityBuffers io(ref, ids, s);
     tw::EpBuffer a(comm, big);
-    const auto step = [&](tw::EpBuffer& b, int n, const std::string& at) {
-      tw::EpLowLatencyArgs args;
-      args.x = xd.data(), args.num_tokens = n, args.topk_idx = idx.data();
-      b.dispatch_send(args, s);
-      const tw::EpLowLatencyRecv r = b.dispatch_recv(s);
-      b.check(s);
-      if (n != N) return;
-      if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy). Every
-      // rank's copy and poison are done before any rank's combine waits for its peers:
-      // compute-sanitizer orders a copy behind a running kernel, and a faster peer's spinning
-      // combine_recv stalled this rank's copy there (this test and
-      // LowLatencyTwelveExpertsPerToken, memcheck at 4 virtual ranks, two runs).
-      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)L * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
-      poison(out.data(), out.bytes, s);
-      comm.sync(s);
-      comm.barrier();
-      b.combine_send(r.y, s);
-      b.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
-      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
-    };
     comm.sync(s);
     comm.barrier();
-    step(a, N, "largest: ");
+    identity_step(comm, a, io, ref, N, L, nullptr, s, "largest: ", wrong[me]);
     {
       std::vector<int64_t> few((size_t)16 * K);
       for (size_t i = 0; i < few.size(); ++i) few[i] = i % K == 0 ? (int64_t)((i / K) % (size_t)(2 * P)) : int64_t(-1);
@@ -457,7 +431,7 @@ TEST(Ep, LowLatencyLargestLayout) {
       upload(fidx.data(), few, s);
       tw::EpBuffer b(comm, small);
       tw::EpLowLatencyArgs args;
-      args.x = xd.data(), args.num_tokens = 16, args.topk_idx = fidx.data();
+      args.x = io.x.data(), args.num_tokens = 16, args.topk_idx = fidx.data();
       b.dispatch_send(args, s);
       b.dispatch_recv(s);
       b.check(s);
@@ -466,7 +440,7 @@ TEST(Ep, LowLatencyLargestLayout) {
     // b's memory is freed above, and cudaFree waits for the whole device: on a virtual team no rank
     // may start a kernel that waits for a peer until every rank is past its free.
     comm.barrier();
-    step(a, N, "largest after a smaller buffer: ");
+    identity_step(comm, a, io, ref, N, L, nullptr, s, "largest after a smaller buffer: ", wrong[me]);
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
@@ -488,37 +462,14 @@ TEST(Ep, LowLatencyTwelveExpertsPerToken) {
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    tw::EpConfig cfg;
-    cfg.mode = tw::EpMode::kLowLatency;
-    cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
-    tw::EpBuffer buf(comm, cfg);
+    tw::EpBuffer buf(comm, identity_config(N, H, K, E));
     const std::vector<int64_t> ids = ids_of(me);
     const IdentityExperts ref = identity_experts(503, me, P, N, H, K, LE, ids_of);
-    const std::vector<int>& want_count = ref.want_count;
-    const std::vector<uint16_t>& want_out = ref.want_out;
-    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
-    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
+    IdentityBuffers io(ref, ids, s);
     comm.sync(s);
     comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
-    for (int step = 0; step < 2; ++step) {
-      const std::string at = "step " + std::to_string(step) + ": ";
-      tw::EpLowLatencyArgs a;
-      a.x = xd.data(), a.num_tokens = N, a.topk_idx = idx.data();
-      buf.dispatch_send(a, s);
-      const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
-      buf.check(s);
-      if (download<int>(r.count, LE, s) != want_count) wrong[me].push_back(at + "counts differ");
-      // Identity experts: the received rows back as y, in the combine block (no copy); every
-      // rank's copies done before any combine (LowLatencyLargestLayout says why).
-      TW_CUDA_CHECK(cudaMemcpyAsync(r.y, r.x, (size_t)LE * r.capacity * H * 2, cudaMemcpyDeviceToDevice, s));
-      poison(out.data(), out.bytes, s);
-      comm.sync(s);
-      comm.barrier();
-      buf.combine_send(r.y, s);
-      buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
-      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
-      comm.barrier();  // every rank's downloads done before any rank's next send spins
-    }
+    for (int step = 0; step < 2; ++step)
+      identity_step(comm, buf, io, ref, N, LE, nullptr, s, "step " + std::to_string(step) + ": ", wrong[me]);
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;

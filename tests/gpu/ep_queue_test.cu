@@ -4,13 +4,13 @@
 //   EpQueue.LowLatencyStepsWithTwoRanksInOneQueue  (virtual teams of 2 or more ranks) rank 0's
 //       stream and rank 1's are CUDA_DEVICE_MAX_CONNECTIONS streams apart in creation order (one
 //       hardware queue, if CUDA hands the queues to new streams in turn), and rank 1 enqueues each
-//       send 200 ms after the others (every rank's copies done first). Two steps (y written into
-//       the combine block, then copied in by combine_send), counts and the combined output
-//       (identity experts, small integers times quarters: exact) against the host. Written for the rule in Comm::launched (no rank enqueues work behind a kernel that
-//       waits for its peers before every rank has enqueued its own): the low-latency send follows
-//       it since this test, but the test also passed on the code before
-//       (2026-12-05-ll-combine-h100): the shared queue it aims at did not show there, so it
-//       guards a late rank, not a demonstrated deadlock.
+//       send 200 ms after the others (every rank's copies done first). Two steps of identity
+//       experts (ep_identity.hpp: y written into the combine block, then copied in by
+//       combine_send), counts and the combined output exact against the host. Written for the
+//       rule in Comm::launched (no rank enqueues work behind a kernel that waits for its peers
+//       before every rank has enqueued its own): the low-latency send follows it since this test,
+//       but the test also passed on the code before (2026-12-05-ll-combine-h100): the shared queue
+//       it aims at did not show there, so it guards a late rank, not a demonstrated deadlock.
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
@@ -57,52 +57,22 @@ TEST(EpQueue, LowLatencyStepsWithTwoRanksInOneQueue) {
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     const cudaStream_t s = me == 0 ? streams[0] : me == 1 ? streams[queues] : streams[me - 1];
-    tw::EpConfig cfg;
-    cfg.mode = tw::EpMode::kLowLatency;
-    cfg.max_tokens_per_rank = N, cfg.hidden = H, cfg.topk = K, cfg.num_experts = E;
-    tw::EpBuffer buf(comm, cfg);
+    tw::EpBuffer buf(comm, identity_config(N, H, K, E));
     const std::vector<int64_t> ids = ids_of(me);
     const IdentityExperts ref = identity_experts(412, me, P, N, H, K, L, ids_of);
-    const std::vector<int>& want_count = ref.want_count;
-    const std::vector<uint16_t>& want_out = ref.want_out;
-    DeviceBuffer xd(ref.x.size() * 2), idx(ids.size() * 8), wd(ref.w.size() * 4), out(want_out.size() * 2);
+    IdentityBuffers io(ref, ids, s);
     // Step 1's y, outside the combine block: combine_send copies it in with its whole grid (step
     // 0 writes y into the block, where one CTA releases the flags). [L, P x N, H], the receive's shape.
     DeviceBuffer ycopy((size_t)L * P * N * H * 2);
-    upload(xd.data(), ref.x, s), upload(idx.data(), ids, s), upload(wd.data(), ref.w, s);
     comm.sync(s);
     comm.barrier();  // every rank's allocations are made before any rank's kernel waits for it
+    // Rank 1 enqueues each send 200 ms late, after every rank's copies (identity_step).
     const auto late = [&] {
       if (me == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));
     };
-    for (int step = 0; step < 2; ++step) {
-      const std::string at = "step " + std::to_string(step) + ": ";
-      poison(out.data(), out.bytes, s);
-      // Every rank's poison, and below its copy, done before rank 1 starts its 200 ms: under
-      // compute-sanitizer a copy issued while a peer's kernel spins waits behind that kernel
-      // (memcheck stalled here in combine_recv, as in LowLatencyMatchesTheReference before its
-      // barriers). Rank 1 is still the late rank of each send.
-      comm.sync(s);
-      comm.barrier();
-      tw::EpLowLatencyArgs a;
-      a.x = xd.data(), a.num_tokens = N, a.topk_idx = idx.data();
-      late();
-      buf.dispatch_send(a, s);
-      const tw::EpLowLatencyRecv r = buf.dispatch_recv(s);
-      buf.check(s);
-      if (download<int>(r.count, L, s) != want_count) wrong[me].push_back(at + "counts differ");
-      if (r.capacity != P * N) wrong[me].push_back(at + "capacity " + std::to_string(r.capacity));
-      void* const y = step == 0 ? r.y : ycopy.data();
-      const size_t rows = (size_t)L * std::min<int>(r.capacity, P * N);  // a wrong capacity shows in the output
-      TW_CUDA_CHECK(cudaMemcpyAsync(y, r.x, rows * H * 2, cudaMemcpyDeviceToDevice, s));
-      comm.sync(s);
-      comm.barrier();
-      late();
-      buf.combine_send(y, s);
-      buf.combine_recv(static_cast<const float*>(wd.data()), out.data(), s);
-      if (download<uint16_t>(out.data(), want_out.size(), s) != want_out) wrong[me].push_back(at + "output differs");
-      comm.barrier();  // every rank's downloads done before any rank's next send spins
-    }
+    for (int step = 0; step < 2; ++step)
+      identity_step(comm, buf, io, ref, N, L, step == 0 ? nullptr : &ycopy, s, "step " + std::to_string(step) + ": ",
+                    wrong[me], late);
   });
   for (int q = 0; q < P; ++q)
     for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
