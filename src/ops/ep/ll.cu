@@ -69,11 +69,25 @@ __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64
   __syncthreads();
 }
 
+// The fence that orders a CTA's stores before its flags, and the flag's release. A flag read by
+// another rank needs system scope (another GPU, or host memory on virtual nodes). A team of one
+// rank writes and flags only its own window, which only this GPU reads: GPU scope orders that,
+// as for the own count slot in publish_counts (bench/ep_ll_ceiling on an H100: the 1-rank row
+// copy by warps took 8.2 us with a GPU-scope fence per CTA, 11.2 with a system-scope one).
+__device__ __forceinline__ void fence_before_flags(const Geo& g) {
+  if (g.P == 1) __threadfence();
+  else __threadfence_system();
+}
+__device__ __forceinline__ void release_flag(const Geo& g, uint64_t* flag, uint64_t e) {
+  if (g.P == 1) cuda::atomic_ref<uint64_t, cuda::thread_scope_device>(*flag).store(e, cuda::memory_order_release);
+  else ptx::st_release_sys(flag, e);
+}
+
 __device__ void release_to_all(const Params& p, size_t base, int buf, uint64_t e) {
   const Geo& g = p.g;
-  __threadfence_system();
+  fence_before_flags(g);
   __syncthreads();
-  if (threadIdx.x < g.P && dev::is_lsa_peer(p.ctx, threadIdx.x)) ptx::st_release_sys(at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
+  if (threadIdx.x < g.P && dev::is_lsa_peer(p.ctx, threadIdx.x)) release_flag(g, at<uint64_t>(p.ctx, p.win, g.done(base, buf, g.me, blockIdx.x), threadIdx.x), e);
 }
 
 // Puts per row dispatched to a GIN peer: the row, its source, token and slot, fp8: its scales.
@@ -254,7 +268,7 @@ __device__ LayoutSmem layout_in_smem(const Params& p, uint32_t* sm, int* cnt, bo
         st.value = -sid[i] - 2;
       }
       *p.s.status = st;
-      __threadfence_system();
+      __threadfence();  // read on this GPU (publish_counts, the receive) and by the host after a sync
     }
     __syncthreads();
   }
@@ -643,11 +657,11 @@ __global__ void __launch_bounds__(kThreads) combine_release(const __grid_constan
   for (int c = threadIdx.x; c < g.G; c += blockDim.x) p.s.epochs[2 * g.G + c] = e;
   const int buf = (int)(e & 1u);
   stamp(p.ring, trace::EventKind::kChunkSend, kCombineId);
-  __threadfence_system();
+  fence_before_flags(g);
   __syncthreads();
   for (int i = threadIdx.x; i < g.P * g.G; i += blockDim.x) {
     const int d = i / g.G, c = i % g.G;
-    if (dev::is_lsa_peer(ctx, d)) ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.done(g.off_cdone, buf, g.me, c), d), e);
+    if (dev::is_lsa_peer(ctx, d)) release_flag(g, at<uint64_t>(ctx, p.win, g.done(g.off_cdone, buf, g.me, c), d), e);
   }
 }
 
