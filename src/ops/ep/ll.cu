@@ -72,8 +72,7 @@ __device__ void wait_every_channel(const Params& p, size_t base, int buf, uint64
 // The fence that orders a CTA's stores before its flags, and the flag's release. A flag read by
 // another rank needs system scope (another GPU, or host memory on virtual nodes). A team of one
 // rank writes and flags only its own window, which only this GPU reads: GPU scope orders that,
-// as for the own count slot in publish_counts (bench/ep_ll_ceiling on an H100: the 1-rank row
-// copy by warps took 8.2 us with a GPU-scope fence per CTA, 11.2 with a system-scope one).
+// as for the own count slot in publish_counts (what the narrower fence saves: docs/ep.md).
 __device__ __forceinline__ void fence_before_flags(const Geo& g) {
   if (g.P == 1) __threadfence();
   else __threadfence_system();
