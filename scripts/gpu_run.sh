@@ -337,14 +337,15 @@ if [ "$MODE" = python ]; then
   rm -f "$OUT/cli.json" "$OUT/py.json"
   if [ "${PY_NCU:-0}" = 1 ]; then
     # Whether the CLI's fused row and the Python process run the same GEMM kernel (name: the tile,
-    # grid, block, shared memory) and for how long each: tilewire's GEMM is a CUTLASS
-    # device_kernel (the CLI's other rows are cuBLASLt's and tilewire's all-reduce). The clocks
-    # are left as they are (--clock-control none: no clock changes on these machines).
+    # grid, block, shared memory) and for how long each. At one rank the fused path is the GEMM
+    # alone on its plan: a CUTLASS device_kernel of tilewire's or cuBLASLt's (nvjet_*), so the CLI
+    # times row (e) alone (--only-fused: no other row's GEMM in the profile). The clocks are left
+    # as they are (--clock-control none: no clock changes on these machines).
     for who in cli python; do
       step "ncu: the GEMM kernels of the $who process (ncu_$who.csv)"
-      if [ $who = cli ]; then cmd=("$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 1 --warm-s 0)
+      if [ $who = cli ]; then cmd=("$TW" bench gemm-allreduce -m 8192 -n 8192 -k 4096 -R 1 --warm-s 0 --only-fused)
       else cmd=(torchrun --nproc-per-node 1 "$REPO/scripts/py_gemm_allreduce_time.py" 8192 8192 4096 -R 1 --warm-s 0); fi
-      PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 200 ncu --clock-control none --target-processes all -k regex:device_kernel \
+      PYTHONPATH=$PYLIB CUDA_VISIBLE_DEVICES=0 run 200 ncu --clock-control none --target-processes all -k 'regex:device_kernel|nvjet' \
         --launch-skip 10 --launch-count 6 --csv --log-file "$OUT/ncu_$who.csv" \
         --metrics gpu__time_duration.sum,launch__grid_size,launch__block_size,launch__shared_mem_per_block "${cmd[@]}"
     done
