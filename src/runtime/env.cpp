@@ -95,7 +95,7 @@ static const Var kVars[] = {
     {"TILEWIRE_EP_LL_EARLY", Type::kBool, "0",
      "Low-latency EP, a team with a GPU per rank: 1: the send and the combine's copying send let the kernel "
      "after them launch once all their CTAs have started (it waits on the device for their end), hiding its "
-     "launch; 0: only when they end (the default until measured). Never on a virtual team. (The one-CTA "
+     "launch; 0: only when they end (the default: at one rank it gained nothing, docs/ep.md). Never on a virtual team. (The one-CTA "
      "combine_release always lets combine_recv launch beside it.) Read when a buffer is made."},
     {"TILEWIRE_GIN", Type::kBool, "1",
      "Request NCCL GIN contexts when some peer lies outside the LSA team (0: never)."},
