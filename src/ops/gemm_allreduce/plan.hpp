@@ -292,6 +292,16 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b,
 bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it, on the call's tile).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
+// One call's plan, made once from arguments that check_args accepts: the algorithm (kAuto
+// resolved), whether the owner kernel takes the decode tile, and the workspace's layout. The
+// call's later steps (the checks against the communicator, the call record, the launch) read it
+// instead of deciding again; every rank makes the same plan from the same agreed arguments.
+struct CallPlan {
+  GemmAllReduceAlgo algo = GemmAllReduceAlgo::kOwner;
+  bool decode = false;
+  Layout lay;
+};
+CallPlan plan_call(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
 // area holds C (`c_bytes`) and the all-reduce is two-shot (c_bytes > oneshot_max_bytes): its exit
 // barrier keeps a peer's next fused call from storing partials into the staging while this rank
@@ -301,8 +311,9 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
 }
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
 // the built kernels (bf16 with every algorithm, fp16 with the owner algorithm only; B [K, N] not
-// with exchange), the workspace pointer and its overlaps, the partial precision.
-Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
+// with exchange), the workspace pointer and its overlaps, the partial precision. Accepted, the
+// call's plan is left in *plan where one is given.
+Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg, CallPlan* plan = nullptr);
 
 // gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in
 // ../gemm_scatter_gather/reducescatter_fused.cpp: on the fused-GEMM engine (../fused_gemm/engine.hpp)
