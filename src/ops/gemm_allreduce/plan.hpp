@@ -238,13 +238,26 @@ TW_HD constexpr bool scatter_tile_is_decode(int M) { return M <= kDecodeMaxM; }
 // Whether gemm_reducescatter's fused walk is rank-rotated (gemm_allreduce.cpp): when every shard
 // is whole cluster units (S a multiple of cluster_m x kBlkM: 256 rows in the 2x1 clusters, any
 // shard on the decode tile) and M = P S, the units of shard q are one contiguous range of the
-// kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first unit. Rank r then starts
-// at shard r + 1, so each of its CTAs reaches its own shard's tiles, the only ones it waits on
-// (as their owner), after all its other work; those waits need only the peers' pushes, which
-// wait for nothing. Otherwise every rank walks the same order (no rotation), the owner
-// algorithm's own argument.
+// kAlongN order in bands of scatter_swizzle unit rows, and rank_rotation(units, q, P) is its
+// first unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's
+// tiles, the only ones it waits on (as their owner), after all its other work; those waits need
+// only the peers' pushes, which wait for nothing. Otherwise every rank walks the same order (no
+// rotation), the owner algorithm's own argument.
 TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows, int cluster_m = 2) {
   return P > 1 && shard_rows % (cluster_m * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
+}
+
+// The band of gemm_reducescatter's rotated walk (kAlongN: `swizzle` unit rows walked together
+// along N): the widest of 4, 2, 1 unit rows that divides a shard's unit rows (shard_rows /
+// (cluster_m kBlkM)), so that every band lies inside one shard and each shard stays one
+// contiguous range of the order (what scatter_rotates' argument needs). A band of w unit rows
+// reads each B tile once per band instead of once per unit row: w times less of B from HBM (one
+// unit row per band reads all of B again for every 256 rows of the output).
+TW_HD constexpr int scatter_swizzle(int shard_rows, int cluster_m = 2) {
+  const int unit_rows = cluster_m * kBlkM;
+  if (shard_rows <= 0 || shard_rows % unit_rows != 0) return 1;
+  const int units = shard_rows / unit_rows;
+  return units % 4 == 0 ? 4 : units % 2 == 0 ? 2 : 1;
 }
 
 // Whether gemm_reducescatter's fused path runs the relay kernel (relay_hook.cuh with shard_rows):

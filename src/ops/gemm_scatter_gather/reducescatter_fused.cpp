@@ -58,11 +58,12 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
   if (scatter_rotates(g.M, P, shard_rows, r.cluster_m)) {
-    // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
-    // another): every CTA pushes partials before it waits as an owner, and at each step the
-    // ranks push to different owners. plan.hpp, scatter_rotates, says why it is deadlock free.
+    // Rank r walks shard r + 1's tiles first and its own last (rows along N, in bands of
+    // scatter_swizzle unit rows, each inside one shard): every CTA pushes partials before it
+    // waits as an owner, and at each step the ranks push to different owners. plan.hpp,
+    // scatter_rotates, says why it is deadlock free.
     p.gemm_cfg.raster = GemmRaster::kAlongN;
-    p.gemm_cfg.swizzle = 1;
+    p.gemm_cfg.swizzle = scatter_swizzle(shard_rows, r.cluster_m);
     p.gemm_cfg.rank = (comm.dev_ctx().lsa_rank + 1) % P;
     p.gemm_cfg.nranks = P;
   }
