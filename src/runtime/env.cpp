@@ -71,6 +71,10 @@ static const Var kVars[] = {
     {"TILEWIRE_AG_SWIZZLE", Type::kInt, "0",
      "Measurement only: allgather_gemm's gated GEMM walks bands of this many row units along N (2, 4 or "
      "8; 0: the default, 1: a row block's tiles together); shows what B's reads from HBM cost."},
+    {"TILEWIRE_RS_SWIZZLE", Type::kInt, "0",
+     "Measurement only: gemm_reducescatter's fused walk along N goes in bands of this many unit rows (1, 2, "
+     "4 or 8, where it divides a shard's; 0: the default, the widest of 4, 2, 1 that does); shows what B's "
+     "reads from HBM cost the relay."},
     {"TILEWIRE_RS_OWNER", Type::kBool, "0",
      "Measurement only: gemm_reducescatter's fused path runs the owner kernel where it would run the relay "
      "kernel; shows what the relay saves."},

@@ -29,8 +29,11 @@ std::string name(const fg::KernelKey& k) {
 }
 
 // gemm_allreduce: every call check_args accepts resolves to a kernel of the table.
-TEST(FusedEngine, EveryAcceptedAllReduceCallHasItsKernel) {
-  int checked = 0;
+// fn(P, a, cfg, plan) for every gemm_allreduce call check_args accepts over a grid of ranks,
+// dtypes, B layouts, M (decode and large), algorithms and partials; plan: the one it left.
+template <class Fn>
+int for_each_accepted_call(Fn&& fn) {
+  int n = 0;
   for (int P : {1, 2, 3, 4, 8})
     for (DType t : {DType::kBFloat16, DType::kFloat16})
       for (BLayout b : {BLayout::kNK, BLayout::kKN})
@@ -42,17 +45,41 @@ TEST(FusedEngine, EveryAcceptedAllReduceCallHasItsKernel) {
               GemmAllReduceConfig cfg;
               cfg.algo = algo;
               cfg.partials = pp;
-              if (!ai::check_args(a, P, cfg).ok) continue;
-              const GemmAllReduceAlgo r = ai::resolve_algo(P, cfg, b, t, M);
-              const fg::KernelKey key{r, t, b, ai::owner_tile_is_decode(a, r)};
-              const fg::Kernel* k = fg::find_kernel(key);
-              ASSERT_NE(k, nullptr) << name(key) << " (P " << P << ", M " << M << ")";
-              EXPECT_EQ(k->key.algo, key.algo);
-              EXPECT_EQ(k->key.dtype, key.dtype);
-              EXPECT_EQ(k->key.b, key.b);
-              EXPECT_EQ(k->key.decode, key.decode);
-              ++checked;
+              ai::CallPlan plan;
+              if (!ai::check_args(a, P, cfg, &plan).ok) continue;
+              fn(P, a, cfg, plan);
+              ++n;
             }
+  return n;
+}
+
+TEST(FusedEngine, EveryAcceptedAllReduceCallHasItsKernel) {
+  const int checked = for_each_accepted_call([](int P, const GemmAllReduceArgs& a, const GemmAllReduceConfig&,
+                                                const ai::CallPlan& plan) {
+    const fg::KernelKey key{plan.algo, a.dtype, a.b_layout, plan.decode};
+    const fg::Kernel* k = fg::find_kernel(key);
+    ASSERT_NE(k, nullptr) << name(key) << " (P " << P << ", M " << a.M << ")";
+    EXPECT_EQ(k->key.algo, key.algo);
+    EXPECT_EQ(k->key.dtype, key.dtype);
+    EXPECT_EQ(k->key.b, key.b);
+    EXPECT_EQ(k->key.decode, key.decode);
+  });
+  EXPECT_GT(checked, 100);
+}
+
+// The plan a call makes once (check_args) is what each rule gives alone: the algorithm, the tile,
+// the layout, and the workspace size a caller allocates by (tw::workspace_size), which the call
+// then looks its workspace window up with.
+TEST(FusedEngine, TheCallsPlanIsEachRulesOwn) {
+  const int checked = for_each_accepted_call([](int P, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg,
+                                                const ai::CallPlan& plan) {
+    const std::string at = "P " + std::to_string(P) + ", M " + std::to_string(a.M) + ", " + tw::dtype_name(a.dtype);
+    EXPECT_EQ(plan.algo, ai::resolve_algo(P, cfg, a.b_layout, a.dtype, a.M)) << at;
+    EXPECT_EQ(plan.decode, ai::owner_tile_is_decode(a, plan.algo)) << at;
+    EXPECT_EQ(fg::layout_signature(plan.lay), fg::layout_signature(ai::layout_for(a, P, cfg))) << at;
+    EXPECT_EQ(plan.lay.total, tw::workspace_size(a, P, cfg)) << at;
+    EXPECT_GT(plan.lay.total, 0u) << at;
+  });
   EXPECT_GT(checked, 100);
 }
 

@@ -404,7 +404,7 @@ TEST(GemmAllReducePlan, RelayChainOnPRanks) {
         if (rs && (M % P != 0 || !tw::gemm_allreduce_impl::scatter_rotates(M, P, S))) continue;
         SCOPED_TRACE(testing::Message() << "P=" << P << (rs ? " reduce-scatter " : " all-reduce ") << M << "x" << N);
         const Raster r = rs ? Raster::kAlongN : Raster::kAlongM;
-        const int sw = rs ? 1 : 4;
+        const int sw = rs ? tw::gemm_allreduce_impl::scatter_swizzle(S) : 4;
         std::vector<tw::gemm_impl::TileSchedule> s;
         for (int q = 0; q < P; ++q) s.push_back(make_schedule(M, N, 128, 256, 2, r, sw, rs ? (q + 1) % P : q, P, 66, 0));
         const int U = s[0].units();

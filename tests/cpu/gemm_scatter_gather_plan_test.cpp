@@ -155,7 +155,8 @@ TEST(TpFusedReduceScatter, RotatedWalkPutsTheOwnShardLast) {
         if (!ai::scatter_rotates(M, P, S)) continue;
         for (int r = 0; r < P; ++r)
           for (int sms : {16, 132}) {
-            const gi::TileSchedule s = gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, 1, (r + 1) % P, P, sms, 0);
+            const gi::TileSchedule s = gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, ai::scatter_swizzle(S),
+                                                         (r + 1) % P, P, sms, 0);
             const int own = S / 256 * s.units_n;
             for (int w = 0; w < s.units(); ++w) {
               const int shard = s.tile_of_work(w, 0).m * 128 / S;
@@ -166,6 +167,32 @@ TEST(TpFusedReduceScatter, RotatedWalkPutsTheOwnShardLast) {
               }
             }
           }
+      }
+}
+
+// The rotated walk's band (scatter_swizzle): as wide as 4 unit rows where the shard allows, never
+// across two shards; every band's units are consecutive in the order and inside one shard.
+TEST(TpFusedReduceScatter, WalkBandsStayInsideAShard) {
+  namespace gi = tw::gemm_impl;
+  namespace ai = tw::gemm_allreduce_impl;
+  EXPECT_EQ(ai::scatter_swizzle(2048), 4) << "8192 rows on 4 ranks: 8 unit rows a shard";
+  EXPECT_EQ(ai::scatter_swizzle(512), 2);
+  EXPECT_EQ(ai::scatter_swizzle(256), 1);
+  EXPECT_EQ(ai::scatter_swizzle(768), 1) << "3 unit rows";
+  EXPECT_EQ(ai::scatter_swizzle(1000), 1) << "not whole units: no rotation, no band";
+  EXPECT_EQ(ai::scatter_swizzle(512, 1), 4) << "the decode tile: 128-row units";
+  for (int P : {2, 3, 4, 8})
+    for (int M : {1024, 2048, 4096, 8192, 16384, 3 * 2048})
+      for (int N : {256, 4096, 7168}) {
+        const int S = tw::shard_rows(M, P);
+        if (!ai::scatter_rotates(M, P, S)) continue;
+        const int w = ai::scatter_swizzle(S);
+        ASSERT_EQ(S / 256 % w, 0);
+        const gi::TileSchedule s = gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, w, 1, P, 66, 0);
+        ASSERT_EQ(s.swizzle, std::min(w, s.units_m));
+        // Order index o's unit lies in shard o / (units / P): each shard one contiguous range.
+        for (int o = 0; o < s.units(); ++o)
+          ASSERT_EQ(s.unit_of_order(o).m * 256 / S, o / (s.units() / P)) << "P " << P << " M " << M << " N " << N << " o " << o;
       }
 }
 
@@ -204,7 +231,8 @@ TEST(TpFusedReduceScatter, DecodeTileAtSmallM) {
         EXPECT_FALSE(ai::scatter_rotates(M, P, S, 2) && S % 256 != 0);
         if (!rot) continue;
         for (int r = 0; r < P; ++r) {
-          const gi::TileSchedule s = gi::make_schedule(M, N, 128, 64, 1, gi::Raster::kAlongN, 1, (r + 1) % P, P, 33, 0);
+          const gi::TileSchedule s =
+              gi::make_schedule(M, N, 128, 64, 1, gi::Raster::kAlongN, ai::scatter_swizzle(S, 1), (r + 1) % P, P, 33, 0);
           const int own = S / 128 * s.units_n;
           for (int w = 0; w < s.units(); ++w) {
             const int shard = s.tile_of_work(w, 0).m * 128 / S;

@@ -1,6 +1,7 @@
-// tw::gemm_allreduce(): checks (plan.cpp + communicator + device), the path (fused or sequential),
-// then the fused-GEMM engine (../fused_gemm/engine.hpp: the kernel of the chosen algorithm, its
-// residency, schedule, workspace record and launch) or the sequential path.
+// tw::gemm_allreduce(): checks (plan.cpp + communicator + device), which decide the call once (a
+// Call: its plan, kernel, residency and windows), the path (fused or sequential), then the
+// fused-GEMM engine (../fused_gemm/engine.hpp: schedule, workspace record and launch of the
+// call's kernel) or the sequential path.
 #include <cuda_runtime.h>
 
 #include <string>
@@ -24,10 +25,15 @@ namespace {
 
 Status fail(std::string why) { return Status{false, "gemm_allreduce: " + std::move(why)}; }
 
-// The kernel a call runs (its algorithm resolved, the decode tile where the owner algorithm takes it).
-fused_gemm::KernelKey kernel_key(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo) {
-  return fused_gemm::KernelKey{algo, a.dtype, a.b_layout, gemm_allreduce_impl::owner_tile_is_decode(a, algo)};
-}
+// A call as decided once, by check(): its plan (algorithm, tile, workspace layout: plan.hpp), the
+// kernel it runs, that kernel's residency on the rank's SM budget, and the windows of C and the
+// workspace. The call record and the launch read it; nothing is decided twice.
+struct Call {
+  gemm_allreduce_impl::CallPlan plan;
+  fused_gemm::KernelKey key;
+  fused_gemm::Residency res;
+  WindowRef c, ws;
+};
 
 Status window_of(const Comm& comm, const void* p, size_t bytes, const char* what, WindowRef* out) {
   try {
@@ -38,34 +44,8 @@ Status window_of(const Comm& comm, const void* p, size_t bytes, const char* what
   return Status{};
 }
 
-// The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): everything
-// that shapes the kernel's protocol, the windows and offsets of C and the workspace among it.
-void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, bool fused) {
-  const auto at = [&](const void* p, size_t bytes, const char* what) {
-    const WindowRef w = comm.find_window(p, bytes, what);
-    return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
-  };
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
-  const auto num = [](long long v) { return std::to_string(v); };
-  comm.agree_on_call("gemm_allreduce",
-                     {{"M", num(a.M)},
-                      {"N", num(a.N)},
-                      {"K_local", num(a.K_local)},
-                      {"dtype", dtype_name(a.dtype)},
-                      {"B layout", blayout_name(a.b_layout)},
-                      {"path", gemm_allreduce_path_name(fused ? GemmAllReducePath::kFused : GemmAllReducePath::kSequential)},
-                      {"algorithm", gemm_allreduce_algo_name(algo)},
-                      {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "2-byte (C's dtype)"},
-                      {"raster", gemm_raster_name(cfg.raster)},
-                      {"swizzle", num(cfg.swizzle)},
-                      {"reserved_sms", num(cfg.reserved_sms)},
-                      {"C", at(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C")},
-                      {"workspace", at(a.workspace, workspace_size(a, comm.lsa_size(), cfg), "workspace")}});
-}
-
-}  // namespace
-
-Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
+// Every check of a call (tw::can_implement's), filling *call as it goes.
+Status check(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, Call* call) {
   if (comm.aborted()) return fail("communicator was aborted; create a new one");
   int dev = -1;
   cudaGetDevice(&dev);
@@ -75,32 +55,61 @@ Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAll
   if (!comm.all_lsa())
     return fail("needs every rank load/store reachable (LSA team " + std::to_string(comm.lsa_size()) + " of " +
                 std::to_string(comm.nranks()) + " ranks); no GIN path exists for the fused op");
-  if (Status s = gemm_allreduce_impl::check_args(a, comm.lsa_size(), cfg); !s) return s;
-  WindowRef w;
-  if (Status s = window_of(comm, a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C", &w); !s) return s;
-  const size_t ws = workspace_size(a, comm.lsa_size(), cfg);
-  if (Status s = window_of(comm, a.workspace, ws, "workspace", &w); !s)
+  if (Status s = gemm_allreduce_impl::check_args(a, comm.lsa_size(), cfg, &call->plan); !s) return s;
+  if (Status s = window_of(comm, a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C", &call->c); !s) return s;
+  const size_t ws = call->plan.lay.total;  // workspace_size()
+  if (Status s = window_of(comm, a.workspace, ws, "workspace", &call->ws); !s)
     return fail(s.reason + " (the workspace needs " + std::to_string(ws) + " bytes: workspace_size())");
-  fused_gemm::Residency r;
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
-  if (Status s = fused_gemm::residency(comm, kernel_key(a, algo), "gemm_allreduce", &r); !s) return s;
-  if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), r.num_sms, gemm_impl::kClusterM); !s)
+  call->key = fused_gemm::KernelKey{call->plan.algo, a.dtype, a.b_layout, call->plan.decode};
+  if (Status s = fused_gemm::residency(comm, call->key, "gemm_allreduce", &call->res); !s) return s;
+  if (Status s = gemm_impl::check_sms(gemm_allreduce_impl::as_gemm_config(cfg), call->res.num_sms, gemm_impl::kClusterM); !s)
     return fail(s.reason);
   return Status{};
+}
+
+// The call record TILEWIRE_CHECK_CALLS compares across ranks (Comm::agree_on_call): everything
+// that shapes the kernel's protocol, the windows and offsets of C and the workspace among it.
+void agree_on_call(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, bool fused, const Call& call) {
+  const auto at = [](const WindowRef& w) {
+    return "window " + std::to_string(w.ordinal) + " offset " + std::to_string(w.offset);
+  };
+  const auto num = [](long long v) { return std::to_string(v); };
+  comm.agree_on_call("gemm_allreduce",
+                     {{"M", num(a.M)},
+                      {"N", num(a.N)},
+                      {"K_local", num(a.K_local)},
+                      {"dtype", dtype_name(a.dtype)},
+                      {"B layout", blayout_name(a.b_layout)},
+                      {"path", gemm_allreduce_path_name(fused ? GemmAllReducePath::kFused : GemmAllReducePath::kSequential)},
+                      {"algorithm", gemm_allreduce_algo_name(call.plan.algo)},
+                      {"partials", cfg.partials == PartialPrecision::kFloat32 ? "fp32" : "2-byte (C's dtype)"},
+                      {"raster", gemm_raster_name(cfg.raster)},
+                      {"swizzle", num(cfg.swizzle)},
+                      {"reserved_sms", num(cfg.reserved_sms)},
+                      {"C", at(call.c)},
+                      {"workspace", at(call.ws)}});
+}
+
+}  // namespace
+
+Status can_implement(const Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg) {
+  Call call;
+  return check(comm, a, cfg, &call);
 }
 
 void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceConfig& cfg, cudaStream_t stream) {
   const bool fused = cfg.path == GemmAllReducePath::kFused ||
                      (cfg.path == GemmAllReducePath::kAuto &&
                       gemm_allreduce_prefers_fused(a.M, a.N, a.K_local, comm.lsa_size()));
-  const auto check = [&] {
-    if (Status s = can_implement(comm, a, cfg); !s) return s;
+  Call call;
+  const auto checks = [&] {
+    if (Status s = check(comm, a, cfg, &call); !s) return s;
     if (testing::untraced_kernels() && cfg.trace.on())
       return fail("the kernels without trace code (testing::set_untraced_kernels) and a trace ring together");
     return Status{};
   };
   // Ordered before the sequential GEMM writes the workspace.
-  const OpEntry entry(comm, "gemm_allreduce", stream, check, [&] { agree_on_call(comm, a, cfg, fused); });
+  const OpEntry entry(comm, "gemm_allreduce", stream, checks, [&] { agree_on_call(comm, a, cfg, fused, call); });
   if (fused && comm.lsa_size() == 1 && cfg.algo == GemmAllReduceAlgo::kAuto && !cfg.trace.on()) {
     // One rank: the sum of one partial. The fused path is the GEMM alone, straight into C; an
     // explicit algorithm or a trace runs that fused kernel (its tiles are what they show).
@@ -113,13 +122,12 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     // sequential_from_staging() says it is safe, else in place in C. The workspace header (the
     // fused kernels' call counter) is never touched.
     GemmArgs g = gemm_allreduce_impl::as_gemm_args(a);
-    const gemm_allreduce_impl::Layout lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+    const gemm_allreduce_impl::Layout& lay = call.plan.lay;
     const size_t c_bytes = (size_t)a.M * a.N * dtype_size(a.dtype);
     if (gemm_allreduce_impl::sequential_from_staging(lay, c_bytes, oneshot_max_bytes(comm))) {
       g.C = static_cast<char*>(a.workspace) + lay.staging_off;
       bool first = false;  // the next fused call on this workspace re-initializes its flags
-      (void)fused_gemm::must_reinit(comm.find_window(a.workspace, lay.total, "workspace"), fused_gemm::kHeldSequential,
-                                    stream, false, &first);
+      (void)fused_gemm::must_reinit(call.ws, fused_gemm::kHeldSequential, stream, false, &first);
     }
     gemm_impl::team_gemm(comm, g, cfg.reserved_sms, stream);
     AllReduceArgs ar;
@@ -134,33 +142,27 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
     gemm_allreduce_impl::decode_allreduce(comm, a, cfg, stream);
     return;
   }
-  const GemmAllReduceAlgo algo = gemm_allreduce_impl::resolve_algo(comm.lsa_size(), cfg, a.b_layout, a.dtype, a.M);
-  const bool relay = algo == GemmAllReduceAlgo::kRelay;
-  const fused_gemm::KernelKey key = kernel_key(a, algo);
-  fused_gemm::Residency r;
-  const Status rs = fused_gemm::residency(comm, key, "gemm_allreduce", &r);  // fp16: the fp16 owner kernel's residency
-  TW_REQUIRE(rs.ok, kUnsupported, rs.reason);
+  const bool relay = call.plan.algo == GemmAllReduceAlgo::kRelay;
 
   gemm_allreduce_impl::LaunchParams p;
   p.gemm = gemm_allreduce_impl::as_gemm_args(a);
   // Relay: rank r walks from unit order index r * floor(units / P) (LSA rank == rank: all-LSA).
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, comm.lsa_size())
                      : gemm_allreduce_impl::as_gemm_config(cfg);
-  fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
-  p.hook.lay = gemm_allreduce_impl::layout_for(a, comm.lsa_size(), cfg);
+  fused_gemm::fill_schedule(p, call.res, cfg.reserved_sms);
+  p.hook.lay = call.plan.lay;
   fused_gemm::apply_owner_knobs(comm, p);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.hook.sched);
   p.hook.ctx = comm.dev_ctx();
-  const WindowRef wc = comm.find_window(a.C, (size_t)a.M * a.N * dtype_size(a.dtype), "C");
-  const WindowRef ww = comm.find_window(a.workspace, p.hook.lay.total, "workspace");
-  p.hook.c_win = wc.win, p.hook.c_off = wc.offset;
-  p.hook.ws_win = ww.win, p.hook.ws_off = ww.offset;
+  p.hook.c_win = call.c.win, p.hook.c_off = call.c.offset;
+  p.hook.ws_win = call.ws.win, p.hook.ws_off = call.ws.offset;
   p.hook.ws = static_cast<char*>(a.workspace);
   fused_gemm::apply_relay_knobs(comm, p);
   p.untraced = testing::untraced_kernels();
   p.hook.ring = cfg.trace;
   p.hook.ring.rank = (uint16_t)comm.rank();
-  fused_gemm::launch(comm, *fused_gemm::find_kernel(key), p, ww, {"gemm_allreduce reinit", "gemm_allreduce launch"}, stream);
+  fused_gemm::launch(comm, *fused_gemm::find_kernel(call.key), p, call.ws, {"gemm_allreduce reinit", "gemm_allreduce launch"},
+                     stream);
 }
 
 }  // namespace tw

@@ -58,21 +58,29 @@ bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo) {
   return algo == GemmAllReduceAlgo::kOwner && a.M <= kDecodeMaxM;
 }
 
-Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
-  const GemmAllReduceAlgo algo = resolve_algo(P, cfg, a.b_layout, a.dtype, a.M);
-  const bool decode = owner_tile_is_decode(a, algo);
+CallPlan plan_call(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
+  CallPlan c;
+  c.algo = resolve_algo(P, cfg, a.b_layout, a.dtype, a.M);
+  c.decode = owner_tile_is_decode(a, c.algo);
+  const GemmAllReduceAlgo algo = c.algo;
+  const bool decode = c.decode;
   const Raster r =
       gemm_impl::resolve_raster(as_gemm_args(a), as_gemm_config(cfg), kBlkM, decode ? kDecodeBlkN : kBlkN);
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
-    return make_relay_layout(a.M, a.N, r, units, P);
+    c.lay = make_relay_layout(a.M, a.N, r, units, P);
+  } else if (algo == GemmAllReduceAlgo::kExchange) {
+    c.lay = make_exchange_layout(a.M, a.N, P, r);
+  } else {
+    c.lay = make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials), decode);
   }
-  if (algo == GemmAllReduceAlgo::kExchange) return make_exchange_layout(a.M, a.N, P, r);
-  return make_layout(a.M, a.N, P, r, partial_bytes(cfg.partials), decode);
+  return c;
 }
 
-Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg) {
+Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) { return plan_call(a, P, cfg).lay; }
+
+Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg, CallPlan* plan) {
   if (nranks < 1) return fail("communicator has no ranks");
   // Before the GEMM's own checks, so that the reason names the fused op's kernels.
   if (a.dtype != DType::kBFloat16 && a.dtype != DType::kFloat16)
@@ -109,13 +117,15 @@ Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceCon
                 "leave it empty to trace nothing)");
   if (a.workspace == nullptr) return fail("workspace is null (allocate workspace_size() bytes in a window)");
   if (reinterpret_cast<uintptr_t>(a.workspace) % 256 != 0) return fail("workspace is not 256-byte aligned");
-  const Layout l = layout_for(a, nranks, cfg);
+  const CallPlan c = plan_call(a, nranks, cfg);
+  const Layout& l = c.lay;
   const size_t es = dtype_size(a.dtype);
   const size_t bytes_a = (size_t)a.M * a.K_local * es, bytes_b = (size_t)a.N * a.K_local * es,
                bytes_c = (size_t)a.M * a.N * es;
   if (overlap(a.workspace, l.total, a.C, bytes_c)) return fail("workspace overlaps C");
   if (overlap(a.workspace, l.total, a.A, bytes_a)) return fail("workspace overlaps A");
   if (overlap(a.workspace, l.total, a.B, bytes_b)) return fail("workspace overlaps B");
+  if (plan) *plan = c;
   return Status{};
 }
 

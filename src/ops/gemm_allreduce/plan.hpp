@@ -238,13 +238,26 @@ TW_HD constexpr bool scatter_tile_is_decode(int M) { return M <= kDecodeMaxM; }
 // Whether gemm_reducescatter's fused walk is rank-rotated (gemm_allreduce.cpp): when every shard
 // is whole cluster units (S a multiple of cluster_m x kBlkM: 256 rows in the 2x1 clusters, any
 // shard on the decode tile) and M = P S, the units of shard q are one contiguous range of the
-// kAlongN, swizzle-1 order, and rank_rotation(units, q, P) is its first unit. Rank r then starts
-// at shard r + 1, so each of its CTAs reaches its own shard's tiles, the only ones it waits on
-// (as their owner), after all its other work; those waits need only the peers' pushes, which
-// wait for nothing. Otherwise every rank walks the same order (no rotation), the owner
-// algorithm's own argument.
+// kAlongN order in bands of scatter_swizzle unit rows, and rank_rotation(units, q, P) is its
+// first unit. Rank r then starts at shard r + 1, so each of its CTAs reaches its own shard's
+// tiles, the only ones it waits on (as their owner), after all its other work; those waits need
+// only the peers' pushes, which wait for nothing. Otherwise every rank walks the same order (no
+// rotation), the owner algorithm's own argument.
 TW_HD constexpr bool scatter_rotates(int M, int P, int shard_rows, int cluster_m = 2) {
   return P > 1 && shard_rows % (cluster_m * kBlkM) == 0 && (long long)M == (long long)P * shard_rows;
+}
+
+// The band of gemm_reducescatter's rotated walk (kAlongN: `swizzle` unit rows walked together
+// along N): the widest of 4, 2, 1 unit rows that divides a shard's unit rows (shard_rows /
+// (cluster_m kBlkM)), so that every band lies inside one shard and each shard stays one
+// contiguous range of the order (what scatter_rotates' argument needs). A band of w unit rows
+// reads each B tile once per band instead of once per unit row: w times less of B from HBM (one
+// unit row per band reads all of B again for every 256 rows of the output).
+TW_HD constexpr int scatter_swizzle(int shard_rows, int cluster_m = 2) {
+  const int unit_rows = cluster_m * kBlkM;
+  if (shard_rows <= 0 || shard_rows % unit_rows != 0) return 1;
+  const int units = shard_rows / unit_rows;
+  return units % 4 == 0 ? 4 : units % 2 == 0 ? 2 : 1;
 }
 
 // Whether gemm_reducescatter's fused path runs the relay kernel (relay_hook.cuh with shard_rows):
@@ -292,6 +305,16 @@ GemmAllReduceAlgo resolve_algo(int P, const GemmAllReduceConfig& cfg, BLayout b,
 bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo);
 // The layout of a call on P ranks (raster resolved as the GEMM resolves it, on the call's tile).
 Layout layout_for(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
+// One call's plan, made once from arguments that check_args accepts: the algorithm (kAuto
+// resolved), whether the owner kernel takes the decode tile, and the workspace's layout. The
+// call's later steps (the checks against the communicator, the call record, the launch) read it
+// instead of deciding again; every rank makes the same plan from the same agreed arguments.
+struct CallPlan {
+  GemmAllReduceAlgo algo = GemmAllReduceAlgo::kOwner;
+  bool decode = false;
+  Layout lay;
+};
+CallPlan plan_call(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg);
 // The sequential path's all-reduce runs out of place, from the workspace's staging area, iff that
 // area holds C (`c_bytes`) and the all-reduce is two-shot (c_bytes > oneshot_max_bytes): its exit
 // barrier keeps a peer's next fused call from storing partials into the staging while this rank
@@ -301,8 +324,9 @@ TW_HD constexpr bool sequential_from_staging(const Layout& l, size_t c_bytes, si
 }
 // Checks that need no communicator and no GPU: everything tw::can_implement(GemmArgs) checks,
 // the built kernels (bf16 with every algorithm, fp16 with the owner algorithm only; B [K, N] not
-// with exchange), the workspace pointer and its overlaps, the partial precision.
-Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg);
+// with exchange), the workspace pointer and its overlaps, the partial precision. Accepted, the
+// call's plan is left in *plan where one is given.
+Status check_args(const GemmAllReduceArgs& a, int nranks, const GemmAllReduceConfig& cfg, CallPlan* plan = nullptr);
 
 // gemm_reducescatter's fused path (ops/gemm_scatter_gather.hpp), in
 // ../gemm_scatter_gather/reducescatter_fused.cpp: on the fused-GEMM engine (../fused_gemm/engine.hpp)

@@ -29,6 +29,18 @@ GemmAllReduceAlgo scatter_algo(int M, int P, int shard_rows, DType dtype) {
   return scatter_uses_relay(M, P, shard_rows, dtype) ? GemmAllReduceAlgo::kRelay : GemmAllReduceAlgo::kOwner;
 }
 
+// The rotated walk's band: scatter_swizzle's, or in the measurement build TILEWIRE_RS_SWIZZLE's
+// (1, 2, 4 or 8 unit rows, where that divides a shard's unit rows: a band never crosses a shard),
+// to show what the reads of B from HBM cost the relay.
+int scatter_band(int shard_rows, int cluster_m) {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const int forced = (int)env::get_int("TILEWIRE_RS_SWIZZLE");
+  const int unit_rows = cluster_m * kBlkM;
+  if ((forced == 1 || forced == 2 || forced == 4 || forced == 8) && shard_rows % (forced * unit_rows) == 0) return forced;
+#endif
+  return scatter_swizzle(shard_rows, cluster_m);
+}
+
 fused_gemm::KernelKey scatter_kernel(int M, int P, int shard_rows, DType dtype, BLayout b) {
   const GemmAllReduceAlgo algo = scatter_algo(M, P, shard_rows, dtype);
   return fused_gemm::KernelKey{algo, dtype, b, algo == GemmAllReduceAlgo::kOwner && scatter_tile_is_decode(M)};
@@ -58,11 +70,12 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   p.gemm = g;
   p.gemm_cfg = as_gemm_config(cfg);
   if (scatter_rotates(g.M, P, shard_rows, r.cluster_m)) {
-    // Rank r walks shard r + 1's tiles first and its own last (rows along N, one unit row after
-    // another): every CTA pushes partials before it waits as an owner, and at each step the
-    // ranks push to different owners. plan.hpp, scatter_rotates, says why it is deadlock free.
+    // Rank r walks shard r + 1's tiles first and its own last (rows along N, in bands of
+    // scatter_swizzle unit rows, each inside one shard): every CTA pushes partials before it
+    // waits as an owner, and at each step the ranks push to different owners. plan.hpp,
+    // scatter_rotates, says why it is deadlock free.
     p.gemm_cfg.raster = GemmRaster::kAlongN;
-    p.gemm_cfg.swizzle = 1;
+    p.gemm_cfg.swizzle = scatter_band(shard_rows, r.cluster_m);
     p.gemm_cfg.rank = (comm.dev_ctx().lsa_rank + 1) % P;
     p.gemm_cfg.nranks = P;
   }
