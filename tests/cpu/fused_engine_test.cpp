@@ -7,6 +7,7 @@
 
 #include "cpu_util.hpp"
 #include "ops/fused_gemm/engine.hpp"
+#include "ops/gemm_allreduce/hook_params.hpp"
 #include "ops/gemm_allreduce/plan.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
 
@@ -130,6 +131,46 @@ TEST(FusedEngine, LayoutsSignDifferently) {
         }
       }
   EXPECT_EQ((int)seen.size(), layouts);
+}
+
+// The relay's pacing budget leaves the consumers' wait out of the period it paces over.
+TEST(RelayPacing, TheConsumersWaitDoesNotGrowTheBudget) {
+  constexpr uint64_t kMax = 1000000;
+  EXPECT_EQ(ai::relay_pace_budget_ns(26000, 0, 60, kMax), 15600u);
+  EXPECT_EQ(ai::relay_pace_budget_ns(36000, 10000, 60, kMax), 15600u);  // the same work, a 10 us wait
+  EXPECT_EQ(ai::relay_pace_budget_ns(26000, 0, 0, kMax), 0u);           // unpaced
+  EXPECT_EQ(ai::relay_pace_budget_ns(5000, 5000, 60, kMax), 0u);        // nothing but waiting
+  EXPECT_EQ(ai::relay_pace_budget_ns(5000, 9000, 60, kMax), 0u);        // clocks of two threads: no underflow
+  EXPECT_EQ(ai::relay_pace_budget_ns(10000000, 0, 60, kMax), kMax);
+}
+
+// One CTA's tiles in steady state, in ns: a mainloop of m, an epilogue of e after the consumers'
+// wait for `ready`, which the comm warp completes `budget + c` after the last tile was staged (its
+// paced pushes, then the fence, the flags and the next partial's load). Returns the consumers'
+// wait per tile after many tiles; count_wait = false prices the budget on the whole period, as
+// the pacing did before (the wait fed back into it).
+uint64_t steady_wait_ns(uint64_t m, uint64_t e, uint64_t c, int pct, bool count_wait) {
+  uint64_t staged = 0, period = m + e, waited = 0;
+  for (int j = 0; j < 200; ++j) {
+    const uint64_t ready = staged + ai::relay_pace_budget_ns(period, count_wait ? waited : 0, pct, 1000000) + c;
+    const uint64_t mma_end = staged + m;
+    waited = ready > mma_end ? ready - mma_end : 0;
+    const uint64_t next = mma_end + waited + e;
+    period = next - staged;
+    staged = next;
+  }
+  return waited;
+}
+
+TEST(RelayPacing, NoFeedbackFromAShortMainloop) {
+  // A 25 us mainloop (K_local 2048 at a virtual rank's 33 SMs) and 12 us of unpaced work per tile:
+  // the pushes paced over 60% of the working period (15.6 us) end 2.6 us after the mainloop.
+  const uint64_t w = steady_wait_ns(25000, 1000, 12000, 60, true);
+  EXPECT_NEAR((double)w, 2600.0, 50.0);
+  // Priced on the whole period, each wait lengthens the next budget by 60% of itself: 6.5 us.
+  EXPECT_GT(steady_wait_ns(25000, 1000, 12000, 60, false), 2 * w);
+  // A long mainloop (K_local 7168) waits for nothing either way.
+  EXPECT_EQ(steady_wait_ns(70000, 1000, 12000, 60, true), 0u);
 }
 
 }  // namespace

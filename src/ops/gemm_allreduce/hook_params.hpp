@@ -45,6 +45,18 @@ struct RelayKnobs {
                             // finals are pushed either way
 };
 
+// The relay's pacing budget: how long a comm warp spreads one tile's pushes over, from the last
+// tile's period (staged to staged) less the time the consumers waited for `ready` in it (the
+// comm warp still pushing or loading). The wait is left out because it would feed back: a push
+// that outlasts a short mainloop makes the consumers wait, the wait lengthens the period, and a
+// budget taken from the whole period lengthens the next push by the same share (relay_hook.cuh).
+// At most max_ns; pct <= 0 or no working time: 0 (unpaced).
+TW_HD constexpr uint64_t relay_pace_budget_ns(uint64_t period_ns, uint64_t waited_ns, int pct, uint64_t max_ns) {
+  if (pct <= 0 || period_ns <= waited_ns) return 0;
+  const uint64_t b = (period_ns - waited_ns) * (uint64_t)pct / 100;
+  return b < max_ns ? b : max_ns;
+}
+
 // The owner kernel's measurement knobs (measurement build only; no effect otherwise).
 struct OwnerKnobs {
   bool plain = false;           // TILEWIRE_OWNER_PLAIN: tile t owned by t % P (no block rotation)

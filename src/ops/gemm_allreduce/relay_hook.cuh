@@ -85,6 +85,7 @@ struct RelayHookT : HookParams, RelayKnobs {
     uint64_t ready;   // mbarrier, 1 arrival (+ bytes of the partial for owned tiles) per tile
     uint64_t tag;     // the call's tag, read by the comm warp before its first tile
     uint64_t t_staged;  // comm warp, lane 0: when the previous tile was staged (kernel start for tile 0)
+    uint64_t t_waited;  // consumer thread 0: how long the consumers waited for `ready` on the tile staged last
   };
 
   // HookParams (hook_params.hpp): ctx, lay (make_relay_layout), sched (with this rank's
@@ -117,8 +118,13 @@ struct RelayHookT : HookParams, RelayKnobs {
     SharedStorage& sm = *v.smem;
     E* buf = sm.buf;
 
+    // Thread 0 times the wait for `ready` (the comm warp still pushing the last tile or loading this
+    // one's partial sum), so the comm warp's pacing can leave it out of the period it paces over.
+    const bool timed = tracing() || (pace_pct > 0 && v.thread_idx == 0);
+    const uint64_t t_wait0 = timed ? ptx::globaltimer() : 0;
     wait_mbarrier(ctx, &sm.ready, j & 1, "gemm_allreduce.relay_ready");
-    const uint64_t t_seen = tracing() ? ptx::globaltimer() : 0;
+    const uint64_t t_seen = timed ? ptx::globaltimer() : 0;
+    if (pace_pct > 0 && v.thread_idx == 0) sm.t_waited = t_seen - t_wait0;  // read after `staged` (below)
     constexpr int kN = decltype(size(v.acc))::value;
     CUTLASS_PRAGMA_UNROLL
     for (int i = 0; i < kN; i += 2) {
@@ -202,17 +208,20 @@ struct RelayHookT : HookParams, RelayKnobs {
     }
     const uint64_t tag = smem->tag;
     wait_mbarrier(ctx, &smem->staged, j & 1, "gemm_allreduce.relay_staged", poll_ns);
-    // Pacing: this tile's pushes are spread over pace_pct % of the last tile period (staged to
-    // staged), i.e. of about one mainloop. Unpaced, every CTA pushes at its warp's full rate right
-    // after its epilogue; at the start of the kernel all CTAs are in phase, so the link saturates
-    // in bursts and the backed-up stores stall the mainloops (traced on 2 x H200: the first five
-    // tiles of each CTA took 54-67 us instead of 50.5; docs/gemm_allreduce.md). Paced, 132 CTAs ask ~190 GB/s of a link that carries ~360. Stable: a late push
-    // lengthens the next period by less than it.
+    // Pacing: this tile's pushes are spread over pace_pct % of the last tile's working period
+    // (staged to staged, less the consumers' wait for `ready`: relay_pace_budget_ns), i.e. of
+    // about one mainloop. Unpaced, every CTA pushes at its warp's full rate right after its
+    // epilogue; at the start of the kernel all CTAs are in phase, so the link saturates in bursts
+    // and the backed-up stores stall the mainloops (traced on 2 x H200: the first five tiles of
+    // each CTA took 54-67 us instead of 50.5; docs/gemm_allreduce.md). Paced, 132 CTAs ask ~190
+    // GB/s of a link that carries ~360. Over the whole period the budget fed back where a short
+    // mainloop (K_local 2048) ends before the push and the next partial's load (traced at 4
+    // virtual ranks: a 13 us gap after every 25 us mainloop, 1.31x the GEMM alone).
     uint64_t t_push = 0, budget_ns = 0;
     if (pace_pct > 0) {
       if (lane == 0) {
         t_push = ptx::globaltimer();
-        budget_ns = min((t_push - smem->t_staged) * (uint64_t)pace_pct / 100, (uint64_t)kMaxPaceNs);
+        budget_ns = relay_pace_budget_ns(t_push - smem->t_staged, smem->t_waited, pace_pct, kMaxPaceNs);
         smem->t_staged = t_push;
       }
       t_push = __shfl_sync(0xffffffffu, t_push, 0);
