@@ -58,6 +58,9 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_PULL", Type::kBool, "0",
      "Fused GEMM + all-reduce, relay algorithm: the first rank stores each partial locally and the owner "
      "bulk-loads it over NVLink (1), instead of the first rank storing it into the owner's staging (0)."},
+    {"TILEWIRE_RELAY_BULK_PUSH", Type::kBool, "1",
+     "Fused GEMM + all-reduce and GEMM + reduce-scatter, relay algorithm: the communication warp sends "
+     "its rows of each tile by bulk copies (TMA) (1) instead of its lanes' 16-byte stores (0)."},
 #ifdef TILEWIRE_BENCH_KERNELS  // a knob that makes C wrong on purpose: measurement builds only
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "

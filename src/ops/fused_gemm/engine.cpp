@@ -160,6 +160,7 @@ NeedRequest knobs_need(const CommShape&) {
   k->relay.consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   k->relay.poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);
   k->relay.pull = env::get_bool("TILEWIRE_RELAY_PULL");
+  k->relay.bulk_push = env::get_bool("TILEWIRE_RELAY_BULK_PUSH");
   const long long inflight = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
   k->relay.comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
   k->relay.pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);

@@ -40,6 +40,8 @@ struct RelayKnobs {
   int pace_pct = 60;        // > 0: each tile's comm-warp pushes spread over this % of the last tile period;
                             // 0: as fast as the warp goes
   int comm_inflight = 4;    // rows in flight per comm-warp lane: 8, 4 or 2 (more pushes faster, slows the mainloop)
+  bool bulk_push = true;    // the comm warp's rows go by bulk copies (TMA) rather than its lanes' 16-byte stores
+                            // (TILEWIRE_RELAY_BULK_PUSH; comm_inflight applies to the stores only)
   bool no_push = false;     // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   bool pull = false;        // partials stored locally (bulk copies) and bulk-loaded by the owner (TILEWIRE_RELAY_PULL);
                             // finals are pushed either way

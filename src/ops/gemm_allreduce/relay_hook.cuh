@@ -91,7 +91,7 @@ struct RelayHookT : HookParams, RelayKnobs {
   // HookParams (hook_params.hpp): ctx, lay (make_relay_layout), sched (with this rank's
   // rotation), me, grid_ctas, ws_win / ws_off / ws, c_win / c_off, C (reduce-scatter: its shard
   // [S, N]), ldc, M, N, ring; RelayKnobs: consumer_rows, poll_ns, pace_pct, comm_inflight,
-  // no_push, pull.
+  // bulk_push, no_push, pull.
   static constexpr uint64_t kMaxPaceNs = 1000000;  // no tile's pushes are spread over more than 1 ms
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
@@ -252,13 +252,14 @@ struct RelayHookT : HookParams, RelayKnobs {
     // The tile on to where it goes next: rank me - 1's staging slot (a partial sum, rows packed),
     // or the first peer's C (an all-reduce's final); the rows the consumers did not push.
     const int targets = push_targets(own);
-    if (lane < vecs && !no_push && (own || !pull) && targets > 0) {  // target 0 (the consumers push the others)
+    if (!no_push && (own || !pull) && targets > 0) {  // target 0 (the consumers push the others)
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
       long long pitch;
       char* dst = peer_dst(tile_m, tile_n, own, 0, &pitch);
-      if (comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else if (comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      if (bulk_push) push_rows_bulk(buf, dst, pitch, first, rows, vecs * 16, lane, t_push, budget_ns);
+      else if (lane < vecs && comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (lane < vecs && comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (lane < vecs) push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
     // Publish this lane's stores at system scope, then the flags (release).
@@ -346,6 +347,30 @@ struct RelayHookT : HookParams, RelayKnobs {
       src += kU * kPitch;
       d += kU * pitch;
     }
+  }
+
+  // Rows [first, rows) of the buffer to dst (row pitch `pitch`, `bytes` a row) by bulk copies: the
+  // TMA unit moves them and the warp only issues, kBatch rows a batch (lanes 0..kBatch-1 one row
+  // each), batch b no earlier than t0 + b * budget_ns / nb as push_rows paces. The 16-byte stores
+  // of push_rows cost a comm warp on the producer warpgroup's registers more than a mainloop of
+  // K_local 2048 at 4 virtual ranks (the consumers waited 6 us a tile for it unpaced); a peer's
+  // window is global memory to the TMA unit as to the stores. Returns with the writes complete
+  // and ordered before the generic proxy's fence and flag (bulk_wait_all_writes).
+  CUTLASS_DEVICE static void push_rows_bulk(const E* buf, char* dst, long long pitch, int first, int rows, int bytes,
+                                            int lane, uint64_t t0, uint64_t budget_ns) {
+    constexpr int kBatch = 16;
+    const int nb = (rows - first + kBatch - 1) / kBatch;
+#pragma unroll 1
+    for (int b = 0; b < nb; ++b) {
+      if (budget_ns > 0 && b > 0) {
+        const uint64_t due = t0 + budget_ns * (uint64_t)b / (uint64_t)nb, now = ptx::globaltimer();
+        if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
+      }
+      const int r = first + b * kBatch + lane;
+      if (lane < kBatch && r < rows) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, dst + (long long)r * pitch, bytes);
+    }
+    cute::tma_store_arrive();
+    ptx::bulk_wait_all_writes();
   }
 
   // Where a tile goes on: an owned tile's final to every peer's C (all-reduce; the reduce-scatter's
