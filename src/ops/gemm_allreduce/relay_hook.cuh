@@ -214,9 +214,8 @@ struct RelayHookT : HookParams, RelayKnobs {
     // epilogue; at the start of the kernel all CTAs are in phase, so the link saturates in bursts
     // and the backed-up stores stall the mainloops (traced on 2 x H200: the first five tiles of
     // each CTA took 54-67 us instead of 50.5; docs/gemm_allreduce.md). Paced, 132 CTAs ask ~190
-    // GB/s of a link that carries ~360. Over the whole period the budget fed back where a short
-    // mainloop (K_local 2048) ends before the push and the next partial's load (traced at 4
-    // virtual ranks: a 13 us gap after every 25 us mainloop, 1.31x the GEMM alone).
+    // GB/s of a link that carries ~360. Priced on the whole period, a wait would feed back into
+    // the next budget.
     uint64_t t_push = 0, budget_ns = 0;
     if (pace_pct > 0) {
       if (lane == 0) {
@@ -351,11 +350,11 @@ struct RelayHookT : HookParams, RelayKnobs {
 
   // Rows [first, rows) of the buffer to dst (row pitch `pitch`, `bytes` a row) by bulk copies: the
   // TMA unit moves them and the warp only issues, kBatch rows a batch (lanes 0..kBatch-1 one row
-  // each), batch b no earlier than t0 + b * budget_ns / nb as push_rows paces. The 16-byte stores
-  // of push_rows cost a comm warp on the producer warpgroup's registers more than a mainloop of
-  // K_local 2048 at 4 virtual ranks (the consumers waited 6 us a tile for it unpaced); a peer's
-  // window is global memory to the TMA unit as to the stores. Returns with the writes complete
-  // and ordered before the generic proxy's fence and flag (bulk_wait_all_writes).
+  // each), batch b no earlier than t0 + b * budget_ns / nb as push_rows paces. push_rows' 16-byte
+  // stores, issued by a warp on the producer warpgroup's registers, can outlast a short mainloop
+  // (K_local 2048: docs/fused_gemm.md, "The reduce-scatter relay's drag"); a peer's window is
+  // global memory to the TMA unit as to the stores. Returns with the writes complete and ordered
+  // before the generic proxy's fence and flag (bulk_wait_all_writes).
   CUTLASS_DEVICE static void push_rows_bulk(const E* buf, char* dst, long long pitch, int first, int rows, int bytes,
                                             int lane, uint64_t t0, uint64_t budget_ns) {
     constexpr int kBatch = 16;
