@@ -305,7 +305,7 @@ if [ "$MODE" = python ]; then
   REPO=$PWD
   cd "$PYLIB"  # not the checkout: `import tilewire` must find the installed package
   PYTHONPATH=$PYLIB run 300 torchrun --nproc-per-node "$ngpu" -m pytest -q -p no:cacheprovider "$REPO/tests/python"
-  for ex in tp_mlp moe_layer; do
+  for ex in tp_mlp moe_layer moe_block; do
     step "examples/python/$ex.py under torchrun, $ngpu processes"
     PYTHONPATH=$PYLIB run 120 torchrun --nproc-per-node "$ngpu" "$REPO/examples/python/$ex.py"
   done

@@ -7,6 +7,8 @@ on torch's current stream.
     moe = tilewire.MoE(comm, max_tokens_per_rank=128, hidden=7168, ffn=2048, topk=8, num_experts=256,
                        low_latency=True)
     out = moe(x, topk_idx, topk_weights, w_gate_up, w_down)   # [N, H]; weights of this rank's experts
+    out = torch.ops.tilewire.moe_ffn(x, topk_idx, topk_weights, w_gate_up, w_down, moe.id)  # the same,
+                                                                # as a custom op (torch.compile)
     moe.close()                                                 # collective
 
 Counts (and offsets) stay on the device: neither call synchronizes, and both can be captured in a
@@ -105,6 +107,15 @@ def grouped_mm(a, b, counts, offsets=None, out=None, b_layout: str = "nk", tile:
 
 MoeDims = namedtuple("MoeDims", "hidden ffn topk local_experts max_tokens device")
 
+_MOES = {}  # MoE.id -> MoE, while open (torch.ops.tilewire.moe_ffn names its MoE by id)
+
+
+def moe_of(i: int) -> "MoE":
+    m = _MOES.get(i)
+    if m is None:
+        raise ValueError(f"tilewire: no open MoE with id {i}")
+    return m
+
 
 def moe_args(op: str, d: MoeDims, x, topk_idx, topk_weights, w_gate_up, w_down, out) -> int:
     """The checks of MoE.forward; returns N."""
@@ -155,6 +166,8 @@ class MoE:
         self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device)
         self.low_latency = low_latency
         self._closed = False
+        self.id = id(self)  # for torch.ops.tilewire.moe_ffn (torch_ops.py)
+        _MOES[self.id] = self
 
     def _live(self, op: str) -> None:
         if self._closed:
@@ -194,3 +207,4 @@ class MoE:
             return
         self._m.close()
         self._closed = True
+        _MOES.pop(self.id, None)

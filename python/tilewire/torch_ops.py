@@ -9,16 +9,23 @@ capture see them as opaque calls on the current stream:
     torch.ops.tilewire.gemm_allreduce(A, B, comm_id, b_layout) -> Tensor
     torch.ops.tilewire.gemm_reducescatter(A, B, comm_id, b_layout, path) -> Tensor   rank's rows
     torch.ops.tilewire.allgather_gemm(A_shard, B, comm_id, M, b_layout) -> Tensor
+    torch.ops.tilewire.grouped_mm(a, b, counts, offsets, b_layout) -> Tensor     offsets may be None
+    torch.ops.tilewire.moe_ffn(x, topk_idx, topk_weights, w_gate_up, w_down, moe_id) -> Tensor [N, H]
 
-comm_id is Comm.id (the communicator's handle in this process). Registered once: when tilewire
+comm_id is Comm.id (the communicator's handle in this process), moe_id MoE.id. Registered once: when tilewire
 is imported after torch, else by tilewire.init() (`import tilewire` never imports torch itself).
 The methods of Comm call the library directly (the custom-op dispatch costs microseconds, which
 matters for small all-reduces).
 """
 
 from . import _C, _checks
+from typing import Optional
+
 from .comm import comm_of
 from .comm import gemm as _gemm
+from .moe import grouped_args
+from .moe import grouped_mm as _grouped_mm
+from .moe import moe_of
 
 _registered = False
 
@@ -101,5 +108,25 @@ def register() -> None:
     @allgather_gemm.register_fake
     def _(A_shard, B, comm, M, b_layout):
         return A_shard.new_empty((M, _checks.n_of(B, b_layout)))
+
+    @torch.library.custom_op("tilewire::grouped_mm", mutates_args=())
+    def grouped_mm(a: torch.Tensor, b: torch.Tensor, counts: torch.Tensor, offsets: Optional[torch.Tensor],
+                   b_layout: str) -> torch.Tensor:
+        return _grouped_mm(a, b, counts, offsets, b_layout=b_layout)
+
+    @grouped_mm.register_fake
+    def _(a, b, counts, offsets, b_layout):
+        return a.new_empty(grouped_args("grouped_mm", a, b, counts, offsets, None, b_layout, "auto")[5])
+
+    # The whole FFN is one opaque call: its steps run on the current stream and synchronize nothing,
+    # so a compiled graph keeps them in order and a CUDA graph can capture them.
+    @torch.library.custom_op("tilewire::moe_ffn", mutates_args=())
+    def moe_ffn(x: torch.Tensor, topk_idx: torch.Tensor, topk_weights: torch.Tensor, w_gate_up: torch.Tensor,
+                w_down: torch.Tensor, moe: int) -> torch.Tensor:
+        return moe_of(moe).forward(x, topk_idx, topk_weights, w_gate_up, w_down)
+
+    @moe_ffn.register_fake
+    def _(x, topk_idx, topk_weights, w_gate_up, w_down, moe):
+        return x.new_empty((x.shape[0], moe_of(moe).dims.hidden))
 
     _registered = True

@@ -349,3 +349,42 @@ def test_moe_ffn_matches_a_torch_reference(comm, low_latency):
             ref[t] += w[t, j] * (act @ w2[e].t()).float()[0]
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2 * float(ref.abs().max().clamp(min=1)))
     moe.close()
+
+
+@pytest.mark.parametrize("low_latency", [False, True])
+def test_moe_and_grouped_mm_custom_ops_compile(comm, low_latency):
+    """torch.ops.tilewire.moe_ffn and grouped_mm inside torch.compile(fullgraph=True), with torch ops
+    around them: the same bits as the eager calls (moe_ffn is deterministic; the ops around it are
+    the same kernels compiled or not)."""
+    P, me = comm.nranks, comm.rank
+    H, F, k, L, n = 256, 128, 4, 4, 32
+    E = L * P
+    g = torch.Generator().manual_seed(17)
+    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    gx = torch.Generator().manual_seed(200 + me)
+    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
+    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]).cuda()
+    w = torch.rand(n, k, generator=gx).cuda()
+    moe = tilewire.MoE(comm, n, H, F, k, E, low_latency=low_latency)
+
+    @torch.compile(fullgraph=True)
+    def block(t):
+        return t + torch.ops.tilewire.moe_ffn(t * 2, idx, w, w1, w2, moe.id)
+
+    want = x + moe(x * 2, idx, w, w1, w2)
+    assert torch.equal(block(x), want)
+    assert torch.equal(block(x), want)  # replayed: the same bits
+
+    counts = torch.tensor([3, 0, 17, 9], dtype=torch.int32, device="cuda")
+    offsets = torch.tensor([0, 3, 3, 20], dtype=torch.int32, device="cuda")
+    a = torch.randn(29, H, generator=gx).to(torch.bfloat16).cuda()
+
+    @torch.compile(fullgraph=True)
+    def mm(t):
+        return torch.ops.tilewire.grouped_mm(t, w2.transpose(1, 2).contiguous(), counts, offsets, "nk")
+
+    assert torch.equal(mm(a), tilewire.grouped_mm(a, w2.transpose(1, 2).contiguous(), counts, offsets))
+    moe.close()
+    with pytest.raises(ValueError, match="no open MoE"):
+        torch.ops.tilewire.moe_ffn(x, idx, w, w1, w2, moe.id)
