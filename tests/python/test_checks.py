@@ -262,3 +262,13 @@ def test_moe_forward_refusals():
     m._closed = True
     with pytest.raises(RuntimeError):
         m(x, idx, w, w1, w2)
+
+
+def test_custom_ops_name_only_open_objects():
+    """torch.ops.tilewire.* find their Comm and MoE by id; an id of nothing open is refused by name."""
+    from tilewire.comm import comm_of
+    from tilewire.moe import moe_of
+    with pytest.raises(ValueError, match="no open communicator with id 12345"):
+        comm_of(12345)
+    with pytest.raises(ValueError, match="no open MoE with id 12345"):
+        moe_of(12345)
