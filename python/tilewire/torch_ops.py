@@ -18,9 +18,9 @@ The methods of Comm call the library directly (the custom-op dispatch costs micr
 matters for small all-reduces).
 """
 
-from . import _C, _checks
 from typing import Optional
 
+from . import _C, _checks
 from .comm import comm_of
 from .comm import gemm as _gemm
 from .moe import grouped_args

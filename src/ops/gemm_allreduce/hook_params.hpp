@@ -37,8 +37,8 @@ struct HookParams {
 struct RelayKnobs {
   int consumer_rows = 16;   // rows [0, consumer_rows) of each tile the consumers push themselves; the comm warp the rest
   int poll_ns = 0;          // > 0: the comm warp and the final waits sleep this long between polls
-  int pace_pct = 60;        // > 0: each tile's comm-warp pushes spread over this % of the last tile period;
-                            // 0: as fast as the warp goes
+  int pace_pct = 60;        // > 0: each tile's comm-warp pushes spread over this % of the last tile period
+                            // less the consumers' wait (relay_pace_budget_ns); 0: as fast as the warp goes
   int comm_inflight = 4;    // rows in flight per comm-warp lane: 8, 4 or 2 (more pushes faster, slows the mainloop)
   bool bulk_push = true;    // the comm warp's rows go by bulk copies (TMA) rather than its lanes' 16-byte stores
                             // (TILEWIRE_RELAY_BULK_PUSH; comm_inflight applies to the stores only)
