@@ -270,6 +270,73 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
   for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
 }
 
+// A sequential call right after a pulled one on one workspace, with a shape whose short last shard
+// is padded where the pulled call kept that rank's rows (S2 = S1 - 128 puts the pad inside the last
+// rank's old shard), while rank 0, its GEMM on 2 SMs, may still be loading them (it walks its own
+// rows first, the last shard last). The pulled call's C on every rank bitwise against the same
+// kernel on the host-gathered A; the sequential call's gathered A bitwise.
+TEST(AllGatherGemm, SequentialCallAfterAPulledOneLeavesItsRows) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  if (P < 2 || P > 8) GTEST_SKIP() << "2 to 8 ranks (the pad must fall inside the last shard)";
+  const int S1 = 1024, S2 = S1 - 128;
+  const TpCase big{P * S1, 1024, 1024, DType::kBFloat16, BLayout::kNK, Fill::kRandom};
+  const TpCase small{P * S2 - 24, 1024, 1024, DType::kBFloat16, BLayout::kNK, Fill::kRandom};
+  ASSERT_EQ(tw::shard_rows(big.M, P), S1);
+  ASSERT_EQ(tw::shard_rows(small.M, P), S2);
+  ASSERT_LT(tw::shard_rows_of(small.M, P, P - 1), S2);  // padded
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    const size_t e = 2;
+    Stream s;
+    tw::Window ws = comm.alloc_window(std::max(tw::allgather_gemm_workspace_size(big.M, big.K, big.dtype, P),
+                                               tw::allgather_gemm_workspace_size(small.M, small.K, small.dtype, P)));
+    const int rows1 = tw::shard_rows_of(big.M, P, me), rows2 = tw::shard_rows_of(small.M, P, me);
+    DeviceBuffer A1((size_t)rows1 * big.K * e), A2(std::max<size_t>((size_t)rows2 * small.K * e, 16)),
+        B((size_t)big.N * big.K * e), C1((size_t)big.M * big.N * e), C2((size_t)small.M * small.N * e),
+        G2((size_t)small.M * small.K * e), Aref((size_t)big.M * big.K * e), Cref((size_t)big.M * big.N * e);
+    for (int round = 0; round < 3; ++round) {
+      const uint64_t sa1 = 900 + 10 * round, sa2 = 901 + 10 * round, sb = 902 + 10 * round;
+      fill(A1.data(), big.dtype, (size_t)rows1 * big.K, big.fill, sa1, 0, s, (size_t)me * S1 * big.K);
+      fill(A2.data(), small.dtype, (size_t)rows2 * small.K, small.fill, sa2, 0, s, (size_t)me * S2 * small.K);
+      fill(B.data(), big.dtype, (size_t)big.N * big.K, big.fill, sb, me, s);
+      poison(C1.data(), C1.bytes, s);
+      poison(C2.data(), C2.bytes, s);
+      poison(G2.data(), G2.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      tw::TpConfig pulled;
+      pulled.path = tw::TpPath::kFused;
+      if (me == 0) pulled.reserved_sms = comm.sm_count() - 2;  // the slow reader
+      tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A1.data(), B.data(), C1.data(), nullptr, big.M, big.N, big.K,
+                                                     big.dtype, big.b, ws.data()},
+                         pulled, s);
+      tw::TpConfig seq;  // enqueued at once: nothing on the host between the calls
+      seq.path = tw::TpPath::kSequential;
+      tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A2.data(), B.data(), C2.data(), G2.data(), small.M, small.N,
+                                                     small.K, small.dtype, small.b, ws.data()},
+                         seq, s);
+      upload(Aref.data(), host_inputs(big.fill, big.dtype, (size_t)big.M * big.K, sa1, 0), s);
+      poison(Cref.data(), Cref.bytes, s);
+      tw::gemm_impl::gemm_gated(tw::GemmArgs{Aref.data(), B.data(), Cref.data(), big.M, big.N, big.K, big.dtype, big.b},
+                                tw::GemmConfig{}, tw::gemm_impl::Gate{}, s);
+      if (std::string d = compare_exact(to_host(C1.data(), C1.bytes, s), to_host(Cref.data(), Cref.bytes, s),
+                                        big.dtype, (size_t)big.M * big.N);
+          !d.empty())
+        wrong[me] += "round " + std::to_string(round) + ": the pulled call's C: " + d + "; ";
+      if (std::string d = compare_exact(to_host(G2.data(), G2.bytes, s),
+                                        host_inputs(small.fill, small.dtype, (size_t)small.M * small.K, sa2, 0),
+                                        small.dtype, (size_t)small.M * small.K);
+          !d.empty())
+        wrong[me] += "round " + std::to_string(round) + ": the sequential call's gathered A: " + d + "; ";
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int r = 0; r < P; ++r) EXPECT_EQ(wrong[r], "") << "rank " << r;
+}
+
 // Bad input: refused on every rank with the reason, nothing written (outputs stay poisoned).
 // Shards of many row tiles pulled from every rank's window (16 per rank, a cluster pair each),
 // a rank late on every other call (the entry and ready barriers hold the others), new data each

@@ -27,6 +27,7 @@
 
 #include "../../runtime/op_entry.hpp"
 #include "../fused_gemm/cost_model.hpp"
+#include "../gemm/scratch.hpp"
 #include "../gemm/team_gemm.hpp"
 #include "../gemm_allreduce/plan.hpp"
 #include "../sm90.hpp"
@@ -358,14 +359,18 @@ void allgather_gemm(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg,
     return;
   }
   char* gathered = static_cast<char*>(a.workspace);
-  // A rank with fewer than S rows sends its shard padded to S rows (the padding is never read).
-  const void* send = a.A_shard;
+  // A rank with fewer than S rows sends its shard padded to S rows (the padding is never read),
+  // from the stream's scratch: nothing is written into the workspace before all_gather's barrier,
+  // since a peer's earlier fused call (another shape) may still be loading rows there.
   if (rows < S) {
-    char* pad = gathered + gathered_bytes;
-    if (rows > 0) TW_CUDA_CHECK(cudaMemcpyAsync(pad, a.A_shard, (size_t)rows * a.K * e, cudaMemcpyDeviceToDevice, stream));
-    send = pad;
+    gemm_impl::ScratchLease pad = gemm_impl::lease_scratch(stream, (size_t)S * a.K * e);
+    pad.overwritten();  // all_gather's send, not a stream-K GEMM's counters
+    if (rows > 0)
+      TW_CUDA_CHECK(cudaMemcpyAsync(pad.data(), a.A_shard, (size_t)rows * a.K * e, cudaMemcpyDeviceToDevice, stream));
+    all_gather(comm, pad.data(), gathered, (size_t)S * a.K, a.dtype, stream);
+  } else {
+    all_gather(comm, a.A_shard, gathered, (size_t)S * a.K, a.dtype, stream);
   }
-  all_gather(comm, send, gathered, (size_t)S * a.K, a.dtype, stream);
   gemm_impl::team_gemm(comm, GemmArgs{gathered, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, cfg.reserved_sms,
                        stream);
   if (a.A_gathered != nullptr)
