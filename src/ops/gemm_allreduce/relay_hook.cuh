@@ -143,10 +143,13 @@ struct RelayHookT : HookParams, RelayKnobs {
     // The CTA's last tile goes out from the consumers entirely: nothing else is left for them, and
     // it is what the kernel's end waits for.
     // An all-reduce's final goes to P - 1 peers: the comm warp takes the first (as it takes the one
-    // target of every other tile), the consumers the others whole, so that the comm warp's share
-    // per tile stays one tile whatever P (the finals all come in the walk's last segment).
+    // target of every other tile), and with 16-byte stores the consumers the others whole, so that
+    // the comm warp's share per tile stays one tile whatever P (the finals all come in the walk's
+    // last segment); with bulk copies the comm warp only issues, and takes them all.
     const int push_rows = walk.next_valid(step) < 0 ? kBlkM : consumer_rows;
-    const int targets = push_targets(own);
+    // With bulk pushes the comm warp sends every peer's copy (the TMA unit moves them); the
+    // consumers keep target 0's first rows.
+    const int targets = bulk_push ? min(push_targets(own), 1) : push_targets(own);
     if ((push_rows > 0 || targets > 1) && !no_push && (own || !pull) && targets > 0) {
       // The first rows go on from the consumers: 16-byte loads from the buffer (after every
       // consumer's writes), 16-byte stores, all in flight before the first completes. The comm
@@ -251,12 +254,20 @@ struct RelayHookT : HookParams, RelayKnobs {
     // The tile on to where it goes next: rank me - 1's staging slot (a partial sum, rows packed),
     // or the first peer's C (an all-reduce's final); the rows the consumers did not push.
     const int targets = push_targets(own);
-    if (!no_push && (own || !pull) && targets > 0) {  // target 0 (the consumers push the others)
+    if (!no_push && (own || !pull) && targets > 0) {  // stores: target 0 (the consumers push the others); bulk: all
       const int first = next < 0 ? rows : min(consumer_rows, rows);  // as the consumers
       long long pitch;
       char* dst = peer_dst(tile_m, tile_n, own, 0, &pitch);
-      if (bulk_push) push_rows_bulk(buf, dst, pitch, first, rows, vecs * 16, lane, t_push, budget_ns);
-      else if (lane < vecs && comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      if (bulk_push) {  // every target, target d's batches in the d-th share of the budget
+        const uint64_t share = budget_ns / (uint64_t)targets;
+#pragma unroll 1
+        for (int d = 0; d < targets; ++d) {
+          char* to = d == 0 ? dst : peer_dst(tile_m, tile_n, own, d, &pitch);
+          push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share);
+        }
+        cute::tma_store_arrive();
+        ptx::bulk_wait_all_writes();
+      } else if (lane < vecs && comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
       else if (lane < vecs && comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
       else if (lane < vecs) push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
     }
@@ -353,8 +364,8 @@ struct RelayHookT : HookParams, RelayKnobs {
   // each), batch b no earlier than t0 + b * budget_ns / nb as push_rows paces. push_rows' 16-byte
   // stores, issued by a warp on the producer warpgroup's registers, can outlast a short mainloop
   // (K_local 2048: docs/fused_gemm.md, "The reduce-scatter relay's drag"); a peer's window is
-  // global memory to the TMA unit as to the stores. Returns with the writes complete and ordered
-  // before the generic proxy's fence and flag (bulk_wait_all_writes).
+  // global memory to the TMA unit as to the stores. Issues only: the caller commits the group
+  // and completes the writes before its fence and flags (bulk_wait_all_writes).
   CUTLASS_DEVICE static void push_rows_bulk(const E* buf, char* dst, long long pitch, int first, int rows, int bytes,
                                             int lane, uint64_t t0, uint64_t budget_ns) {
     constexpr int kBatch = 16;
@@ -368,8 +379,6 @@ struct RelayHookT : HookParams, RelayKnobs {
       const int r = first + b * kBatch + lane;
       if (lane < kBatch && r < rows) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, dst + (long long)r * pitch, bytes);
     }
-    cute::tma_store_arrive();
-    ptx::bulk_wait_all_writes();
   }
 
   // Where a tile goes on: an owned tile's final to every peer's C (all-reduce; the reduce-scatter's
