@@ -356,6 +356,9 @@ TEST(GroupedGemm, RowGateWaitsForEachSource) {
     tw::GroupedGemmConfig cfg;
     cfg.tile = tile;
     cfg.reserved_sms = 2;  // the side kernel's SM
+    // Loaded before the GEMM's preparation spins (a lazy module load would wait for the device).
+    cudaFuncAttributes attr{};
+    TW_CUDA_CHECK(cudaFuncGetAttributes(&attr, release_sources));
     tw::grouped_impl::grouped_gemm_gated(a, cfg, gate, s);
     release_sources<<<1, 256, 0, side>>>(static_cast<const uint16_t*>(staged.data()), static_cast<uint16_t*>(b.A.data()),
                                          p.K, static_cast<const int*>(seg_d.data()), int(segs.size() / 3), S,

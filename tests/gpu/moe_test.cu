@@ -11,6 +11,9 @@
 //   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
 //       that receives more fails its check() naming the limit, the others do not; an empty call
 //       after it checks clean (with and without the overlap).
+//   Moe.RefusedRoutingThrowsOnEveryRank  high throughput, in sequence and with the overlap: rank 0
+//       names an expert out of range; every rank's check() throws, nothing hangs, and the next
+//       call on the same MoE matches the reference.
 //
 // The reference (host, fp64) follows the library's roundings where they decide a value: h = W1 x
 // rounded to bf16 (gate = rows [0, F), up = rows [F, 2F)), act = SiLU(g) u rounded to bf16, then
@@ -327,6 +330,67 @@ TEST(Moe, TooManyExpertRowsIsReported) {
       } catch (const tw::Error& e) {
         wrong[me] += at + "an empty call still fails: " + e.what();
       }
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+// A refused routing: no rank's dispatch writes rows, every rank's check() throws, and with the
+// overlap the GEMM beside the dispatch is released (nothing waits for rows that never come); the
+// next call is good.
+TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  const uint64_t seed = 97;
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    std::vector<uint16_t> w1, w2;
+    rank_weights(experts, me, &w1, &w2);
+    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
+    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    for (bool overlap : {false, true}) {
+      const std::string at = overlap ? "overlapped: " : "sequential: ";
+      tw::MoE moe(comm, moe_config(tw::EpMode::kHighThroughput, P, overlap));
+      const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
+      std::vector<double> ref, tol;
+      reference(t, experts, &ref, &tol);
+      std::vector<int64_t> bad = t.idx;
+      if (me == 0) bad[0] = int64_t(kL) * P;  // one past the last expert (rank 0 has 40 tokens)
+      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+      upload(x.data(), t.x, s), upload(idx.data(), bad, s), upload(w.data(), t.w, s);
+      tw::MoeArgs a;
+      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+        wrong[me] += at + "check() did not throw after rank 0's bad expert id; ";
+      } catch (const tw::Error& e) {
+        if (std::string(e.what()).find("rank 0") == std::string::npos)
+          wrong[me] += at + "the message does not name rank 0: " + e.what() + "; ";
+      }
+      comm.barrier();
+      upload(idx.data(), t.idx, s);
+      poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+      } catch (const tw::Error& e) {
+        wrong[me] += at + "the good call after it fails: " + e.what() + "; ";
+      }
+      const std::string why = compare(download<uint16_t>(out.data(), size_t(t.N) * kH, s), ref, tol);
+      if (!why.empty()) wrong[me] += at + "the good call after it: " + why + "; ";
       comm.sync(s);
       comm.barrier();
     }

@@ -157,8 +157,8 @@ struct EpLowLatencyRecv {
 // expert) pair of the receive gets a place in xg, expert by expert, each expert's rows by source
 // rank, each source's in (row, slot) order: the places MoE's unfused placement gives. After its
 // own rows are out, each of the dispatch's G CTAs (num_sms()) takes a 1/G share of every source's
-// rows, starting with this rank's own: once all of that source's rows have landed it places its
-// share, copies those rows into xg and adds 1 to ready[source].
+// rows, sources in rank order (the order of each expert's rows): once all of that source's rows
+// have landed it places its share, copies those rows into xg and adds 1 to ready[source].
 //   counts, offsets   [L]: expert l's pairs, first place (packed: offsets ascending)
 //   bounds            [L][P + 1]: source q's pairs of expert l are its places
 //                     [offsets[l] + bounds[l][q], offsets[l] + bounds[l][q + 1])

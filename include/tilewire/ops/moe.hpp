@@ -59,7 +59,8 @@ struct MoeConfig {
   // tile starting once the rows it reads have landed (docs/moe.md, "Overlap"): the dispatch's
   // CTAs lay the receive out per expert (EpExpertMajor) source by source, and the grouped GEMM's
   // load warp waits for the sources of each tile. The results are the same bits as without it.
-  // Every rank passes the same value. Ignored in the low-latency mode.
+  // Every rank passes the same value. The dispatch runs ep.num_sms <= budget - 1 CTAs (0: the
+  // default, capped there). Ignored in the low-latency mode.
   bool overlap = false;
 };
 

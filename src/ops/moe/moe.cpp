@@ -45,6 +45,14 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
   if (c.ep.hidden % 8 != 0) return fail("hidden " + std::to_string(c.ep.hidden) + " must be a multiple of 8");
   if (c.max_expert_rows < 0)
     return fail("max_expert_rows " + std::to_string(c.max_expert_rows) + " is negative (0: the worst case)");
+  // The overlap's dispatch CTAs (a whole SM each: their registers) and the GEMM's preparation,
+  // which waits for them, must all fit in the rank's share of the GPU: num_sms <= budget - 1.
+  if (c.overlap && c.ep.mode == EpMode::kHighThroughput && c.ep.num_sms > sm_budget - 1)
+    return fail("overlap with ep.num_sms " + std::to_string(c.ep.num_sms) + " needs an SM budget of at least " +
+                std::to_string(c.ep.num_sms + 1) + " (this rank's is " + std::to_string(sm_budget) +
+                "): the dispatch's CTAs and the GEMM's preparation must be resident at once");
+  if (c.overlap && c.ep.mode == EpMode::kHighThroughput && sm_budget < 2)
+    return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -113,7 +121,10 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
                      std::to_string(mine) + ", rank " + std::to_string(q) + " has " + std::to_string(all[size_t(q)]) +
                      "; every rank makes the MoE with the same config");
   }
-  ep_ = std::make_unique<EpBuffer>(comm, cfg.ep);
+  EpConfig ep = cfg.ep;  // with the overlap, the dispatch leaves an SM of the budget (check_moe_config)
+  if (cfg.overlap && ep.mode == EpMode::kHighThroughput && ep.num_sms == 0)
+    ep.num_sms = std::min(ep_default_sms(ep, comm.sm_count()), comm.sm_count() - 1);
+  ep_ = std::make_unique<EpBuffer>(comm, ep);
   buf_ = std::make_unique<Buffers>();
   Buffers& b = *buf_;
   const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
@@ -234,10 +245,16 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
 
 // High throughput with the overlap: the dispatch (placing the pairs source by source) on `stream`,
 // and beside it, on the side stream forked before the dispatch, the gate-up GEMM, which waits on
-// the device. Why it cannot hang: the GEMM's preparation waits for layout_flag, which the dispatch
-// raises only once every rank's dispatch CTAs are running, so no GEMM CTA can hold an SM one of
-// them needs; the GEMM's tiles wait only for those CTAs (ready), and they only for each other.
-// The dispatch is enqueued first: every check that can throw has passed before anything waits.
+// the device. Why it cannot hang:
+//   * the GEMM's preparation (one CTA, spinning on one SM) waits for layout_flag, which the
+//     dispatch raises only once every rank's dispatch CTAs are running; those CTAs take an SM
+//     each (their registers), and num_sms <= budget - 1 (check_moe_config) leaves every rank's
+//     preparation an SM of its own share, so all of them fit at once;
+//   * so no GEMM CTA (a whole SM) can hold an SM a dispatch CTA still needs; the GEMM's tiles
+//     wait only for those CTAs (ready), and they only for each other.
+// Each rank's streams need hardware queues of their own (CUDA_DEVICE_MAX_CONNECTIONS at least the
+// streams in use on the GPU), as for every fused op on a virtual team. The dispatch is enqueued
+// first, so the checks that can throw have passed before anything waits on the device.
 void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
                              cudaStream_t stream) {
   const int F = cfg_.ffn, L = local_experts_, k = cfg_.ep.topk, H = cfg_.ep.hidden, P = comm_.nranks();
@@ -261,10 +278,21 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
   gate.want = uint64_t(ep_->num_sms()), gate.layout_flag = b.flags;
   gate.ctx = comm_.dev_ctx();
   gate.ring = trace_;
-  TW_CUDA_CHECK(cudaStreamWaitEvent(b.side, b.fork, 0));
-  grouped_impl::grouped_gemm_gated(up, gemm_, gate, b.side);
-  TW_CUDA_CHECK(cudaEventRecord(b.join, b.side));
-  TW_CUDA_CHECK(cudaStreamWaitEvent(stream, b.join, 0));
+  {
+    // The side stream joins `stream` on every way out, a throw included (a capture must end joined).
+    struct Join {
+      Buffers& b;
+      cudaStream_t stream;
+      ~Join() {
+        cudaEventRecord(b.join, b.side);
+        cudaStreamWaitEvent(stream, b.join, 0);
+      }
+    };
+    TW_CUDA_CHECK(cudaStreamWaitEvent(b.side, b.fork, 0));
+    const Join join{b, stream};
+    grouped_impl::grouped_gemm_gated(up, gemm_, gate, b.side);
+  }
+  TW_CUDA_CHECK(cudaGetLastError());
   ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
   ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
