@@ -4,7 +4,11 @@
 //            layout with the rows each of this rank's experts receives in the measured routing
 //   ep       the EP's dispatch and combine alone (identity experts: the received rows go back)
 //   unfused  MoE::forward: dispatch, the GEMMs, combine, one after another on one stream
-// and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence.
+//   fused    high throughput: MoE::forward with MoeConfig::overlap (the gate-up GEMM beside the
+//            dispatch, each tile waiting for its rows), on the same inputs; its output must be the
+//            unfused call's bits (#diff: elements that differ, counted as wrong)
+// and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence,
+// and fused / gemms, fused / unfused.
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
@@ -29,6 +33,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -162,8 +167,8 @@ struct Row {
   std::string model, mode;
   int tokens = 0, ranks = 0;
   long long pairs_max = 0, pairs_total = 0;
-  double gemms_us = 0, ep_us = 0, unfused_us = 0;
-  unsigned long long wrong = 0;
+  double gemms_us = 0, ep_us = 0, unfused_us = 0, fused_us = 0;  // fused: 0 where not run (low latency)
+  unsigned long long wrong = 0, diff = 0;
   double flops = 0;
 };
 
@@ -171,7 +176,7 @@ struct Shared {
   std::mutex mu;
   std::vector<std::vector<double>> times;
   std::vector<long long> pairs;
-  std::vector<unsigned long long> wrong;
+  std::vector<unsigned long long> wrong, diff;
 };
 
 struct Dev {
@@ -181,6 +186,13 @@ struct Dev {
   template <class T>
   T* as() const { return static_cast<T*>(p); }
 };
+
+__global__ void count_diff(const uint16_t* a, const uint16_t* b, size_t n, unsigned long long* diff) {
+  unsigned long long d = 0;
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    d += a[i] != b[i];
+  if (d) atomicAdd(diff, d);
+}
 
 __global__ void count_bad(const __nv_bfloat16* p, size_t n, unsigned long long* bad) {
   unsigned long long b = 0;
@@ -192,7 +204,7 @@ __global__ void count_bad(const __nv_bfloat16* p, size_t n, unsigned long long* 
 class MoeBench {
  public:
   MoeBench(const Options& o, int P) : o_(o), P_(P), barrier_(P), gen_(P, 0) {
-    sh_.times.resize(P), sh_.pairs.resize(P), sh_.wrong.resize(P);
+    sh_.times.resize(P), sh_.pairs.resize(P), sh_.wrong.resize(P), sh_.diff.resize(P);
   }
   void run(Comm& comm);
   std::vector<Row> rows;
@@ -349,7 +361,8 @@ void MoeBench::run(Comm& comm) {
           grouped_gemm(down, gc, s);
         });
 
-        MoE moe(comm, cfg);
+        auto moe_ptr = std::make_unique<MoE>(comm, cfg);
+        MoE& moe = *moe_ptr;
         MoeArgs a;
         a.x = x.p, a.num_tokens = T, a.topk_idx = didx.p, a.topk_weights = dw.as<float>();
         a.w_gate_up = w1.p, a.w_down = w2.p, a.out = out.p;
@@ -384,9 +397,34 @@ void MoeBench::run(Comm& comm) {
         TW_CUDA_CHECK(cudaMemcpyAsync(&nonfinite, bad.p, 8, cudaMemcpyDeviceToHost, s));
         comm.sync(s);
         wrong += nonfinite + check(m, me, T, idx, w, out0);
+        // The overlapped forward on the same inputs (one MoE's buffers at a time), and its bits
+        // against the unfused call's.
+        unsigned long long diff = 0;
+        if (mode == EpMode::kHighThroughput) {
+          Dev out_seq(size_t(T) * H * 2);
+          TW_CUDA_CHECK(cudaMemcpyAsync(out_seq.p, out.p, size_t(T) * H * 2, cudaMemcpyDeviceToDevice, s));
+          comm.sync(s);
+          barrier_.arrive_and_wait("bench moe unfused done");
+          moe_ptr.reset();
+          cfg.overlap = true;
+          MoE fused(comm, cfg);
+          row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
+          try {
+            fused.check(s);
+          } catch (const Error& e) {
+            std::fprintf(stderr, "# rank %d (overlap): %s\n", me, e.what());
+            wrong += 1;
+          }
+          TW_CUDA_CHECK(cudaMemsetAsync(bad.p, 0, 8, s));
+          count_diff<<<256, 256, 0, s>>>(out.as<uint16_t>(), out_seq.as<uint16_t>(), size_t(T) * H,
+                                         bad.as<unsigned long long>());
+          TW_CUDA_CHECK(cudaMemcpyAsync(&diff, bad.p, 8, cudaMemcpyDeviceToHost, s));
+          comm.sync(s);
+          barrier_.arrive_and_wait("bench moe fused done");  // no rank frees the MoE while a peer's kernel reads it
+        }
         {
           std::lock_guard<std::mutex> lk(sh_.mu);
-          sh_.pairs[me] = pairs, sh_.wrong[me] = wrong;
+          sh_.pairs[me] = pairs, sh_.wrong[me] = wrong + diff, sh_.diff[me] = diff;
         }
         barrier_.arrive_and_wait("bench moe results");
         if (me == 0) {
@@ -394,13 +432,15 @@ void MoeBench::run(Comm& comm) {
             row.pairs_max = std::max(row.pairs_max, sh_.pairs[q]);
             row.pairs_total += sh_.pairs[q];
             row.wrong += sh_.wrong[q];
+            row.diff += sh_.diff[q];
           }
           row.flops = 2.0 * double(row.pairs_total) * 3.0 * F * H;
           rows.push_back(row);
-          std::printf("%-6s %-3s %6d %3d %8lld %10.1f %10.1f %11.1f %8.3f %8.3f %8.1f %7llu\n", row.model.c_str(),
-                      row.mode.c_str(), T, P_, row.pairs_max, row.gemms_us, row.ep_us, row.unfused_us,
-                      row.unfused_us / row.gemms_us, row.unfused_us / (row.gemms_us + row.ep_us),
-                      row.flops / (row.unfused_us * 1e-6) / 1e12, row.wrong);
+          std::printf("%-6s %-3s %6d %3d %8lld %10.1f %10.1f %11.1f %8.3f %8.3f %10.1f %8.3f %8.3f %8.1f %7llu %6llu\n",
+                      row.model.c_str(), row.mode.c_str(), T, P_, row.pairs_max, row.gemms_us, row.ep_us,
+                      row.unfused_us, row.unfused_us / row.gemms_us, row.unfused_us / (row.gemms_us + row.ep_us),
+                      row.fused_us, row.fused_us / row.gemms_us, row.fused_us / row.unfused_us,
+                      row.flops / (row.unfused_us * 1e-6) / 1e12, row.wrong, row.diff);
           std::fflush(stdout);
         }
         comm.sync(s);
@@ -427,14 +467,17 @@ int bench_moe(const std::vector<std::string>& argv) {
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16\n", prop.name, P,
               o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform");
-  std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %8s %7s\n", "model", "ep", "tokens", "P", "pairs",
-              "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "TF/s", "#wrong");
+  std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %8s %7s %6s\n", "model", "ep", "tokens", "P",
+              "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus", "TF/s",
+              "#wrong", "#diff");
   MoeBench bench(o, P);
   const auto fn = [&](Comm& comm) { bench.run(comm); };
   if (o.virtual_ranks > 0) Comm::run_virtual(0, P, fn);
   else Comm::run_local({}, fn);
   std::printf("# pairs: the most (token, expert) rows a rank's experts received; /gemms, /g+ep: unfused over the\n"
-              "# GEMMs alone and over GEMMs + EP alone; TF/s: the team's expert FLOPs over the unfused time\n");
+              "# GEMMs alone and over GEMMs + EP alone; fused (high throughput): the overlapped forward, f/gemms and\n"
+              "# f/unfus its time over the GEMMs alone and over unfused; TF/s: the team's expert FLOPs over the unfused\n"
+              "# time; #diff: elements of the fused output that differ from the unfused one's bits (counted in #wrong)\n");
   bool ok = true;
   std::ostringstream j;
   for (size_t i = 0; i < bench.rows.size(); ++i) {
@@ -443,7 +486,8 @@ int bench_moe(const std::vector<std::string>& argv) {
     j << (i ? "," : "") << "{\"model\":\"" << r.model << "\",\"mode\":\"" << r.mode << "\",\"tokens\":" << r.tokens
       << ",\"ranks\":" << r.ranks << ",\"pairs_max\":" << r.pairs_max << ",\"pairs_total\":" << r.pairs_total
       << ",\"gemms_us\":" << r.gemms_us << ",\"ep_us\":" << r.ep_us << ",\"unfused_us\":" << r.unfused_us
-      << ",\"tflops\":" << r.flops / (r.unfused_us * 1e-6) / 1e12 << ",\"wrong\":" << r.wrong << "}";
+      << ",\"fused_us\":" << r.fused_us << ",\"tflops\":" << r.flops / (r.unfused_us * 1e-6) / 1e12
+      << ",\"wrong\":" << r.wrong << ",\"diff\":" << r.diff << "}";
   }
   if (!o.json_path.empty()) {
     std::ofstream f(o.json_path, std::ios::out | std::ios::trunc);

@@ -157,11 +157,13 @@ class MoE:
     w_gate_up [L, 2 ffn, hidden] (gate rows, then up rows), w_down [L, hidden, ffn], bf16."""
 
     def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, ffn: int, topk: int, num_experts: int,
-                 low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0):
-        """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case)."""
+                 low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False):
+        """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case).
+        overlap: high throughput, the gate-up GEMM beside the dispatch, each tile starting once its
+        rows have landed (docs/moe.md, "Overlap"); the same bits as without it."""
         comm._live("MoE")
         self._m = _C.MoE(comm._c, max_tokens_per_rank, hidden, ffn, topk, num_experts, low_latency, max_expert_rows,
-                         num_sms)
+                         num_sms, bool(overlap))
         self._comm = comm
         self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device)
         self.low_latency = low_latency

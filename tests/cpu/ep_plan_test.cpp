@@ -107,7 +107,7 @@ TEST(EpPlan, HighThroughputWindowRegionsAreDisjoint) {
       EXPECT_GE(g.slot_bytes, 16 + 4u * (P + 64));
       EXPECT_EQ(g.slot_bytes % 16, 0u);
       EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
-                               {g.off_cdone, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
+                               {g.off_cdone, flags}, {g.off_dstart, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
                                {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
                                {g.off_rscale, cap * tw::ep_scale_bytes(c)}, {g.off_rx, cap * tw::ep_row_bytes(c)},
                                {g.off_cw, cap * 4}, {g.off_cy, cap * c.hidden * 2}},
@@ -115,7 +115,7 @@ TEST(EpPlan, HighThroughputWindowRegionsAreDisjoint) {
                 "")
           << "P = " << P;
       // The flags and slots (zeroed at creation) come before every data region.
-      EXPECT_LE(g.off_cdone + flags, g.off_rsrc);
+      EXPECT_LE(std::max(g.off_cdone, g.off_dstart) + flags, g.off_rsrc);
     }
 }
 
@@ -134,7 +134,7 @@ TEST(EpPlan, GinStagingRegionsAreDisjointAndMirrorTheReceiveRegions) {
       EXPECT_EQ(g.off_cy, lsa.off_cy);
       EXPECT_GT(g.total, lsa.total);
       EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
-                               {g.off_cdone, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
+                               {g.off_cdone, flags}, {g.off_dstart, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
                                {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
                                {g.off_rscale, cap * tw::ep_scale_bytes(c)}, {g.off_rx, cap * tw::ep_row_bytes(c)},
                                {g.off_cw, cap * 4}, {g.off_cy, cap * c.hidden * 2}, {g.off_sslots, P * g.slot_bytes},

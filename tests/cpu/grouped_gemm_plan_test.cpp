@@ -1,11 +1,13 @@
 // Grouped GEMM argument checks and tile rule without a GPU (ops/grouped_gemm.hpp): each refusal
 // names what was wrong; valid layouts (padded, packed, no rows) pass; grouped_gemm() throws
-// kInvalidArgument before touching the device; tile names round-trip.
+// kInvalidArgument before touching the device; tile names round-trip; the row gate waits for
+// exactly the sources whose rows a tile holds.
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "cpu_util.hpp"
+#include "ops/grouped_gemm/gate.hpp"
 #include "tilewire/ops/grouped_gemm.hpp"
 
 namespace {
@@ -122,6 +124,28 @@ TEST(GroupedGemmPlan, TileNamesRoundTrip) {
   for (GroupedTile t : {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k128x256coop})
     EXPECT_EQ(tw::parse_grouped_tile(tw::grouped_tile_name(t)), t);
   EXPECT_FALSE(tw::parse_grouped_tile("128x256").has_value());
+}
+
+// The gate's rule against a brute force over rows: a tile waits for source s exactly when one of
+// its rows is one of s's; the load warp's walk (stop at the first source starting past the tile)
+// finds the same set.
+TEST(GroupedGemmGate, TilesWaitForTheSourcesOfTheirRows) {
+  const std::vector<std::vector<int>> layouts = {
+      {0, 0, 0, 0}, {0, 5, 5, 9}, {0, 0, 130, 300}, {0, 64, 128, 192}, {0, 1, 1, 1, 1, 257}, {0, 0, 0, 64}};
+  for (const std::vector<int>& b : layouts) {
+    const int S = int(b.size()) - 1;
+    for (int tile : {64, 128})
+      for (int r0 = 0; r0 < b[S] + tile; r0 += tile) {
+        std::vector<bool> walk(S, false);
+        for (int s = 0; s < S && b[s] < r0 + tile; ++s) walk[s] = tw::grouped_impl::source_meets_rows(b.data(), s, r0, r0 + tile);
+        for (int s = 0; s < S; ++s) {
+          bool holds = false;
+          for (int r = r0; r < r0 + tile; ++r) holds = holds || (r >= b[s] && r < b[s + 1]);
+          EXPECT_EQ(walk[s], holds) << "bounds of " << S << " sources ending " << b[S] << ", tile at row " << r0
+                                    << " of " << tile << ", source " << s;
+        }
+      }
+  }
 }
 
 }  // namespace

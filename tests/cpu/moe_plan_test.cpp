@@ -1,5 +1,5 @@
 // MoE FFN config checks without a GPU (ops/moe.hpp check_moe_config): each refusal names the
-// field; a valid config of either EP mode passes.
+// field; a valid config of either EP mode passes; the overlap leaves the GEMM's preparation an SM.
 #include <string>
 
 #include "cpu_util.hpp"
@@ -46,6 +46,26 @@ TEST(MoePlan, RefusesWithTheReason) {
     EXPECT_TRUE(contains(s.reason, "moe: ")) << s.reason;
     EXPECT_TRUE(contains(s.reason, k.want)) << "want '" << k.want << "' in: " << s.reason;
   }
+}
+
+// The overlap's dispatch CTAs and the GEMM's preparation must all be resident: num_sms <= budget - 1
+// (0: the default, which the MoE caps there). The low-latency mode ignores the flag.
+TEST(MoePlan, OverlapLeavesTheGemmPreparationAnSm) {
+  tw::MoeConfig c = valid(tw::EpMode::kHighThroughput);
+  c.overlap = true;
+  EXPECT_TRUE(tw::check_moe_config(c, 8, 16).ok);
+  c.ep.num_sms = 15;
+  EXPECT_TRUE(tw::check_moe_config(c, 8, 16).ok);
+  c.ep.num_sms = 16;
+  const tw::Status s = tw::check_moe_config(c, 8, 16);
+  EXPECT_FALSE(s.ok);
+  EXPECT_TRUE(contains(s.reason, "overlap with ep.num_sms 16 needs an SM budget of at least 17")) << s.reason;
+  c.overlap = false;
+  EXPECT_TRUE(tw::check_moe_config(c, 8, 16).ok) << "without the overlap the dispatch may take the whole budget";
+  c = valid(tw::EpMode::kLowLatency);
+  c.overlap = true;
+  c.ep.num_sms = 16;
+  EXPECT_TRUE(tw::check_moe_config(c, 8, 16).ok) << "low latency ignores the overlap";
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 // padded and packed layouts, both B layouts, both tiles, empty and full groups, groups of one
 // row, rows past the last group; every row outside the groups stays poisoned. Bad counts write
 // nothing and name the first bad group in the status; the next good call works. A captured graph
-// replays with the counts it finds. No rows at all is legal when every count is 0.
+// replays with the counts it finds. No rows at all is legal when every count is 0. The row gate
+// (src/ops/grouped_gemm/gate.hpp): a GEMM launched before its rows, counts and bounds exist computes
+// every group right once a kernel beside it writes them source by source, in reverse order.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "common.cuh"
+#include "ops/grouped_gemm/launch.hpp"  // grouped_gemm_gated, RowGate
 #include "tilewire/ops/grouped_gemm.hpp"
 
 namespace {
@@ -278,6 +281,100 @@ TEST(GroupedGemm, BadArgumentsThrow) {
   const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
   for (size_t i = 0; i < size_t(b.p.rows) * b.p.N; ++i)
     ASSERT_TRUE(std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)))) << "C element " << i << " written";
+}
+
+// ------------------------------------------------------------------------------ the row gate
+// A kernel beside the gated GEMM plays the receive: it first writes the counts, offsets and
+// bounds and raises the layout flag, then, for s = S - 1 down to 0, waits `delay_ns`, copies
+// source s's rows of every group from the staging copy into A (poisoned until then) and raises
+// flags[s] to `want`. One CTA; segs: [n][3] = source, first row, rows.
+__global__ void release_sources(const uint16_t* staged, uint16_t* A, int K, const int* segs, int nseg, int S,
+                                const int* layout_src, int* layout_dst, int layout_ints, uint64_t* layout_flag,
+                                uint64_t* flags, uint64_t want, uint64_t delay_ns) {
+  for (int i = threadIdx.x; i < layout_ints; i += blockDim.x) layout_dst[i] = layout_src[i];
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) tw::ptx::st_release_sys(layout_flag, want);
+  for (int s = S - 1; s >= 0; --s) {
+    const uint64_t t0 = tw::ptx::globaltimer();
+    while (tw::ptx::globaltimer() - t0 < delay_ns) {
+    }
+    for (int i = 0; i < nseg; ++i) {
+      if (segs[3 * i] != s) continue;
+      const size_t first = size_t(segs[3 * i + 1]) * K, n = size_t(segs[3 * i + 2]) * K;
+      for (size_t e = threadIdx.x; e < n; e += blockDim.x) A[first + e] = staged[first + e];
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) tw::ptx::st_release_sys(flags + s, want);
+  }
+}
+
+TEST(GroupedGemm, RowGateWaitsForEachSource) {
+  TW_SKIP_UNLESS_SM90();
+  constexpr int S = 3;
+  const std::pair<BLayout, GroupedTile> runs[] = {{BLayout::kNK, GroupedTile::k64x128pp},
+                                                  {BLayout::kNK, GroupedTile::k128x256coop},
+                                                  {BLayout::kKN, GroupedTile::k128x256coop}};
+  for (const auto& [layout, tile] : runs) {
+    const Problem p = packed(6, 264, 128, 300, 21, layout);
+    SCOPED_TRACE(p.name() + " tile " + tw::grouped_tile_name(tile));
+    Stream s, side;
+    Buffers b(p);
+    b.fill_and_poison(s);
+    // Each group's rows cut into S source blocks at seeded points (some empty); segments of A.
+    std::vector<int> bounds, segs;
+    for (int g = 0; g < p.groups; ++g) {
+      int cut[S + 1] = {0};
+      for (int q = 1; q < S; ++q) cut[q] = int(tw_test::mix(77, g, q) % uint64_t(p.counts[g] + 1));
+      cut[S] = p.counts[g];
+      std::sort(cut + 1, cut + S);
+      for (int q = 0; q <= S; ++q) bounds.push_back(cut[q]);
+      for (int q = 0; q < S; ++q)
+        if (cut[q + 1] > cut[q]) segs.insert(segs.end(), {q, p.firsts[g] + cut[q], cut[q + 1] - cut[q]});
+    }
+    // The layout the side kernel publishes: counts, offsets, bounds (one array, copied at once).
+    std::vector<int> layout = p.counts;
+    layout.insert(layout.end(), p.firsts.begin(), p.firsts.end());
+    layout.insert(layout.end(), bounds.begin(), bounds.end());
+    DeviceBuffer staged(b.A.bytes), seg_d(segs.size() * 4 + 4), layout_src(layout.size() * 4),
+        layout_dst(layout.size() * 4), flags((S + 1) * 8);
+    TW_CUDA_CHECK(cudaMemcpyAsync(staged.data(), b.A.data(), b.A.bytes, cudaMemcpyDeviceToDevice, s));
+    tw_test::upload(seg_d.data(), segs, s);
+    tw_test::upload(layout_src.data(), layout, s);
+    tw_test::poison(b.A.data(), b.A.bytes, s);
+    TW_CUDA_CHECK(cudaMemsetAsync(layout_dst.data(), 0x7F, layout_dst.bytes, s));  // not a layout
+    TW_CUDA_CHECK(cudaMemsetAsync(flags.data(), 0, flags.bytes, s));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    int* dst = static_cast<int*>(layout_dst.data());
+    auto* f = static_cast<uint64_t*>(flags.data());
+    tw::GroupedGemmArgs a = b.args();
+    a.counts = dst, a.offsets = dst + p.groups;
+    tw::grouped_impl::RowGate gate;
+    gate.flags = f, gate.bounds = dst + 2 * p.groups, gate.sources = S, gate.want = 5, gate.layout_flag = f + S;
+    gate.ctx.timeout_ns = 20'000'000'000ull;
+    tw::GroupedGemmConfig cfg;
+    cfg.tile = tile;
+    cfg.reserved_sms = 2;  // the side kernel's SM
+    // Loaded before the GEMM's preparation spins (a lazy module load would wait for the device).
+    cudaFuncAttributes attr{};
+    TW_CUDA_CHECK(cudaFuncGetAttributes(&attr, release_sources));
+    tw::grouped_impl::grouped_gemm_gated(a, cfg, gate, s);
+    release_sources<<<1, 256, 0, side>>>(static_cast<const uint16_t*>(staged.data()), static_cast<uint16_t*>(b.A.data()),
+                                         p.K, static_cast<const int*>(seg_d.data()), int(segs.size() / 3), S,
+                                         static_cast<const int*>(layout_src.data()), dst, int(layout.size()), f + S, f,
+                                         gate.want, 200'000);
+    TW_CUDA_CHECK(cudaGetLastError());
+    TW_CUDA_CHECK(cudaStreamSynchronize(side));
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(b.read_status(s), 0);
+    EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+    // The flags already at `want`: the gate passes at once.
+    tw_test::poison(b.C.data(), b.C.bytes, s);
+    tw::grouped_impl::grouped_gemm_gated(a, cfg, gate, s);
+    TW_CUDA_CHECK(cudaStreamSynchronize(s));
+    EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+  }
 }
 
 }  // namespace

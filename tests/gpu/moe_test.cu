@@ -4,12 +4,16 @@
 //
 //   Moe.MatchesTheReference  uniform, skewed and all-to-rank-0 routing, ranks with 40, 0, 23 and 1
 //       tokens, some top-k slots -1; every element of the output against the reference below;
-//       a second call on the same inputs gives the same bits.
+//       a second call on the same inputs gives the same bits. High throughput runs twice: in
+//       sequence and with the overlap (MoeConfig::overlap), which must give the same bits.
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
-//       poisoned output: the eager call's bits each time.
+//       poisoned output: the eager call's bits each time (both modes, and with the overlap).
 //   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
 //       that receives more fails its check() naming the limit, the others do not; an empty call
-//       after it checks clean.
+//       after it checks clean (with and without the overlap).
+//   Moe.RefusedRoutingThrowsOnEveryRank  high throughput, in sequence and with the overlap: rank 0
+//       names an expert out of range; every rank's check() throws, nothing hangs, and the next
+//       call on the same MoE matches the reference.
 //
 // The reference (host, fp64) follows the library's roundings where they decide a value: h = W1 x
 // rounded to bf16 (gate = rows [0, F), up = rows [F, 2F)), act = SiLU(g) u rounded to bf16, then
@@ -130,13 +134,23 @@ void rank_weights(const std::vector<Expert>& experts, int rank, std::vector<uint
   }
 }
 
-tw::MoeConfig moe_config(tw::EpMode mode, int P) {
+tw::MoeConfig moe_config(tw::EpMode mode, int P, bool overlap = false) {
   tw::MoeConfig c;
   c.ep.mode = mode, c.ep.max_tokens_per_rank = kMaxTokens, c.ep.hidden = kH, c.ep.topk = kTopk;
   c.ep.num_experts = kL * P;
   c.ffn = kF;
+  c.overlap = overlap;
   return c;
 }
+
+// The configurations every test runs: high throughput in sequence, with the overlap, low latency.
+struct Variant {
+  tw::EpMode mode;
+  bool overlap;
+  std::string name() const { return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : ""); }
+};
+constexpr Variant kVariants[] = {
+    {tw::EpMode::kHighThroughput, false}, {tw::EpMode::kHighThroughput, true}, {tw::EpMode::kLowLatency, false}};
 
 std::string compare(const std::vector<uint16_t>& got, const std::vector<double>& ref, const std::vector<double>& tol) {
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -162,10 +176,11 @@ TEST(Moe, MatchesTheReference) {
     rank_weights(experts, me, &w1, &w2);
     DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
     upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
-    for (tw::EpMode mode : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency}) {
-      tw::MoE moe(comm, moe_config(mode, P));
+    std::vector<std::vector<uint16_t>> sequential(3);  // high throughput's bits per routing
+    for (const Variant& v : kVariants) {
+      tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
       for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kAllToRank0}) {
-        const std::string at = std::string(tw::ep_mode_name(mode)) + " " + name(routing) + ": ";
+        const std::string at = v.name() + " " + name(routing) + ": ";
         const Tokens t = make_tokens(seed + int(routing), routing, me, P);
         std::vector<double> ref, tol;
         reference(t, experts, &ref, &tol);
@@ -187,6 +202,9 @@ TEST(Moe, MatchesTheReference) {
             first = got;
             const std::string why = compare(got, ref, tol);
             if (!why.empty()) wrong[me].push_back(at + why);
+            if (v.mode == tw::EpMode::kHighThroughput && !v.overlap) sequential[int(routing)] = got;
+            if (v.overlap && got != sequential[int(routing)])
+              wrong[me].push_back(at + "the bits differ from the sequential high-throughput call's");
           } else if (got != first) {
             wrong[me].push_back(at + "the second call's bits differ from the first's");
           }
@@ -214,8 +232,8 @@ TEST(Moe, GraphReplayIsBitIdentical) {
     rank_weights(experts, me, &w1, &w2);
     DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
     upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
-    for (tw::EpMode mode : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency}) {
-      tw::MoE moe(comm, moe_config(mode, P));
+    for (const Variant& v : kVariants) {
+      tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
       const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
       DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
           w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
@@ -241,7 +259,7 @@ TEST(Moe, GraphReplayIsBitIdentical) {
         comm.barrier();
         TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
         if (download<uint8_t>(out.data(), out.bytes, s) != eager)
-          wrong[me] += std::string(tw::ep_mode_name(mode)) + " replay " + std::to_string(rep) + ": output differs; ";
+          wrong[me] += v.name() + " replay " + std::to_string(rep) + ": output differs; ";
         comm.barrier();
       }
       cudaGraphExecDestroy(exec);
@@ -275,43 +293,107 @@ TEST(Moe, TooManyExpertRowsIsReported) {
     rank_weights(experts, me, &w1, &w2);
     DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
     upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
-    tw::MoeConfig cfg = moe_config(tw::EpMode::kHighThroughput, P);
-    cfg.max_expert_rows = 3;
-    tw::MoE moe(comm, cfg);
-    int pairs = 0;  // (row, local expert) pairs this rank receives
-    for (int q = 0; q < P; ++q)
-      for (int64_t e : all[q].idx) pairs += e >= 0 && e / kL == me;
-    const Tokens& t = all[me];
-    DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
-        w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
-    upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
-    tw::MoeArgs a;
-    a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-    a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
-    comm.sync(s);
-    comm.barrier();
-    moe.forward(a, s);
-    try {
-      moe.check(s);
-      if (pairs > 3) wrong[me] += "received " + std::to_string(pairs) + " pairs and check() did not throw; ";
-    } catch (const tw::Error& e) {
-      if (pairs <= 3) wrong[me] += std::string("check() threw with ") + std::to_string(pairs) + " pairs: " + e.what();
-      else if (std::string(e.what()).find("max_expert_rows 3") == std::string::npos)
-        wrong[me] += std::string("the message does not name the limit: ") + e.what();
+    for (bool overlap : {false, true}) {
+      tw::MoeConfig cfg = moe_config(tw::EpMode::kHighThroughput, P, overlap);
+      cfg.max_expert_rows = 3;
+      tw::MoE moe(comm, cfg);
+      const std::string at = overlap ? "overlapped: " : "";
+      int pairs = 0;  // (row, local expert) pairs this rank receives
+      for (int q = 0; q < P; ++q)
+        for (int64_t e : all[q].idx) pairs += e >= 0 && e / kL == me;
+      const Tokens& t = all[me];
+      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+      upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
+      tw::MoeArgs a;
+      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+        if (pairs > 3) wrong[me] += at + "received " + std::to_string(pairs) + " pairs and check() did not throw; ";
+      } catch (const tw::Error& e) {
+        if (pairs <= 3) wrong[me] += at + "check() threw with " + std::to_string(pairs) + " pairs: " + e.what();
+        else if (std::string(e.what()).find("max_expert_rows 3") == std::string::npos)
+          wrong[me] += at + "the message does not name the limit: " + e.what();
+      }
+      // Every rank past its check() before any rank launches again: on a virtual team under
+      // compute-sanitizer, check()'s copy back waits for the whole device, where a faster peer's
+      // next dispatch would spin for this rank.
+      comm.barrier();
+      a.num_tokens = 0;  // nothing anywhere: within the buffers
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+      } catch (const tw::Error& e) {
+        wrong[me] += at + "an empty call still fails: " + e.what();
+      }
+      comm.sync(s);
+      comm.barrier();
     }
-    // Every rank past its check() before any rank launches again: on a virtual team under
-    // compute-sanitizer, check()'s copy back waits for the whole device, where a faster peer's
-    // next dispatch would spin for this rank.
-    comm.barrier();
-    a.num_tokens = 0;  // nothing anywhere: within the buffers
-    moe.forward(a, s);
-    try {
-      moe.check(s);
-    } catch (const tw::Error& e) {
-      wrong[me] += std::string("an empty call still fails: ") + e.what();
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+// A refused routing: no rank's dispatch writes rows, every rank's check() throws, and with the
+// overlap the GEMM beside the dispatch is released (nothing waits for rows that never come); the
+// next call is good.
+TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  const uint64_t seed = 97;
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    std::vector<uint16_t> w1, w2;
+    rank_weights(experts, me, &w1, &w2);
+    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
+    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    for (bool overlap : {false, true}) {
+      const std::string at = overlap ? "overlapped: " : "sequential: ";
+      tw::MoE moe(comm, moe_config(tw::EpMode::kHighThroughput, P, overlap));
+      const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
+      std::vector<double> ref, tol;
+      reference(t, experts, &ref, &tol);
+      std::vector<int64_t> bad = t.idx;
+      if (me == 0) bad[0] = int64_t(kL) * P;  // one past the last expert (rank 0 has 40 tokens)
+      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
+          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
+      upload(x.data(), t.x, s), upload(idx.data(), bad, s), upload(w.data(), t.w, s);
+      tw::MoeArgs a;
+      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+        wrong[me] += at + "check() did not throw after rank 0's bad expert id; ";
+      } catch (const tw::Error& e) {
+        if (std::string(e.what()).find("rank 0") == std::string::npos)
+          wrong[me] += at + "the message does not name rank 0: " + e.what() + "; ";
+      }
+      comm.barrier();
+      upload(idx.data(), t.idx, s);
+      poison(out.data(), out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(a, s);
+      try {
+        moe.check(s);
+      } catch (const tw::Error& e) {
+        wrong[me] += at + "the good call after it fails: " + e.what() + "; ";
+      }
+      const std::string why = compare(download<uint16_t>(out.data(), size_t(t.N) * kH, s), ref, tol);
+      if (!why.empty()) wrong[me] += at + "the good call after it: " + why + "; ";
+      comm.sync(s);
+      comm.barrier();
     }
-    comm.sync(s);
-    comm.barrier();
   });
   for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
 }

@@ -71,6 +71,7 @@ constexpr int kEpDefaultSms = 24;  // high throughput; low latency takes the SM 
 constexpr uint32_t kEpTraceCombine = 1u << 16;
 constexpr uint32_t kEpTraceLayout = 1u << 17;
 constexpr uint32_t kEpTraceCounts = 1u << 18;
+constexpr uint32_t kEpTracePlaced = 1u << 19;  // chunk_recv + source: a CTA's share of that source is in xg (EpExpertMajor)
 
 struct EpConfig {
   int max_tokens_per_rank = 0;  // the most tokens any rank dispatches in one call (1..32768)
@@ -151,6 +152,38 @@ struct EpLowLatencyRecv {
   int capacity = 0;                   // rows per expert: nranks x max_tokens_per_rank
 };
 
+// High throughput: the receive also laid out per local expert, for a grouped GEMM that starts
+// while the rows are still landing (tw::MoE's overlapped FFN; docs/moe.md). Every (row, local
+// expert) pair of the receive gets a place in xg, expert by expert, each expert's rows by source
+// rank, each source's in (row, slot) order: the places MoE's unfused placement gives. After its
+// own rows are out, each of the dispatch's G CTAs (num_sms()) takes a 1/G share of every source's
+// rows, sources in rank order (the order of each expert's rows): once all of that source's rows
+// have landed it places its share, copies those rows into xg and adds 1 to ready[source].
+//   counts, offsets   [L]: expert l's pairs, first place (packed: offsets ascending)
+//   bounds            [L][P + 1]: source q's pairs of expert l are its places
+//                     [offsets[l] + bounds[l][q], offsets[l] + bounds[l][q + 1])
+//   perm, pos_of      perm[place] = the receive row; pos_of[row x topk + slot] = its place or -1
+//   overflow          more pairs than max_rows: their number, and nothing placed (counts 0,
+//                     pos_of -1); else 0
+//   layout_flag       raised to G once counts, offsets, bounds and overflow are written and the
+//                     dispatch CTAs of every rank are running (a GEMM launched after it cannot
+//                     take the SMs they need)
+//   ready             [P]: reaches G once all of source q's pairs are in xg
+// layout_flag and ready must read 0 when the dispatch starts (the caller zeroes them, in stream
+// order before anything that waits for them). Every peer in the LSA team, bf16 payload.
+struct EpExpertMajor {
+  void* xg = nullptr;  // [max_rows, H] bf16
+  int max_rows = 0;
+  int* counts = nullptr;
+  int* offsets = nullptr;
+  int* bounds = nullptr;
+  int* perm = nullptr;    // [max_rows]
+  int* pos_of = nullptr;  // [capacity x topk]
+  int* overflow = nullptr;
+  uint64_t* layout_flag = nullptr;
+  uint64_t* ready = nullptr;  // [P]
+};
+
 class EpBuffer {
  public:
   // Collective: allocates the window and device state. Every rank passes the same config: the
@@ -177,6 +210,9 @@ class EpBuffer {
 
   // Collective. Runs layout() first unless a.reuse_layout.
   EpRecv dispatch(const EpDispatchArgs& a, cudaStream_t stream);
+  // The same, with the receive also laid out per expert (EpExpertMajor). Throws kInvalidArgument
+  // on a buffer with GIN peers or an fp8 payload, or a null pointer in `em`.
+  EpRecv dispatch(const EpDispatchArgs& a, const EpExpertMajor& em, cudaStream_t stream);
   // Collective. y: [*num_recv, H] bf16 rows in the last dispatch's receive order (any device
   // memory; null on a rank that received no rows, else check() throws and zero rows go back);
   // weights: optional [*num_recv] fp32, each row's weight (null: 1), so ranks may differ in
@@ -223,6 +259,7 @@ class EpBuffer {
   std::unique_ptr<State> st_;
   std::unique_ptr<LowLatency> ll_;
   void init_low_latency();
+  EpRecv dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, cudaStream_t stream);
   LowLatency& low_latency(const char* op);  // ll.cu
 };
 

@@ -9,7 +9,8 @@
 //   w_down     [L, H, F]  bf16
 // (both [N, K] for their GEMM: the weights' usual layout, as torch's Linear keeps them).
 //
-// Per call, on `stream` (docs/moe.md has the picture):
+// Per call, on `stream` (docs/moe.md has the picture; with MoeConfig::overlap the gate-up GEMM runs
+// on a stream of the MoE's own, forked from `stream` and joined back within the call):
 //   high throughput  EpBuffer::dispatch (rows deduplicated per rank) -> the received rows put in
 //                    expert-major order, one copy per (row, local expert) -> grouped gate-up ->
 //                    SiLU x up -> grouped down -> per received row, its experts' outputs times
@@ -54,6 +55,13 @@ struct MoeConfig {
   // case, capacity x topk (a token may name an expert twice in this mode). A call that receives more computes nothing for this rank's
   // experts (their rows go back as zeros) and check() throws on this rank, naming the count.
   int max_expert_rows = 0;
+  // High throughput, every peer in the LSA team: the gate-up GEMM runs beside the dispatch, each
+  // tile starting once the rows it reads have landed (docs/moe.md, "Overlap"): the dispatch's
+  // CTAs lay the receive out per expert (EpExpertMajor) source by source, and the grouped GEMM's
+  // load warp waits for the sources of each tile. The results are the same bits as without it.
+  // Every rank passes the same value. The dispatch runs ep.num_sms <= budget - 1 CTAs (0: the
+  // default, capped there). Ignored in the low-latency mode.
+  bool overlap = false;
 };
 
 // Host checks that need no GPU: the EP config (check_ep_config), F, the payload.
@@ -93,6 +101,12 @@ class MoE {
   // rows than max_expert_rows (this rank only).
   void check(cudaStream_t stream);
 
+  // Record events into `ring` from the next forward on (null ring: off): the EpBuffer's
+  // (EpBuffer::set_trace; with the overlap, chunk_recv id kEpTracePlaced + q when a dispatch CTA
+  // has put its share of source q's rows in place) and, with the overlap, the gate-up GEMM's
+  // mma_start per tile when its load warp is past the gate (id = expert << 16 | row tile).
+  void set_trace(const trace::Ring& ring);
+
  private:
   struct Buffers;  // src/ops/moe/moe.cpp
   Comm& comm_;
@@ -101,6 +115,9 @@ class MoE {
   int local_experts_ = 0;
   std::unique_ptr<EpBuffer> ep_;
   std::unique_ptr<Buffers> buf_;
+  trace::Ring trace_{};
+  void forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
+                          cudaStream_t stream);
 };
 
 // moe_ffn(moe, args, stream) = moe.forward(args, stream).

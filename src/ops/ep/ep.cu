@@ -171,10 +171,29 @@ void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaSt
   st.layout_changed = true;
 }
 
-EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) { return dispatch_impl(a, nullptr, stream); }
+
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, const EpExpertMajor& em, cudaStream_t stream) {
+  return dispatch_impl(a, &em, stream);
+}
+
+EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, cudaStream_t stream) {
   State& st = *st_;
   const char* op = "EpBuffer::dispatch";
   const auto check = [&] {
+    if (em) {
+      TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
+                 std::string(op) + ": the expert-major receive needs every peer in the LSA team (this buffer has GIN peers)");
+      TW_REQUIRE(cfg_.payload == EpPayload::kBFloat16, kInvalidArgument,
+                 std::string(op) + ": the expert-major receive is built for bf16 rows");
+      TW_REQUIRE(em->max_rows >= 0, kInvalidArgument, std::string(op) + ": EpExpertMajor::max_rows is negative");
+      const char* null = !em->counts ? "counts" : !em->offsets ? "offsets" : !em->bounds ? "bounds" : !em->perm ? "perm"
+                         : !em->pos_of ? "pos_of" : !em->overflow ? "overflow" : !em->layout_flag ? "layout_flag"
+                         : !em->ready ? "ready" : (!em->xg && em->max_rows > 0) ? "xg" : nullptr;
+      TW_REQUIRE(null == nullptr, kInvalidArgument, std::string(op) + ": EpExpertMajor::" + (null ? null : "") + " is null");
+      TW_REQUIRE(reinterpret_cast<uintptr_t>(em->xg) % 16 == 0, kInvalidArgument,
+                 std::string(op) + ": EpExpertMajor::xg is not 16-byte aligned");
+    }
     TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
                std::string(op) + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
     TW_REQUIRE(a.payload == cfg_.payload, kInvalidArgument,
@@ -198,7 +217,8 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   const bool idx64 = a.index_type == EpIndex::kInt64;
   // Ordered before layout() rewrites the routing a previous call reads.
   const OpEntry entry(comm_, op, stream, check, [&] {
-    comm_.agree_on_call(op, {{"payload", ep_payload_name(a.payload)}});
+    // Every rank places or none does: a placing rank waits for every rank's CTAs to say they run.
+    comm_.agree_on_call(op, {{"payload", ep_payload_name(a.payload)}, {"expert_major", em ? "yes" : "no"}});
   });
   if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
   ops::ep::DispatchParams p{};
@@ -216,7 +236,15 @@ EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
   p.alignment = cfg_.expert_alignment;
   p.status = st.status_dev;
   p.ring = st.ring;
-  ops::ep::dispatch<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  size_t smem = 0;
+  if (em) {
+    // xg is never null on the device: a rank with max_rows 0 still gets a valid (unused) address.
+    p.place = ops::ep::Place{em->xg ? static_cast<char*>(em->xg) : static_cast<char*>(st.win.data()), em->max_rows,
+                             em->counts, em->offsets, em->bounds, em->perm, em->pos_of, em->overflow, em->layout_flag,
+                             em->ready};
+    smem = ops::ep::place_smem_bytes(st.g.L);
+  }
+  ops::ep::dispatch<<<sms_, ops::ep::kThreads, smem, stream>>>(p);
   comm_.check_launch("ep dispatch launch");
   comm_.launched("ep dispatch");
   st.dispatched = true;

@@ -21,6 +21,7 @@ struct Geometry {
   size_t row_bytes, scale_bytes;  // per row
   size_t slot_bytes;              // one count slot
   size_t off_slots, off_done, off_cstart, off_cdone;
+  size_t off_dstart;  // [P][G] flags: the source's dispatch CTA has started (EpExpertMajor)
   size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
   size_t off_cy, off_cw;
   // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to

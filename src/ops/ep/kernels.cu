@@ -128,6 +128,152 @@ __global__ void layout_scan(Routing r, int P) {
   if (threadIdx.x == 0) r.tokens_per_rank[d] = total;
 }
 
+
+// ------------------------------------------------------------------ EpExpertMajor (Place)
+// Expert l's pairs from every source, and its first place: each CTA computes them from the count
+// slots (thread l: expert l) into offsets[] (shared), with the total; the verdict follows.
+__device__ int place_offsets(const DispatchParams& p, const char* mine, int* offsets) {
+  const Geometry& g = p.g;
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  const int l = threadIdx.x;
+  int n = 0;
+  for (int q = 0; l < g.L && q < g.P; ++q) n += reinterpret_cast<const int*>(mine + g.slot(q) + 16)[g.P + l];
+  int before = 0, all = 0;
+  Scan(tmp).ExclusiveSum(n, before, all);
+  if (l < g.L) offsets[l] = before;
+  __syncthreads();
+  return all;
+}
+
+// CTA 0, once every rank's counts are in: the layout the GEMM reads (counts, offsets, bounds, the
+// overflow), then, once every rank's dispatch CTAs have started, layout_flag = G. `all`: the pairs.
+__device__ void place_layout(const DispatchParams& p, uint64_t e, const char* mine, const int* offsets, int all) {
+  const Geometry& g = p.g;
+  const Place& pl = p.place;
+  const bool over = all > pl.max_rows;
+  for (int l = threadIdx.x; l < g.L; l += blockDim.x) {
+    int b = 0;
+    for (int q = 0; q < g.P; ++q) {
+      pl.bounds[l * (g.P + 1) + q] = over ? 0 : b;
+      b += reinterpret_cast<const int*>(mine + g.slot(q) + 16)[g.P + l];
+    }
+    pl.bounds[l * (g.P + 1) + g.P] = over ? 0 : b;
+    pl.counts[l] = over ? 0 : b;
+    pl.offsets[l] = over ? 0 : offsets[l];
+  }
+  if (threadIdx.x == 0) *pl.overflow = over ? all : 0;
+  for (int i = threadIdx.x; i < g.P * (int)gridDim.x; i += blockDim.x)
+    dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.flag(g.off_dstart, i / gridDim.x, i % gridDim.x), g.me),
+                   e, cuda::memory_order_relaxed, "ep.dispatch.started");
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) ptx::st_release_sys(pl.layout_flag, gridDim.x);
+}
+
+// A dispatch that writes no rows (a refused routing): no pairs, and every flag raised.
+__device__ void place_nothing(const DispatchParams& p) {
+  const Geometry& g = p.g;
+  const Place& pl = p.place;
+  if (blockIdx.x == 0) {
+    for (int l = threadIdx.x; l < g.L; l += blockDim.x) {
+      pl.counts[l] = pl.offsets[l] = 0;
+      for (int q = 0; q <= g.P; ++q) pl.bounds[l * (g.P + 1) + q] = 0;
+    }
+    if (threadIdx.x == 0) *pl.overflow = 0;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) ptx::st_release_sys(pl.layout_flag, gridDim.x);
+  }
+  __threadfence();
+  __syncthreads();
+  for (int q = threadIdx.x; q < g.P; q += blockDim.x) ptx::red_add_release_sys(pl.ready + q, 1);
+}
+
+// This CTA's share of every source's pairs, sources in rank order (the order of each expert's
+// rows, so the GEMM's first tiles are the first ready): once all of source q's channels have
+// landed, its rows [lo, hi) (a 1/G split of q's rows) are placed in (row, slot) order, as
+// MoE's chunk placement does (lanes with the same expert by __match_any_sync, earlier warps'
+// counts from shared memory, q's earlier rows counted first), copied into xg, and ready[q] += 1.
+__device__ void place_sources(const DispatchParams& p, uint64_t e, const char* mine, int* sm, bool over) {
+  const Geometry& g = p.g;
+  const Place& pl = p.place;
+  const int P = g.P, L = g.L, k = g.topk, G = gridDim.x, ch = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int* offsets = sm;  // [L] (place_offsets)
+  int* bound = sm + L;      // [L]: source q's first pair within expert l
+  int* before = sm + 2 * L; // [L]: q's pairs of expert l placed before this point
+  int* per_warp = sm + 3 * L;  // [kWarps][L]
+  const auto count_at = [&](int q, int d) { return reinterpret_cast<const int*>(mine + g.slot(q) + 16)[d]; };
+  const auto* ridx = reinterpret_cast<const int32_t*>(mine + g.off_ridx);
+  const int chunks = (int)(g.row_bytes / 16);
+  int rbase = 0;  // q's first receive row
+  for (int q = 0; q < P; rbase += count_at(q, g.me), ++q) {
+    const int n = count_at(q, g.me);
+    const int lo = (int)((long long)n * ch / G), hi = (int)((long long)n * (ch + 1) / G);
+    for (int l = threadIdx.x; l < L; l += kThreads) {
+      int b = 0;
+      for (int r = 0; r < q; ++r) b += count_at(r, P + l);
+      bound[l] = b;
+      before[l] = 0;
+    }
+    for (int c = threadIdx.x; c < G; c += kThreads)
+      dev::wait_flag(dev::Thread{}, p.ctx, at<uint64_t>(p.ctx, p.win, g.flag(g.off_done, q, c), g.me), e,
+                     cuda::memory_order_acquire, "ep.dispatch.place");
+    __syncthreads();
+    const long long first = (long long)rbase * k, e0 = (long long)(rbase + lo) * k, e1 = (long long)(rbase + hi) * k;
+    for (long long x = first + threadIdx.x; x < e0; x += kThreads) {
+      const int id = ridx[x];
+      if (id >= 0 && id < L) atomicAdd(&before[id], 1);
+    }
+    __syncthreads();
+    for (long long sub = e0; sub < e1; sub += kThreads) {
+      for (int i = threadIdx.x; i < kWarps * L; i += kThreads) per_warp[i] = 0;
+      __syncthreads();
+      const long long x = sub + threadIdx.x;
+      const int id = x < e1 ? ridx[x] : -1;
+      const bool placed = !over && id >= 0 && id < L;
+      const unsigned same = __match_any_sync(0xffffffffu, placed ? id : -1);
+      const int rank = __popc(same & ((1u << lane) - 1));
+      if (placed && rank == 0) per_warp[warp * L + id] = __popc(same);
+      __syncthreads();
+      if (x < e1) {
+        if (placed) {
+          int pos = offsets[id] + bound[id] + before[id] + rank;
+          for (int w = 0; w < warp; ++w) pos += per_warp[w * L + id];
+          pl.perm[pos] = (int)(x / k);
+          pl.pos_of[x] = pos;
+        } else {
+          pl.pos_of[x] = -1;
+        }
+      }
+      __syncthreads();
+      for (int l = threadIdx.x; l < L; l += kThreads) {
+        int add = 0;
+        for (int w = 0; w < kWarps; ++w) add += per_warp[w * L + l];
+        before[l] += add;
+      }
+      __syncthreads();
+    }
+    // The rows, a warp per pair (pos_of as this CTA just wrote it).
+    for (long long x = e0 + warp; x < e1; x += kWarps) {
+      const int pos = pl.pos_of[x];
+      if (pos < 0) continue;
+      const char* src = mine + g.off_rx + (size_t)(x / k) * g.row_bytes;
+      char* dst = pl.xg + (size_t)pos * g.row_bytes;
+      warp_copy_row(
+          chunks, lane, [&](int c) { return *reinterpret_cast<const uint4*>(src + (size_t)c * 16); },
+          [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      ptx::red_add_release_sys(pl.ready + q, 1);
+      trace::emit(p.ring, trace::EventKind::kChunkRecv, kEpTracePlaced + (uint32_t)q, ptx::globaltimer());
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------- dispatch
 // GIN adds per call to a peer's counters: the count slot (1 put), a CTA's rows (6 regions:
 // source rank, source token, top-k ids, weights, scales, payload), combine's start (1 signal)
@@ -140,6 +286,11 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   const int P = g.P, me = g.me, ch = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const uint64_t e = next_epoch(p.epochs);
   stamp(p.ring, trace::EventKind::kKernelStart, ch);
+  const bool placing = p.place.xg != nullptr;  // EpExpertMajor: every peer is an LSA peer
+  extern __shared__ int place_sm[];            // place_smem_bytes(L) when placing
+  if (placing)  // this CTA runs (place_layout waits for every rank's)
+    for (int d = threadIdx.x; d < P; d += blockDim.x)
+      ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.flag(g.off_dstart, me, ch), d), e);
   // A dispatch on a reused layout keeps that layout's verdict but not the last combine's.
   if (ch == 0 && threadIdx.x == 0) p.status->no_y_rows = 0;
   __shared__ int base_to[kMaxRanks];  // this rank's first row at rank d
@@ -207,6 +358,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       }
     wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", trace::Ring{}, 0);
     if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // the count slots' puts, as below
+    if (placing) place_nothing(p);
     return;
   }
   if (ch == 0) {
@@ -225,6 +377,11 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     }
   }
   __syncthreads();
+  int pairs = 0;  // placing: this rank's (row, local expert) pairs
+  if (placing) {
+    pairs = place_offsets(p, mine, place_sm);
+    if (ch == 0) place_layout(p, e, mine, place_sm, pairs);
+  }
 
   // 3. Rows to LSA peers: a warp per token, its row loaded once and stored to every LSA
   //    destination (a token reaches at most top-k ranks).
@@ -303,8 +460,9 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     }
   }
   // 4. This channel's rows are out; then every source's rows of this channel are in (a GIN
-  //    source's: all its channels').
+  //    source's: all its channels'). Placing, this CTA's share of every source's pairs first.
   release_all(p, g.off_done, ch, e);
+  if (placing) place_sources(p, e, mine, place_sm, pairs > p.place.max_rows);
   wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", p.ring, 0);
   if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // no put of this CTA still reads the window when the kernel ends
   stamp(p.ring, trace::EventKind::kKernelEnd, ch);

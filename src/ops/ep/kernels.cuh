@@ -116,6 +116,17 @@ struct Common {  // what every high-throughput kernel of a rank shares
   const uint64_t* sig0;  // [4P]: the GIN counters' values when the buffer was made (g.gin only)
 };
 
+// EpExpertMajor on the device (xg null: off). dispatch needs place_smem_bytes(L) of dynamic shared
+// memory with it.
+struct Place {
+  char* xg;
+  int max_rows;
+  int *counts, *offsets, *bounds, *perm, *pos_of, *overflow;
+  uint64_t* layout_flag;
+  uint64_t* ready;
+};
+constexpr size_t place_smem_bytes(int L) { return (size_t)(3 + kWarps) * L * sizeof(int); }
+
 struct DispatchParams : Common {
   Routing r;
   const char* x;
@@ -130,6 +141,7 @@ struct DispatchParams : Common {
   int alignment;
   Status* status;
   trace::Ring ring;
+  Place place;
 };
 
 struct CombineParams : Common {

@@ -86,6 +86,7 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.off_done = take(flags);
   g.off_cstart = take(flags);
   g.off_cdone = take(flags);
+  g.off_dstart = take(flags);
   const size_t cap = (size_t)g.capacity;
   g.off_rsrc = take(cap * 4);
   g.off_rtok = take(cap * 4);

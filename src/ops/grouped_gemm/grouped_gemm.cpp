@@ -89,9 +89,14 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
   return Status{};
 }
 
-void grouped_gemm(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, cudaStream_t stream) {
+namespace grouped_impl {
+
+void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,
+                        cudaStream_t stream) {
   const Status st = can_implement(a, cfg);
   TW_REQUIRE(st.ok, kInvalidArgument, st.reason);
+  TW_REQUIRE(!gate.on() || (gate.bounds != nullptr && gate.sources >= 1), kInvalidArgument,
+             "grouped_gemm: a row gate with flags needs bounds and at least one source");
   int num_sms = 0;
   const Status dev = ops::sm90_device("grouped_gemm", "tilewire's grouped GEMM", nullptr, &num_sms);
   TW_REQUIRE(dev.ok, kUnsupported, dev.reason);
@@ -108,7 +113,13 @@ void grouped_gemm(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, cudaSt
              std::string("grouped_gemm: no kernel built for tile ") + grouped_tile_name(tile) + ", B " +
                  blayout_name(a.b_layout));
   // An even grid: the cooperative tile runs in 1 x 2 clusters.
-  launch(a, (num_sms - cfg.reserved_sms) & ~1, stream);
+  launch(a, gate, (num_sms - cfg.reserved_sms) & ~1, stream);
+}
+
+}  // namespace grouped_impl
+
+void grouped_gemm(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, cudaStream_t stream) {
+  grouped_impl::grouped_gemm_gated(a, cfg, grouped_impl::RowGate{}, stream);
 }
 
 }  // namespace tw

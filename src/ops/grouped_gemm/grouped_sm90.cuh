@@ -18,6 +18,10 @@
 // The preparation kernel (`prepare`, one CTA): thread g checks group g's count (and offset) and
 // writes its problem size (count, N, K), its A, B and C pointers and its strides; one bad group
 // makes every size (0, N, K), so the GEMM writes nothing, and records -(g + 1) for the first bad g.
+//
+// The row gate (gate.hpp): the mainloop is CUTLASS's, derived (GatedMainloop) so that its load()
+// first waits for the sources of the tile's rows. With the gate off (no flags) that is one test
+// per tile in the load warp; the kernels are the same for gated and plain calls.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -34,7 +38,10 @@
 #include <cutlass/gemm/kernel/gemm_universal.hpp>
 
 #include "../gemm/scratch.hpp"
+#include "gate.hpp"
 #include "launch.hpp"
+#include "tilewire/device/ptx.cuh"
+#include "tilewire/device/wait.cuh"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::grouped_impl {
@@ -48,6 +55,71 @@ template <>
 struct Schedules<true> {
   using Mainloop = cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpong;
   using Epilogue = cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong;
+};
+
+// CUTLASS's ptr-array mainloop with the row gate. The kernel's mainloop load warp (the only caller
+// of load(), and the only warp whose TMA loads read A) waits in load() for the tile's sources;
+// the consumers reach a gated tile through the smem pipeline, whose mbarrier waits suspend in
+// hardware. The warp learns the tile's group from tensors_perform_update(), which the kernel calls
+// before the first tile and again whenever the next tile is in another group. Lane 0 polls with a
+// pause between polls; then every lane acquires the flag itself and fences, so that the TMA loads
+// it issues see the rows. A gate already open costs the bounds' loads and one acquire per source.
+template <class Base, int kTileM>
+struct GatedMainloop : Base {
+  struct Arguments : Base::Arguments {
+    RowGate gate;
+  };
+  struct Params : Base::Params {
+    RowGate gate;
+  };
+
+  template <class ProblemShape>
+  static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* workspace) {
+    return Params{Base::to_underlying_arguments(shapes, args, workspace), args.gate};
+  }
+
+  template <class InputTensors, class P, class ProblemShapeMNKL>
+  CUTLASS_DEVICE InputTensors tensors_perform_update(InputTensors const& in, P const& params, ProblemShapeMNKL shape,
+                                                     int32_t next_batch) {
+    group_ = next_batch;
+    return Base::tensors_perform_update(in, params, shape, next_batch);
+  }
+
+  template <class Pipeline, class State, class LoadInputs, class TensorMaps, class BlockCoord, class KIter, class Storage>
+  CUTLASS_DEVICE void load(Params const& p, Pipeline pipeline, State state, LoadInputs const& in, TensorMaps const& maps,
+                           BlockCoord const& blk, KIter k_iter, int k_count, int thread_idx, uint32_t rank_in_cluster,
+                           Storage& smem) {
+    if (p.gate.on()) wait_rows(p.gate, int(cute::get<0>(blk)));
+    Base::load(p, pipeline, state, in, maps, blk, k_iter, k_count, thread_idx, rank_in_cluster, smem);
+  }
+
+ private:
+  static constexpr uint32_t kPollNs = 256;
+  int group_ = 0;
+
+  CUTLASS_DEVICE void wait_rows(RowGate const& g, int tm) const {
+#if defined(__CUDA_ARCH__)
+    const int* b = g.bounds + (size_t)group_ * (g.sources + 1);
+    const int r0 = tm * kTileM, r1 = r0 + kTileM;
+    for (int s = 0; s < g.sources && b[s] < r1; ++s) {
+      if (!source_meets_rows(b, s, r0, r1)) continue;
+      const uint64_t* f = g.flags + s;
+      if (cutlass::canonical_lane_idx() == 0 && ptx::ld_acquire_sys(f) < g.want)
+        dev::bounded_spin_silent(
+            g.ctx, "grouped_gemm.rows", g.want,
+            [&] {
+              ptx::nanosleep(kPollNs);
+              return ptx::ld_acquire_sys(f);
+            },
+            [&](uint64_t x) { return x >= g.want; });
+      __syncwarp();
+      (void)ptx::ld_acquire_sys(f);
+    }
+    ptx::fence_proxy_async_global();
+    if (cutlass::canonical_lane_idx() == 0 && g.ring.on())
+      trace::emit(g.ring, trace::EventKind::kMmaStart, (uint32_t(group_) << 16) | uint32_t(tm), ptx::globaltimer());
+#endif
+  }
 };
 
 template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong>
@@ -68,11 +140,13 @@ struct GroupedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, E, LayoutD*, kAlign,
       typename Schedules<kPingpong>::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA*, kAlign, E, LayoutB*, kAlign, float, TileShape,
-      ClusterShape,
-      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename Schedules<kPingpong>::Mainloop>::CollectiveOp;
+  using Mainloop = GatedMainloop<
+      typename cutlass::gemm::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA*, kAlign, E, LayoutB*, kAlign, float,
+          TileShape, ClusterShape,
+          cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+          typename Schedules<kPingpong>::Mainloop>::CollectiveOp,
+      kTileM>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
   using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
 
@@ -122,8 +196,18 @@ inline constexpr int kPrepareThreads = 1024;
 // g * group_rows). Good when 0 <= c, f >= 0, f + c <= rows, and c <= group_rows (padded) or
 // f + c <= offsets[g + 1] (packed: ascending, disjoint). Then every thread writes its groups'
 // arguments, sizes zeroed when any group was bad; thread 0 writes the status.
+// With the gate's layout_flag, thread 0 first waits for it (the counts may still be being written
+// by a kernel beside this one) and the barrier passes its acquire to the block.
 template <class G>
-__global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs a, GroupArrays<G> out) {
+__global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs a, const RowGate gate,
+                                                           GroupArrays<G> out) {
+  if (gate.layout_flag != nullptr) {
+    if (threadIdx.x == 0)
+      dev::bounded_spin(
+          gate.ctx, "grouped_gemm.layout", gate.want, [&] { return ptx::ld_acquire_sys(gate.layout_flag); },
+          [&](uint64_t x) { return x >= gate.want; });
+    __syncthreads();
+  }
   int bad = a.groups;  // the first bad group, or groups
   for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
     const long long c = a.counts[g];
@@ -157,7 +241,7 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
 }
 
 template <class G>
-void run(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
+void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream) {
   using Kernel = typename G::Kernel;
   typename G::Device::Arguments args{};
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
@@ -180,6 +264,7 @@ void run(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
   args.mainloop.dA = arr.sa;
   args.mainloop.ptr_B = arr.b;
   args.mainloop.dB = arr.sb;
+  args.mainloop.gate = gate;
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arr.d;
@@ -190,7 +275,7 @@ void run(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
   TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
              std::string("grouped_gemm: CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
   lease.overwritten();  // the arrays and descriptors go where a stream-K GEMM keeps its counters
-  prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, arr);
+  prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, gate, arr);
   TW_CUDA_CHECK(cudaGetLastError());
   if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
     st = op.initialize(args, workspace, stream);

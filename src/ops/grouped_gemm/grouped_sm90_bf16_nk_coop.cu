@@ -3,8 +3,8 @@
 
 namespace tw::grouped_impl {
 
-void launch_bf16_nk_coop(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
-  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false>>(a, sm_count, stream);
+void launch_bf16_nk_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream) {
+  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false>>(a, gate, sm_count, stream);
 }
 
 }  // namespace tw::grouped_impl

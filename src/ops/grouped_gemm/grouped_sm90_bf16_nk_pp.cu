@@ -3,8 +3,8 @@
 
 namespace tw::grouped_impl {
 
-void launch_bf16_nk_pp(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream) {
-  run<GroupedGemm<BLayout::kNK, 64, 128, 1, true>>(a, sm_count, stream);
+void launch_bf16_nk_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream) {
+  run<GroupedGemm<BLayout::kNK, 64, 128, 1, true>>(a, gate, sm_count, stream);
 }
 
 }  // namespace tw::grouped_impl

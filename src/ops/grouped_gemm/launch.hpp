@@ -1,19 +1,25 @@
 // src/ops/grouped_gemm/launch.hpp — the grouped GEMM kernels this build instantiates, one
 // translation unit each (grouped_sm90_bf16_{nk,kn}_{pp,coop}.cu; grouped_sm90.cuh): bf16, B as
 // [N, K] or [K, N], on the 64 x 128 ping-pong tile or the 128 x 256 cooperative tile in 1 x 2
-// clusters. Arguments already checked (grouped_gemm.cu); sm_count: the CTAs of the persistent grid.
+// clusters. Arguments already checked (grouped_gemm.cpp); sm_count: the CTAs of the persistent grid;
+// gate: the row gate (gate.hpp), off by default.
 #pragma once
 #include <cuda_runtime.h>
 
+#include "gate.hpp"
 #include "tilewire/ops/grouped_gemm.hpp"
 
 namespace tw::grouped_impl {
 
-using Launch = void (*)(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream);
+using Launch = void (*)(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 
-void launch_bf16_nk_pp(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream);
-void launch_bf16_kn_pp(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream);
-void launch_bf16_nk_coop(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream);
-void launch_bf16_kn_coop(const GroupedGemmArgs& a, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_kn_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_kn_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+
+// grouped_gemm() with a row gate: the same checks and tile rule; throws as grouped_gemm() does.
+void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,
+                        cudaStream_t stream);
 
 }  // namespace tw::grouped_impl

@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "../../runtime/stream_guard.hpp"
 #include "../gemm/team_gemm.hpp"
+#include "../grouped_gemm/launch.hpp"  // grouped_gemm_gated
 #include "../sm90.hpp"
 #include "kernels.hpp"
 #include "tilewire/ops/moe.hpp"
@@ -43,6 +45,14 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
   if (c.ep.hidden % 8 != 0) return fail("hidden " + std::to_string(c.ep.hidden) + " must be a multiple of 8");
   if (c.max_expert_rows < 0)
     return fail("max_expert_rows " + std::to_string(c.max_expert_rows) + " is negative (0: the worst case)");
+  // The overlap's dispatch CTAs (a whole SM each: their registers) and the GEMM's preparation,
+  // which waits for them, must all fit in the rank's share of the GPU: num_sms <= budget - 1.
+  if (c.overlap && c.ep.mode == EpMode::kHighThroughput && c.ep.num_sms > sm_budget - 1)
+    return fail("overlap with ep.num_sms " + std::to_string(c.ep.num_sms) + " needs an SM budget of at least " +
+                std::to_string(c.ep.num_sms + 1) + " (this rank's is " + std::to_string(sm_budget) +
+                "): the dispatch's CTAs and the GEMM's preparation must be resident at once");
+  if (c.overlap && c.ep.mode == EpMode::kHighThroughput && sm_budget < 2)
+    return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -65,12 +75,22 @@ struct MoE::Buffers {
   int* overflow = nullptr; // [1] pairs received beyond rows, or 0
   int* perm = nullptr;     // [R]
   int* pos_of = nullptr;   // [capacity x topk]
+  // Overlap (high throughput): the sources' first places per expert [L][P + 1]; flags [1 + P]:
+  // the layout's, then ready per source (EpExpertMajor); the gate-up GEMM's stream and the
+  // events that fork it from the caller's stream and join it back.
+  int* bounds = nullptr;
+  uint64_t* flags = nullptr;
+  cudaStream_t side = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
   size_t bytes = 0;
 
   ~Buffers() {
     for (void* p : {h, act, xg, yg, y, (void*)place.chunk_counts, (void*)place.chunk_base, (void*)counts,
-                    (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of})
+                    (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of, (void*)bounds, (void*)flags})
       if (p) cudaFree(p);
+    if (fork) cudaEventDestroy(fork);
+    if (join) cudaEventDestroy(join);
+    if (side) cudaStreamDestroy(side);
   }
 };
 
@@ -91,7 +111,20 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
                  std::to_string(sms - gemm_.reserved_sms) + " of this rank's SMs to the GEMMs; they need at least 2");
   if (gemm_.rows_hint == 0)
     gemm_.rows_hint = std::max(1, int((long long)P * cfg.ep.max_tokens_per_rank * k / cfg.ep.num_experts));
-  ep_ = std::make_unique<EpBuffer>(comm, cfg.ep);
+  {  // every rank overlaps or none does (a placing dispatch waits for every rank's CTAs)
+    const int mine = cfg.overlap ? 1 : 0;
+    std::vector<int> all(size_t(P), 0);
+    comm.allgather_host(&mine, all.data(), sizeof(int));
+    for (int q = 0; q < P; ++q)
+      TW_REQUIRE(all[size_t(q)] == mine, kInvalidArgument,
+                 "moe: MoeConfig::overlap differs across ranks: rank " + std::to_string(comm.rank()) + " has " +
+                     std::to_string(mine) + ", rank " + std::to_string(q) + " has " + std::to_string(all[size_t(q)]) +
+                     "; every rank makes the MoE with the same config");
+  }
+  EpConfig ep = cfg.ep;  // with the overlap, the dispatch leaves an SM of the budget (check_moe_config)
+  if (cfg.overlap && ep.mode == EpMode::kHighThroughput && ep.num_sms == 0)
+    ep.num_sms = std::min(ep_default_sms(ep, comm.sm_count()), comm.sm_count() - 1);
+  ep_ = std::make_unique<EpBuffer>(comm, ep);
   buf_ = std::make_unique<Buffers>();
   Buffers& b = *buf_;
   const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
@@ -119,6 +152,16 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
     b.offsets = alloc<int>(L, &b.bytes);
     b.perm = alloc<int>(size_t(rows), &b.bytes);
     b.pos_of = alloc<int>(size_t(capacity) * k, &b.bytes);
+    if (cfg.overlap) {
+      TW_REQUIRE(comm.all_lsa(), kInvalidArgument,
+                 "moe: overlap needs every peer in the LSA team (this communicator has GIN peers); set "
+                 "MoeConfig::overlap false");
+      b.bounds = alloc<int>(size_t(L) * (P + 1), &b.bytes);
+      b.flags = alloc<uint64_t>(size_t(P) + 1, &b.bytes);
+      TW_CUDA_CHECK(cudaStreamCreateWithFlags(&b.side, cudaStreamNonBlocking));
+      TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+      TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+    }
   }
 }
 
@@ -180,6 +223,10 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
 
   EpDispatchArgs d;
   d.x = a.x, d.num_tokens = N, d.topk_idx = a.topk_idx, d.index_type = a.index_type, d.topk_weights = a.topk_weights;
+  if (cfg_.overlap) {
+    forward_overlapped(a, d, up, down, stream);
+    return;
+  }
   const EpRecv r = ep_->dispatch(d, stream);
   ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
                        b.perm, b.pos_of, b.overflow, stream);
@@ -194,6 +241,68 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   grouped_gemm(down, gemm_, stream);
   ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
   ep_->combine(b.y, nullptr, a.out, stream);
+}
+
+// High throughput with the overlap: the dispatch (placing the pairs source by source) on `stream`,
+// and beside it, on the side stream forked before the dispatch, the gate-up GEMM, which waits on
+// the device. Why it cannot hang:
+//   * the GEMM's preparation (one CTA, spinning on one SM) waits for layout_flag, which the
+//     dispatch raises only once every rank's dispatch CTAs are running; those CTAs take an SM
+//     each (their registers), and num_sms <= budget - 1 (check_moe_config) leaves every rank's
+//     preparation an SM of its own share, so all of them fit at once;
+//   * so no GEMM CTA (a whole SM) can hold an SM a dispatch CTA still needs; the GEMM's tiles
+//     wait only for those CTAs (ready), and they only for each other.
+// Each rank's streams need hardware queues of their own (CUDA_DEVICE_MAX_CONNECTIONS at least the
+// streams in use on the GPU), as for every fused op on a virtual team. The dispatch is enqueued
+// first, so the checks that can throw have passed before anything waits on the device.
+void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
+                             cudaStream_t stream) {
+  const int F = cfg_.ffn, L = local_experts_, k = cfg_.ep.topk, H = cfg_.ep.hidden, P = comm_.nranks();
+  Buffers& b = *buf_;
+  // Zeroed before the dispatch and the GEMM that use them (the last call's GEMM, which read them,
+  // joined `stream` before that call returned).
+  TW_CUDA_CHECK(cudaMemsetAsync(b.flags, 0, sizeof(uint64_t) * (P + 1), stream));
+  TW_CUDA_CHECK(cudaEventRecord(b.fork, stream));
+  EpExpertMajor em;
+  em.xg = b.xg, em.max_rows = b.rows, em.counts = b.counts, em.offsets = b.offsets, em.bounds = b.bounds;
+  em.perm = b.perm, em.pos_of = b.pos_of, em.overflow = b.overflow, em.layout_flag = b.flags, em.ready = b.flags + 1;
+  const EpRecv r = ep_->dispatch(d, em, stream);
+
+  for (GroupedGemmArgs* g : {&up, &down}) {
+    g->counts = b.counts, g->offsets = b.offsets;
+    g->rows = b.rows;
+  }
+  up.A = b.xg, down.C = b.yg;
+  grouped_impl::RowGate gate;
+  gate.flags = b.flags + 1, gate.bounds = b.bounds, gate.sources = P;
+  gate.want = uint64_t(ep_->num_sms()), gate.layout_flag = b.flags;
+  gate.ctx = comm_.dev_ctx();
+  gate.ring = trace_;
+  {
+    // The side stream joins `stream` on every way out, a throw included (a capture must end joined).
+    struct Join {
+      Buffers& b;
+      cudaStream_t stream;
+      ~Join() {
+        cudaEventRecord(b.join, b.side);
+        cudaStreamWaitEvent(stream, b.join, 0);
+      }
+    };
+    TW_CUDA_CHECK(cudaStreamWaitEvent(b.side, b.fork, 0));
+    const Join join{b, stream};
+    grouped_impl::grouped_gemm_gated(up, gemm_, gate, b.side);
+  }
+  TW_CUDA_CHECK(cudaGetLastError());
+  ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
+  grouped_gemm(down, gemm_, stream);
+  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
+  ep_->combine(b.y, nullptr, a.out, stream);
+}
+
+void MoE::set_trace(const trace::Ring& ring) {
+  ep_->set_trace(ring);
+  trace_ = ring;
+  trace_.rank = uint16_t(comm_.rank());
 }
 
 }  // namespace tw
