@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Call O (short: whatever budget is left; carry probe, dist-{ag,bulk,bulk2,padtest,padfix,moe}-pack): what waits for a
+# GPU, most important first, each part tarred as it ends: (0) ag-seq-pad's test before/after the
+# fix; (1) ag-gate's tests and bench ag-gemm P = 4 against main's kernels (dist-bulk); (2)
+# moe-overlap's grouped-gate and MoE tests (real, 4, 8 virtual) and bench moe ht at 4 virtual;
+# (3) next-candidate (bulk2) vs bulk on the all-reduce acceptance at P = 2, 4; (4) M = 1024 checks.
+cd "$(dirname "$0")/.."
+for x in padtest padfix moe ag bulk; do [ -x dist-$x/bin/tilewire ] || tar xJf dist-$x-pack/dist-$x.tar.xz; done
+W=/tmp/o; mkdir -p $W
+export NCCL_NVLS_ENABLE=0 CUDA_DEVICE_MAX_CONNECTIONS=32 CUDA_MODULE_LOADING=EAGER TILEWIRE_TIMEOUT_MS=5000
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib
+nvidia-smi --query-gpu=name,clocks.sm,power.limit --format=csv,noheader | tee $W/card.txt
+t0=$SECONDS
+T=${T:-330}
+left() { echo $((T - SECONDS + t0)); }
+tarit() { (cd $W && tar czf $OUT/o.tgz .); }
+b() {  # b <dist> <label> <limit> <env> args...
+  local dn=$1 d=$PWD/dist-$1 label=$2 lim=$3 e=$4; shift 4
+  local c=$(cat $d/COMMIT)
+  [ $(left) -gt $lim ] || { echo "!!! no time for: $label ($dn)" | tee -a $W/o.log; return; }
+  echo "=== $label ($c; $e): tilewire bench $*" | tee -a $W/o.log
+  env $e LD_LIBRARY_PATH=$d/lib:$N:/usr/local/cuda/lib64 TILEWIRE_COMMIT=$c timeout $lim $d/bin/tilewire bench "$@" --json $W/one.json >>$W/o.log 2>&1 &&
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; d["env"]=sys.argv[3]; d["dist"]=sys.argv[4]; print(json.dumps(d))' $W/one.json "$label" "$e" "$dn" >>$W/o.jsonl
+  echo "rc=$?" >> $W/o.log; rm -f $W/one.json
+}
+tests() {  # tests <dist> <virtual P> <filter> <limit>
+  local d=$1 p=$2 f=$3 lim=$4
+  [ $(left) -gt $lim ] || { echo "!!! no time for tests $d P=$p" | tee -a $W/o.log; return; }
+  echo "=== tests $f, virtual $p (dist-$d $(cat dist-$d/COMMIT))" | tee -a $W/o.log
+  env LD_LIBRARY_PATH=$PWD/dist-$d/lib:$N:/usr/local/cuda/lib64 TILEWIRE_TEST_VIRTUAL=$p timeout $lim dist-$d/bin/tilewire_gpu_tests \
+    --gtest_filter="$f" --gtest_output=json:$W/tests_${d}_p$p.json >$W/tests_${d}_p$p.log 2>&1
+  echo "rc=$?" | tee -a $W/o.log; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|TIMEOUT" $W/tests_${d}_p$p.log | tail -5 | tee -a $W/o.log
+}
+# (0) ag-seq-pad: the test must fail before the fix and pass after it
+for d in padtest padfix; do for p in 2 4; do tests $d $p 'AllGatherGemm.SequentialCallAfterAPulledOneLeavesItsRows' 30; done; done
+tarit
+# (2) moe-overlap
+tests moe 0 'GroupedGemm*:Moe*' 60
+tests moe 4 'Moe*' 45
+tarit
+# (1) ag-gate
+for p in 0 4; do tests ag $p 'AllGatherGemm.*:GemmScatterGather.*' 50; done
+tarit
+b moe "moe ht P=4" 60 "X=0" moe --virtual 4 --mode ht --model qwen3 --tokens 1024,4096 --iters 5 -R 3
+tarit
+for d in bulk ag; do b $d "ag P=4 70B attn" 30 "X=0" ag-gemm --virtual 4 -m 1024,4096 -n 2048 -k 8192 -R 3 --iters 5; done
+tarit
+tests moe 8 'Moe*' 45
+tarit
