@@ -12,6 +12,7 @@
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
+//                      [--trace FILE]
 //
 // Ranks: one thread per local GPU (Comm::run_local), or --virtual P ranks on GPU 0 (each on its SM
 // budget; times are P ranks sharing one GPU, not NVLink figures). Shapes: hidden 7168 / 4096, expert
@@ -25,6 +26,11 @@
 // library's bf16 roundings of h and act (tolerance as tests/gpu/moe_test.cu's), every element of
 // the other tokens checked finite. High-throughput buffers hold 3 x T x 8 expert rows (an
 // overflow counts as wrong).
+// --trace FILE: the first high-throughput shape's fused forward traced once (MoE::set_trace:
+// the dispatch's CTAs, each source's placement per CTA, the gate-up GEMM's tiles as their loads
+// pass the gate), clocks aligned, written as Perfetto JSON; printed per rank: when the dispatch
+// started, when its last placement ended, when the GEMM's first and last tiles passed the gate,
+// and how many tiles passed it before the last placement ended (the overlap).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -48,6 +54,7 @@
 #include "tilewire/ops/moe.hpp"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
+#include "tilewire/trace/trace.hpp"
 
 namespace tw::cli {
 namespace {
@@ -67,6 +74,7 @@ struct Options {
   bool skewed = false;
   int iters = 10, repeats = 5;
   std::string json_path;
+  std::string trace_path;
   bool help = false;
 };
 
@@ -78,7 +86,8 @@ constexpr const char* kUsage =
     "  --mode ll|ht|both         EP mode (both)\n"
     "  --routing uniform|skewed  top-8 distinct experts, uniform or e = E u^3 (uniform)\n"
     "  --iters N -R N            calls per repeat (10), repeats (5)\n"
-    "  --json FILE               also write every row as JSON\n";
+    "  --json FILE               also write every row as JSON\n"
+    "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n";
 
 int positive(const std::string& opt, const std::string& v) {
   size_t used = 0;
@@ -123,6 +132,7 @@ Options parse(const std::vector<std::string>& argv) {
     } else if (a == "--iters") o.iters = positive(a, v);
     else if (a == "-R") o.repeats = positive(a, v);
     else if (a == "--json") o.json_path = v;
+    else if (a == "--trace") o.trace_path = v;
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
   }
   for (const Model& m : kModels)
@@ -203,7 +213,7 @@ __global__ void count_bad(const __nv_bfloat16* p, size_t n, unsigned long long* 
 
 class MoeBench {
  public:
-  MoeBench(const Options& o, int P) : o_(o), P_(P), barrier_(P), gen_(P, 0) {
+  MoeBench(const Options& o, int P) : traced_(P, 0), o_(o), P_(P), barrier_(P), gen_(P, 0) {
     sh_.times.resize(P), sh_.pairs.resize(P), sh_.wrong.resize(P), sh_.diff.resize(P);
   }
   void run(Comm& comm);
@@ -216,6 +226,9 @@ class MoeBench {
   double slowest(Comm& comm, double mine);  // max over ranks
   unsigned long long check(const Model& m, int me, int T, const std::vector<std::vector<int64_t>>& idx,
                            const std::vector<std::vector<float>>& w, const std::vector<uint16_t>& out0);
+  // One fused forward traced on every rank (collective); rank 0 writes the file and the summary.
+  void trace_fused(Comm& comm, MoE& moe, const MoeArgs& a, cudaStream_t s);
+  std::vector<uint8_t> traced_;  // per rank: its first high-throughput shape was traced
   const Options& o_;
   const int P_;
   HostBarrier barrier_;
@@ -223,6 +236,53 @@ class MoeBench {
   std::vector<uint32_t> gen_;
   Shared sh_;
 };
+
+void MoeBench::trace_fused(Comm& comm, MoE& moe, const MoeArgs& a, cudaStream_t s) {
+  const int me = comm.rank();
+  trace::TraceBuffer buf(1u << 20);
+  const trace::ClockSync cs = trace::measure_clock_offsets(comm);
+  buf.reset(s);
+  moe.set_trace(buf.ring(me));
+  comm.sync(s);
+  comm.barrier();
+  moe.forward(a, s);
+  comm.sync(s);
+  moe.set_trace(trace::Ring{});
+  const trace::Trace t = trace::gather_trace(comm, buf, cs, s);
+  traced_[me] = 1;
+  if (me == 0) {
+    const trace::Metrics m = trace::compute_metrics(t);
+    trace::save_trace_file(o_.trace_path, t, &m);
+    std::printf("# trace, fused forward: %zu events, %llu dropped, clock residual %lld ns -> %s\n", t.events.size(),
+                (unsigned long long)t.dropped, (long long)t.residual_ns, o_.trace_path.c_str());
+    // Per rank, on rank 0's clock (us from the first event): the dispatch's first CTA start, the
+    // end of its last placement (chunk_recv kEpTracePlaced + q), the gate-up GEMM's first and
+    // last tile past the gate (mma_start), and the tiles past it before the last placement.
+    const std::vector<trace::Event> ev = t.align();
+    const uint64_t t0 = ev.empty() ? 0 : ev.front().t_ns;
+    for (int r = 0; r < t.nranks; ++r) {
+      uint64_t start = ~0ull, placed = 0, first = ~0ull, last = 0;
+      std::vector<uint64_t> tiles;
+      for (const trace::Event& e : ev) {
+        if (e.rank != r) continue;
+        const auto k = trace::EventKind(e.kind);
+        if (k == trace::EventKind::kKernelStart && e.id < kEpTraceCombine) start = std::min<uint64_t>(start, e.t_ns);
+        if (k == trace::EventKind::kChunkRecv && e.id >= kEpTracePlaced) placed = std::max<uint64_t>(placed, e.t_ns);
+        if (k == trace::EventKind::kMmaStart) {
+          tiles.push_back(e.t_ns);
+          first = std::min<uint64_t>(first, e.t_ns), last = std::max<uint64_t>(last, e.t_ns);
+        }
+      }
+      const auto us = [&](uint64_t x) { return x == ~0ull ? -1.0 : double(x - t0) * 1e-3; };
+      const size_t early = size_t(std::count_if(tiles.begin(), tiles.end(), [&](uint64_t x) { return x < placed; }));
+      std::printf("# rank %d: dispatch start %.1f us, last placement %.1f us, GEMM tiles past the gate %.1f .. %.1f us, "
+                  "%zu of %zu before the last placement\n",
+                  r, us(start), us(placed), us(first), us(last), early, tiles.size());
+    }
+    std::fputs(trace::format_metrics(m).c_str(), stdout);
+  }
+  barrier_.arrive_and_wait("bench moe trace written");
+}
 
 template <class Op>
 double MoeBench::time(Comm& comm, cudaStream_t s, Op op) {
@@ -409,6 +469,7 @@ void MoeBench::run(Comm& comm) {
           cfg.overlap = true;
           MoE fused(comm, cfg);
           row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
+          if (!o_.trace_path.empty() && !traced_[me]) trace_fused(comm, fused, a, s);
           try {
             fused.check(s);
           } catch (const Error& e) {
