@@ -12,7 +12,7 @@
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
-//                      [--trace FILE]
+//                      [--trace FILE] [--fused-ep-sms N]
 //
 // Ranks: one thread per local GPU (Comm::run_local), or --virtual P ranks on GPU 0 (each on its SM
 // budget; times are P ranks sharing one GPU, not NVLink figures). Shapes: hidden 7168 / 4096, expert
@@ -75,6 +75,7 @@ struct Options {
   int iters = 10, repeats = 5;
   std::string json_path;
   std::string trace_path;
+  int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
   bool help = false;
 };
 
@@ -87,7 +88,9 @@ constexpr const char* kUsage =
     "  --routing uniform|skewed  top-8 distinct experts, uniform or e = E u^3 (uniform)\n"
     "  --iters N -R N            calls per repeat (10), repeats (5)\n"
     "  --json FILE               also write every row as JSON\n"
-    "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n";
+    "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n"
+    "  --fused-ep-sms N          the fused forward's dispatch CTAs, which also place the rows (default: the EP's,\n"
+    "                            at most the SM budget - 1)\n";
 
 int positive(const std::string& opt, const std::string& v) {
   size_t used = 0;
@@ -133,6 +136,7 @@ Options parse(const std::vector<std::string>& argv) {
     else if (a == "-R") o.repeats = positive(a, v);
     else if (a == "--json") o.json_path = v;
     else if (a == "--trace") o.trace_path = v;
+    else if (a == "--fused-ep-sms") o.fused_ep_sms = positive(a, v);
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
   }
   for (const Model& m : kModels)
@@ -467,6 +471,7 @@ void MoeBench::run(Comm& comm) {
           barrier_.arrive_and_wait("bench moe unfused done");
           moe_ptr.reset();
           cfg.overlap = true;
+          cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);
           row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
           if (!o_.trace_path.empty() && !traced_[me]) trace_fused(comm, fused, a, s);
@@ -526,8 +531,9 @@ int bench_moe(const std::vector<std::string>& argv) {
                    std::to_string(m->experts) + " experts");
   cudaDeviceProp prop{};
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16\n", prop.name, P,
-              o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform");
+  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16, fused dispatch CTAs %s\n", prop.name, P,
+              o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform",
+              o.fused_ep_sms > 0 ? std::to_string(o.fused_ep_sms).c_str() : "default");
   std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %8s %7s %6s\n", "model", "ep", "tokens", "P",
               "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus", "TF/s",
               "#wrong", "#diff");
@@ -555,7 +561,7 @@ int bench_moe(const std::vector<std::string>& argv) {
     TW_REQUIRE(f.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
     f << "{\"bench\":\"moe\",\"device\":\"" << prop.name << "\",\"ranks\":" << P
       << ",\"virtual\":" << (o.virtual_ranks > 0 ? "true" : "false") << ",\"routing\":\""
-      << (o.skewed ? "skewed" : "uniform") << "\",\"rows\":[" << j.str() << "],\"ok\":" << (ok ? "true" : "false")
+      << (o.skewed ? "skewed" : "uniform") << "\",\"fused_ep_sms\":" << o.fused_ep_sms << ",\"rows\":[" << j.str() << "],\"ok\":" << (ok ? "true" : "false")
       << "}\n";
     std::printf("# wrote %s\n", o.json_path.c_str());
   }
