@@ -38,7 +38,10 @@ _COMMS: "weakref.WeakValueDictionary[int, Comm]" = weakref.WeakValueDictionary()
 
 
 def comm_of(i: int) -> "Comm":
-    c = _COMMS.get(i)
+    # int(): under torch.compile a custom op's fake may get the id as a SymInt (Dynamo makes an int
+    # that changed between two compiles of one frame dynamic), which does not hash; int() pins it
+    # with a guard, so each id gets its own graph.
+    c = _COMMS.get(int(i))
     if c is None:
         raise ValueError(f"tilewire: no open communicator with id {i}")
     return c

@@ -111,7 +111,7 @@ _MOES = {}  # MoE.id -> MoE, while open (torch.ops.tilewire.moe_ffn names its Mo
 
 
 def moe_of(i: int) -> "MoE":
-    m = _MOES.get(i)
+    m = _MOES.get(int(i))  # int(): a SymInt id does not hash (see comm_of)
     if m is None:
         raise ValueError(f"tilewire: no open MoE with id {i}")
     return m

@@ -388,3 +388,29 @@ def test_moe_and_grouped_mm_custom_ops_compile(comm, low_latency):
     moe.close()
     with pytest.raises(ValueError, match="no open MoE"):
         torch.ops.tilewire.moe_ffn(x, idx, w, w1, w2, moe.id)
+
+
+def test_moe_ffn_compiled_once_serves_each_moe(comm):
+    """One compiled function called with three MoE ids: Dynamo makes an int that changes between calls
+    dynamic, and the op's fake must still find its MoE (a SymInt id does not hash). Each call matches
+    the eager call of its own MoE, bit for bit."""
+    P, me = comm.nranks, comm.rank
+    H, F, k, L, n = 256, 128, 2, 2, 24
+    E = L * P
+    g = torch.Generator().manual_seed(23)
+    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    gx = torch.Generator().manual_seed(300 + me)
+    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
+    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]).cuda()
+    w = torch.rand(n, k, generator=gx).cuda()
+    moes = [tilewire.MoE(comm, n, H, F, k, E, low_latency=ll) for ll in (False, True, False)]
+
+    @torch.compile(fullgraph=True)
+    def ffn(t, moe_id):
+        return torch.ops.tilewire.moe_ffn(t, idx, w, w1, w2, moe_id)
+
+    for m in moes:
+        assert torch.equal(ffn(x, m.id), m(x, idx, w, w1, w2))
+    for m in moes:
+        m.close()
