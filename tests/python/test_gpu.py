@@ -351,21 +351,29 @@ def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap):
     moe.close()
 
 
+def _moe_inputs(comm, H, F, k, L, n, seed_w, seed_x):
+    """Seeded inputs of a small MoE: this rank's expert weights ([L, 2F, H], [L, H, F], bf16, scaled
+    by 1/16), n tokens x [n, H] (bf16), top-k distinct experts of E = L P and their weights; with the
+    generator of x, idx and w (seed_x + rank) for more draws. Returns E, w1, w2, x, idx, w, gx."""
+    P, me = comm.nranks, comm.rank
+    E = L * P
+    g = torch.Generator().manual_seed(seed_w)
+    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
+    gx = torch.Generator().manual_seed(seed_x + me)
+    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
+    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]).cuda()
+    w = torch.rand(n, k, generator=gx).cuda()
+    return E, w1, w2, x, idx, w, gx
+
+
 @pytest.mark.parametrize("low_latency", [False, True])
 def test_moe_and_grouped_mm_custom_ops_compile(comm, low_latency):
     """torch.ops.tilewire.moe_ffn and grouped_mm inside torch.compile(fullgraph=True), with torch ops
     around them: the same bits as the eager calls (moe_ffn is deterministic; the ops around it are
     the same kernels compiled or not)."""
-    P, me = comm.nranks, comm.rank
     H, F, k, L, n = 256, 128, 4, 4, 32
-    E = L * P
-    g = torch.Generator().manual_seed(17)
-    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
-    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
-    gx = torch.Generator().manual_seed(200 + me)
-    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
-    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]).cuda()
-    w = torch.rand(n, k, generator=gx).cuda()
+    E, w1, w2, x, idx, w, gx = _moe_inputs(comm, H, F, k, L, n, 17, 200)
     moe = tilewire.MoE(comm, n, H, F, k, E, low_latency=low_latency)
 
     @torch.compile(fullgraph=True)
@@ -394,16 +402,8 @@ def test_moe_ffn_compiled_once_serves_each_moe(comm):
     """One compiled function called with three MoE ids: Dynamo makes an int that changes between calls
     dynamic, and the op's fake must still find its MoE (a SymInt id does not hash). Each call matches
     the eager call of its own MoE, bit for bit."""
-    P, me = comm.nranks, comm.rank
     H, F, k, L, n = 256, 128, 2, 2, 24
-    E = L * P
-    g = torch.Generator().manual_seed(23)
-    w1 = (torch.randn(E, 2 * F, H, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
-    w2 = (torch.randn(E, H, F, generator=g) / 16).to(torch.bfloat16)[me * L:(me + 1) * L].contiguous().cuda()
-    gx = torch.Generator().manual_seed(300 + me)
-    x = torch.randn(n, H, generator=gx).to(torch.bfloat16).cuda()
-    idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]).cuda()
-    w = torch.rand(n, k, generator=gx).cuda()
+    E, w1, w2, x, idx, w, _ = _moe_inputs(comm, H, F, k, L, n, 23, 300)
     moes = [tilewire.MoE(comm, n, H, F, k, E, low_latency=ll) for ll in (False, True, False)]
 
     @torch.compile(fullgraph=True)
