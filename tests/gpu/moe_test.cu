@@ -134,6 +134,49 @@ void rank_weights(const std::vector<Expert>& experts, int rank, std::vector<uint
   }
 }
 
+// Every expert of the team's layer (kL per rank, P ranks) for a seed.
+std::vector<Expert> team_experts(uint64_t seed, int P) {
+  std::vector<Expert> experts;
+  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  return experts;
+}
+
+// This rank's weights on the device (the host bits kept until the object goes).
+struct RankWeights {
+  std::vector<uint16_t> h1, h2;
+  DeviceBuffer w1, w2;
+  RankWeights(const std::vector<Expert>& experts, int rank, cudaStream_t s)
+      : h1(bits(experts, rank, true)), h2(bits(experts, rank, false)), w1(h1.size() * 2), w2(h2.size() * 2) {
+    upload(w1.data(), h1, s), upload(w2.data(), h2, s);
+  }
+
+ private:
+  static std::vector<uint16_t> bits(const std::vector<Expert>& experts, int rank, bool first) {
+    std::vector<uint16_t> a, b;
+    rank_weights(experts, rank, &a, &b);
+    return first ? a : b;
+  }
+};
+
+// One call's inputs and output on the device: x, topk_idx (`idx`, or t.idx), topk_weights, out.
+struct CallBuffers {
+  DeviceBuffer x, idx, w, out;
+  CallBuffers(const Tokens& t, const std::vector<int64_t>& topk, cudaStream_t s)
+      : x(std::max<size_t>(t.x.size() * 2, 16)),
+        idx(std::max<size_t>(t.idx.size() * 8, 16)),
+        w(std::max<size_t>(t.w.size() * 4, 16)),
+        out(std::max<size_t>(size_t(t.N) * kH * 2, 16)) {
+    upload(x.data(), t.x, s), upload(idx.data(), topk, s), upload(w.data(), t.w, s);
+  }
+  CallBuffers(const Tokens& t, cudaStream_t s) : CallBuffers(t, t.idx, s) {}
+  tw::MoeArgs args(const Tokens& t, const RankWeights& rw) const {
+    tw::MoeArgs a;
+    a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
+    a.w_gate_up = rw.w1.data(), a.w_down = rw.w2.data(), a.out = out.data();
+    return a;
+  }
+};
+
 tw::MoeConfig moe_config(tw::EpMode mode, int P, bool overlap = false) {
   tw::MoeConfig c;
   c.ep.mode = mode, c.ep.max_tokens_per_rank = kMaxTokens, c.ep.hidden = kH, c.ep.topk = kTopk;
@@ -167,15 +210,11 @@ TEST(Moe, MatchesTheReference) {
   const int P = team_size();
   std::vector<std::vector<std::string>> wrong(P);
   uint64_t seed = 80;
-  std::vector<Expert> experts;
-  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  const std::vector<Expert> experts = team_experts(seed, P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    std::vector<uint16_t> w1, w2;
-    rank_weights(experts, me, &w1, &w2);
-    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
-    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    const RankWeights rw(experts, me, s);
     std::vector<std::vector<uint16_t>> sequential(3);  // high throughput's bits per routing
     for (const Variant& v : kVariants) {
       tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
@@ -184,20 +223,16 @@ TEST(Moe, MatchesTheReference) {
         const Tokens t = make_tokens(seed + int(routing), routing, me, P);
         std::vector<double> ref, tol;
         reference(t, experts, &ref, &tol);
-        DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
-            w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
-        upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
-        tw::MoeArgs a;
-        a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-        a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+        const CallBuffers cb(t, s);
+        tw::MoeArgs a = cb.args(t, rw);
         std::vector<uint16_t> first;
         for (int call = 0; call < 2; ++call) {
-          poison(out.data(), out.bytes, s);
+          poison(cb.out.data(), cb.out.bytes, s);
           comm.sync(s);
           comm.barrier();
           moe.forward(a, s);
           moe.check(s);
-          const std::vector<uint16_t> got = download<uint16_t>(out.data(), size_t(t.N) * kH, s);
+          const std::vector<uint16_t> got = download<uint16_t>(cb.out.data(), size_t(t.N) * kH, s);
           if (call == 0) {
             first = got;
             const std::string why = compare(got, ref, tol);
@@ -223,29 +258,21 @@ TEST(Moe, GraphReplayIsBitIdentical) {
   const int P = team_size();
   std::vector<std::string> wrong(P);
   const uint64_t seed = 90;
-  std::vector<Expert> experts;
-  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  const std::vector<Expert> experts = team_experts(seed, P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    std::vector<uint16_t> w1, w2;
-    rank_weights(experts, me, &w1, &w2);
-    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
-    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    const RankWeights rw(experts, me, s);
     for (const Variant& v : kVariants) {
       tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
       const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
-      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
-          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
-      upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
-      tw::MoeArgs a;
-      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
-      poison(out.data(), out.bytes, s);  // as before each replay (a rank with no tokens writes none of it)
+      const CallBuffers cb(t, s);
+      tw::MoeArgs a = cb.args(t, rw);
+      poison(cb.out.data(), cb.out.bytes, s);  // as before each replay (a rank with no tokens writes none of it)
       comm.sync(s);
       comm.barrier();
       moe.forward(a, s);
-      const std::vector<uint8_t> eager = download<uint8_t>(out.data(), out.bytes, s);
+      const std::vector<uint8_t> eager = download<uint8_t>(cb.out.data(), cb.out.bytes, s);
       comm.barrier();
       cudaGraph_t graph = nullptr;
       cudaGraphExec_t exec = nullptr;
@@ -254,11 +281,11 @@ TEST(Moe, GraphReplayIsBitIdentical) {
       TW_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
       TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       for (int rep = 0; rep < 3; ++rep) {
-        poison(out.data(), out.bytes, s);
+        poison(cb.out.data(), cb.out.bytes, s);
         comm.sync(s);
         comm.barrier();
         TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
-        if (download<uint8_t>(out.data(), out.bytes, s) != eager)
+        if (download<uint8_t>(cb.out.data(), cb.out.bytes, s) != eager)
           wrong[me] += v.name() + " replay " + std::to_string(rep) + ": output differs; ";
         comm.barrier();
       }
@@ -282,17 +309,13 @@ TEST(Moe, TooManyExpertRowsIsReported) {
   const int P = team_size();
   std::vector<std::string> wrong(P);
   const uint64_t seed = 95;
-  std::vector<Expert> experts;
-  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  const std::vector<Expert> experts = team_experts(seed, P);
   std::vector<Tokens> all;
   for (int q = 0; q < P; ++q) all.push_back(make_tokens(seed, Routing::kUniform, q, P));
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    std::vector<uint16_t> w1, w2;
-    rank_weights(experts, me, &w1, &w2);
-    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
-    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    const RankWeights rw(experts, me, s);
     for (bool overlap : {false, true}) {
       tw::MoeConfig cfg = moe_config(tw::EpMode::kHighThroughput, P, overlap);
       cfg.max_expert_rows = 3;
@@ -302,12 +325,8 @@ TEST(Moe, TooManyExpertRowsIsReported) {
       for (int q = 0; q < P; ++q)
         for (int64_t e : all[q].idx) pairs += e >= 0 && e / kL == me;
       const Tokens& t = all[me];
-      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
-          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
-      upload(x.data(), t.x, s), upload(idx.data(), t.idx, s), upload(w.data(), t.w, s);
-      tw::MoeArgs a;
-      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      const CallBuffers cb(t, s);
+      tw::MoeArgs a = cb.args(t, rw);
       comm.sync(s);
       comm.barrier();
       moe.forward(a, s);
@@ -345,15 +364,11 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
   const int P = team_size();
   std::vector<std::string> wrong(P);
   const uint64_t seed = 97;
-  std::vector<Expert> experts;
-  for (int e = 0; e < kL * P; ++e) experts.push_back(expert_weights(seed, e));
+  const std::vector<Expert> experts = team_experts(seed, P);
   run_team([&](tw::Comm& comm) {
     const int me = comm.rank();
     Stream s;
-    std::vector<uint16_t> w1, w2;
-    rank_weights(experts, me, &w1, &w2);
-    DeviceBuffer dw1(w1.size() * 2), dw2(w2.size() * 2);
-    upload(dw1.data(), w1, s), upload(dw2.data(), w2, s);
+    const RankWeights rw(experts, me, s);
     for (bool overlap : {false, true}) {
       const std::string at = overlap ? "overlapped: " : "sequential: ";
       tw::MoE moe(comm, moe_config(tw::EpMode::kHighThroughput, P, overlap));
@@ -362,12 +377,8 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
       reference(t, experts, &ref, &tol);
       std::vector<int64_t> bad = t.idx;
       if (me == 0) bad[0] = int64_t(kL) * P;  // one past the last expert (rank 0 has 40 tokens)
-      DeviceBuffer x(std::max<size_t>(t.x.size() * 2, 16)), idx(std::max<size_t>(t.idx.size() * 8, 16)),
-          w(std::max<size_t>(t.w.size() * 4, 16)), out(std::max<size_t>(size_t(t.N) * kH * 2, 16));
-      upload(x.data(), t.x, s), upload(idx.data(), bad, s), upload(w.data(), t.w, s);
-      tw::MoeArgs a;
-      a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-      a.w_gate_up = dw1.data(), a.w_down = dw2.data(), a.out = out.data();
+      const CallBuffers cb(t, bad, s);
+      tw::MoeArgs a = cb.args(t, rw);
       comm.sync(s);
       comm.barrier();
       moe.forward(a, s);
@@ -379,8 +390,8 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
           wrong[me] += at + "the message does not name rank 0: " + e.what() + "; ";
       }
       comm.barrier();
-      upload(idx.data(), t.idx, s);
-      poison(out.data(), out.bytes, s);
+      upload(cb.idx.data(), t.idx, s);
+      poison(cb.out.data(), cb.out.bytes, s);
       comm.sync(s);
       comm.barrier();
       moe.forward(a, s);
@@ -389,7 +400,7 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
       } catch (const tw::Error& e) {
         wrong[me] += at + "the good call after it fails: " + e.what() + "; ";
       }
-      const std::string why = compare(download<uint16_t>(out.data(), size_t(t.N) * kH, s), ref, tol);
+      const std::string why = compare(download<uint16_t>(cb.out.data(), size_t(t.N) * kH, s), ref, tol);
       if (!why.empty()) wrong[me] += at + "the good call after it: " + why + "; ";
       comm.sync(s);
       comm.barrier();
