@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
-"""Issue-style acceptance table of the fused ops from a bench JSON-lines file (one labelled bench
+"""Acceptance table of the fused ops from a bench JSON-lines file (one labelled bench
 run per line, as `scripts/gpu_run.sh engine`'s accept step writes bench_engine.jsonl).
 
 Per label: the shapes, fused / GEMM alone (min-max; the M >= 2048 and M = 1024 ranges apart where
 both occur), fused / sequential (min-max), on how many shapes fused is slower than sequential, and
-on how many it meets issue 33's bound on fused / GEMM alone: 1.05 at M >= 2048, 1.10 at M = 1024,
+on how many it meets the fused ops' acceptance bound on fused / GEMM alone: 1.05 at M >= 2048, 1.10 at M = 1024,
 1.25 at M <= 256 (decode), 1.03 for a run at one rank (a label ending in "P=1").
 gemm-rs and ag-gemm: (g) op fused over (a) tilewire's GEMM alone and (l) the op's sequential path.
 gemm-allreduce: (e) fused over (a) cuBLASLt alone and (c) GEMM + tw::allreduce.
@@ -34,7 +34,7 @@ def ratios(d):
 
 
 def bound(label, M):
-    """Issue 33's bound on fused / GEMM alone for a shape of this run."""
+    """The acceptance bound on fused / GEMM alone for a shape of this run."""
     if label.rstrip().endswith("P=1"):
         return 1.03
     return 1.05 if M >= 2048 else 1.10 if M >= 1024 else 1.25 if M <= 256 else float("inf")
