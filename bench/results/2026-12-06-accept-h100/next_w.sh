@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Call W: (1) issue 33's acceptance sweeps on main's kernels (dist-main), one H200 run (engine mode,
+# Call W: (1) the fused ops' acceptance sweeps on main's kernels (dist-main), one H200 run (engine mode,
 # step accept); (2) the claims A/B on the claim branch (dist-claim) with JSON; dsv3 rows.
 cd "$(dirname "$0")/.."
 for x in main claim; do [ -x dist-$x/bin/tilewire ] || tar xJf dist-$x-pack/dist-$x.tar.xz; done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Next call for issue 38's Python side (~6 min): the python mode on main's build (dist-main, e911014):
+# Next call for the MoE's Python side (~6 min): the python mode on main's build (dist-main, e911014):
 # pytest under torchrun (the new test_moe_and_grouped_mm_custom_ops_compile), the three examples
 # (the new examples/python/moe_block.py: a MoE block under torch.compile). carry: probe, dist-main-pack.
 cd "$(dirname "$0")/.."
