@@ -52,6 +52,10 @@ static const Var kVars[] = {
      "Fused GEMM + all-reduce, relay algorithm: the communication warp spreads each tile's stores to the peer "
      "over this percentage of the previous tile's period (0..100; 0: as fast as it can). Keeps the CTAs' "
      "pushes from saturating NVLink in bursts."},
+    {"TILEWIRE_RELAY_ROUNDS", Type::kInt, "0",
+     "Fused GEMM + all-reduce, relay algorithm: >= 2 walks the tiles in that many rounds of P staggered chunks, "
+     "so that the owners' finals (the all-gather half) are spread over the call instead of its last 1/P "
+     "(0: the ranks walk P segments; docs/gemm_allreduce.md)."},
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
      "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},

@@ -3,6 +3,7 @@
 // work), the workspace layout (sections disjoint, inside the total, sizes), the CTAs that run
 // the final wait, and argument rejections with their reasons.
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <set>
 #include <utility>
@@ -434,6 +435,66 @@ TEST(GemmAllReducePlan, RelayChainOnPRanks) {
         for (int q = 0; q < P; ++q) EXPECT_GE(owned[q], l.split);
         EXPECT_EQ(l.relay_slot(l.T - 1) + 65536, l.total);
       }
+}
+
+// The relay all-reduce's staggered walk (rounds >= 2; scheduler.hpp): each rank's walk is a
+// permutation of the units, every unit's chain goes down the ring with at least relay_gap work
+// indices (two chunk times less the remainder) between hops, relay_owner is the rank at position
+// P - 1, ownership stays balanced, and with 4 rounds or more every rank owns units in the first
+// half of its walk (on the segments it owns only the last 1/P: the finals all come at the end).
+TEST(GemmAllReducePlan, RelayStaggeredWalk) {
+  using tw::gemm_impl::make_schedule;
+  int staggered = 0;
+  for (int P : {2, 3, 4, 5, 8})
+    for (int rounds : {2, 3, 4, 8})
+      for (auto [M, N] : {std::pair{8192, 8192}, std::pair{4096, 5144}, std::pair{16384, 1032}, std::pair{1024, 256},
+                          std::pair{4096, 8192}}) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << " rounds " << rounds << " " << M << "x" << N);
+        std::vector<tw::gemm_impl::TileSchedule> s;
+        for (int q = 0; q < P; ++q)
+          s.push_back(make_schedule(M, N, 128, 256, 2, Raster::kAlongM, 4, q, P, 66, 0, rounds));
+        const int U = s[0].units();
+        const auto l = tw::gemm_allreduce_impl::make_relay_layout(M, N, Raster::kAlongM, U, P, 0, rounds);
+        ASSERT_EQ(l.stag_q, tw::gemm_impl::stagger_chunks(U, P, rounds));
+        ASSERT_EQ(l.stag_q, s[0].stag_q);
+        if (l.stag_q == 0) {  // too few units: the segments, as without rounds
+          EXPECT_EQ(s[1].rotation, U / P);
+          continue;
+        }
+        ++staggered;
+        ASSERT_EQ(l.stag_d, s[0].stag_d);
+        ASSERT_GE(l.relay_gap(U), l.stag_d);
+        for (int q = 0; q < P; ++q) {
+          std::vector<int> seen(U, 0);
+          for (int w = 0; w < U; ++w) {
+            const int o = s[q].order_of_work(w);
+            ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << q << " work " << w;
+            ASSERT_EQ(s[q].work_of_order(o), w);
+          }
+        }
+        std::vector<int> owned(P, 0), early(P, 0);
+        for (int o = 0; o < U; ++o) {
+          std::vector<int> at(P, -1);
+          for (int q = 0; q < P; ++q) {
+            const int p = l.relay_position(o, q);
+            ASSERT_TRUE(p >= 0 && p < P && at[p] == -1) << "unit " << o;
+            at[p] = q;
+          }
+          for (int p = 1; p < P; ++p) {
+            EXPECT_EQ(at[p], (at[p - 1] + P - 1) % P) << "the chain goes down the ring";
+            EXPECT_GE(s[at[p]].work_of_order(o), s[at[p - 1]].work_of_order(o) + l.relay_gap(U)) << "unit " << o;
+          }
+          const int owner = l.relay_owner(o);
+          EXPECT_EQ(at[P - 1], owner);
+          ++owned[owner];
+          if (2 * s[owner].work_of_order(o) < U) ++early[owner];
+        }
+        for (int q = 0; q < P; ++q) {
+          EXPECT_LE(std::abs(owned[q] - U / P), 2 * l.stag_d) << "rank " << q;
+          if (rounds >= 4) EXPECT_GT(early[q], 0) << "rank " << q << " owns nothing in the first half of its walk";
+        }
+      }
+  EXPECT_GT(staggered, 60);
 }
 
 // kAuto's path (gemm_allreduce_prefers_fused): the cost model's call on 2 to 8 ranks; one rank

@@ -97,6 +97,8 @@ struct GemmConfig {
   int swizzle = 4;                       // band width in tiles (1, 2, 4, 8); 4: measured best overall
                                          // (docs/gemm.md)
   int rank = 0, nranks = 1;              // rank rotation (scheduler.hpp); 1 rank: no rotation
+  int walk_rounds = 0;                   // >= 2: the ranks' staggered walk in that many rounds
+                                         // (scheduler.hpp; the relay all-reduce); 0: rotation
 };
 
 // Why a call cannot run; pure host logic (no GPU). Rejects, each with its reason: null A/B/C,

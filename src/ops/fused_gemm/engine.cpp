@@ -136,7 +136,7 @@ void fill_schedule(LaunchParams& p, const Residency& r, int reserved_sms) {
   p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, r.blk_n);
   p.hook.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, r.blk_n, r.cluster_m, p.raster,
                                           p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
-                                     r.num_sms - p.gemm_cfg.reserved_sms, 0);
+                                     r.num_sms - p.gemm_cfg.reserved_sms, 0, p.gemm_cfg.walk_rounds);
 }
 
 // The plain t % P owners and the final wait polled by every thread, each to show what the
@@ -164,6 +164,7 @@ NeedRequest knobs_need(const CommShape&) {
   const long long inflight = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
   k->relay.comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
   k->relay.pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  k->relay.rounds = std::clamp((int)env::get_int("TILEWIRE_RELAY_ROUNDS"), 0, 64);
   NeedRequest r;
   r.record = std::move(k);
   return r;

@@ -58,6 +58,8 @@ Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
   if (cfg.nranks < 1 || cfg.rank < 0 || cfg.rank >= cfg.nranks)
     return fail("rank " + std::to_string(cfg.rank) + " of " + std::to_string(cfg.nranks) +
                 " (need 0 <= rank < nranks)");
+  if (cfg.walk_rounds < 0 || cfg.walk_rounds > 64)
+    return fail("walk_rounds " + std::to_string(cfg.walk_rounds) + " (0 .. 64)");
   return Status{};
 }
 

@@ -38,6 +38,17 @@
 // pass and consumed in the same wave index on every rank. "About the same time" is only this
 // wave-index statement: nothing in the kernel synchronises ranks.
 //
+// Staggered walk (the relay all-reduce on P ranks, `rounds` >= 2; docs/gemm_allreduce.md): the
+// order is cut into Q = P * rounds chunks of d = floor(units / Q) order indices (the last chunk
+// takes the remainder rem, which must be < d). Chunk c is computed first by rank r0 = -c mod P at
+// chunk time c, then at nominal position p = 1, 2, .. by rank r0 - p at chunk time (c + 2p) mod Q:
+// rank r at chunk time t computes chunk (t - 2p) mod Q with p = (t + r) mod P. Every rank visits
+// every chunk once, the hops of a chunk go down the ring two chunk times apart, and at any chunk
+// time the P ranks are at P different nominal positions, so the owners' finals (the position
+// P - 1) are spread over the call instead of all falling in its last segment. The chunks whose
+// visits run past chunk time Q - 1 wrap to its start: their chain starts at the first wrapped
+// position (stagger_position). A rank's work indices follow its chunk times, the long last chunk
+// taking d + rem of them. 0 chunks: the rotation walk above.
 // Persistent distribution: `ctas` cluster-groups (num_sms - reserved_sms, rounded down to a
 // cluster multiple, divided by cluster_m) take work indices w = cta, cta + ctas, cta + 2*ctas, ...
 // Every unit is taken by exactly one CTA group; CTA group c does ceil((units - c) / ctas) units.
@@ -62,6 +73,28 @@ struct TileCoord {
 
 TW_HD constexpr int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
+TW_HD constexpr int stagger_mod(int a, int m) { return (a % m + m) % m; }
+// Q when the staggered walk applies to `units` order indices on `nranks` ranks in `rounds` rounds,
+// else 0: rounds >= 2 (so Q >= 2 P and a chain's wrap leaves at least two chunk times), nranks >= 2,
+// and chunks of d >= 1 with a remainder below d (so consecutive hops stay d work indices apart).
+TW_HD constexpr int stagger_chunks(int units, int nranks, int rounds) {
+  if (rounds < 2 || nranks < 2 || units <= 0) return 0;
+  const long long q = (long long)nranks * rounds;
+  if (q > units) return 0;
+  const int d = units / (int)q;
+  return units - d * (int)q < d ? (int)q : 0;
+}
+// Rank r's nominal position in chunk c and its chunk time there.
+TW_HD constexpr int stagger_nominal(int c, int r, int P) { return stagger_mod(-c - r, P); }
+TW_HD constexpr int stagger_time(int c, int r, int P, int Q) { return (c + 2 * stagger_nominal(c, r, P)) % Q; }
+// Rank r's position in chunk c's chain (0 computes it first, P - 1 last): the wrapped visits come
+// first, from the first nominal position p* = ceil((Q - c) / 2) whose chunk time passes Q - 1.
+TW_HD constexpr int stagger_position(int c, int r, int P, int Q) {
+  const int p = stagger_nominal(c, r, P), first_wrapped = (Q - c + 1) / 2;
+  if (first_wrapped >= P) return p;
+  return p >= first_wrapped ? p - first_wrapped : p + P - first_wrapped;
+}
+
 struct TileSchedule {
   int units_m = 0;      // cluster units along M = ceil(tiles_m / cluster_m)
   int units_n = 0;      // units along N = tiles_n
@@ -71,6 +104,9 @@ struct TileSchedule {
   Raster raster = Raster::kAlongM;
   int rotation = 0;     // order index of work index 0 (rank rotation), 0 <= rotation < units
   int ctas = 1;         // persistent cluster groups (>= 1)
+  int stag_q = 0;       // staggered walk (above): Q chunks, 0: the rotation walk
+  int stag_d = 0;       // its chunk length d (the last chunk: units - (Q - 1) d)
+  int stag_rank = 0, stag_p = 1;  // this rank of P
 
   TW_HD constexpr int units() const { return units_m * units_n; }
 
@@ -102,13 +138,30 @@ struct TileSchedule {
   }
 
   TW_HD constexpr int order_of_work(int w) const {
+    if (stag_q > 0) {
+      const int d = stag_d, rem = units() - stag_q * d, t_last = stag_time(stag_q - 1);
+      int t = 0, i = 0;
+      if (w < t_last * d) t = w / d, i = w - t * d;
+      else if (w < t_last * d + d + rem) t = t_last, i = w - t_last * d;
+      else t = (w - rem) / d, i = w - rem - t * d;
+      const int c = stagger_mod(t - 2 * stagger_mod(t + stag_rank, stag_p), stag_q);
+      return c * d + i;
+    }
     const int o = w + rotation;
     return o >= units() ? o - units() : o;
   }
   TW_HD constexpr int work_of_order(int o) const {
+    if (stag_q > 0) {
+      const int d = stag_d, rem = units() - stag_q * d;
+      const int c = o / d < stag_q - 1 ? o / d : stag_q - 1;
+      const int t = stag_time(c);
+      return t * d + (t > stag_time(stag_q - 1) ? rem : 0) + (o - c * d);
+    }
     const int w = o - rotation;
     return w < 0 ? w + units() : w;
   }
+  // Staggered walk: the chunk time at which this rank computes chunk c.
+  TW_HD constexpr int stag_time(int c) const { return stagger_time(c, stag_rank, stag_p, stag_q); }
 
   // Work index w -> the tile computed by the CTA at position `cta_in_cluster` (0..cluster_m-1).
   TW_HD constexpr TileCoord tile_of_work(int w, int cta_in_cluster) const {
@@ -142,9 +195,11 @@ TW_HD constexpr int persistent_ctas(int num_sms, int reserved_sms, int cluster_m
 }
 
 // The schedule for an (M, N) output with (blk_m, blk_n) tiles. `swizzle` < 1 is treated as 1 and
-// capped at the banded extent; rank/nranks give the rotation.
+// capped at the banded extent; rank/nranks give the rotation, or with `rounds` >= 2 the staggered
+// walk where stagger_chunks allows it.
 TW_HD constexpr TileSchedule make_schedule(int M, int N, int blk_m, int blk_n, int cluster_m, Raster raster,
-                                           int swizzle, int rank, int nranks, int num_sms, int reserved_sms) {
+                                           int swizzle, int rank, int nranks, int num_sms, int reserved_sms,
+                                           int rounds = 0) {
   TileSchedule s{};
   s.tiles_m = ceil_div(M, blk_m);
   s.cluster_m = cluster_m;
@@ -154,6 +209,12 @@ TW_HD constexpr TileSchedule make_schedule(int M, int N, int blk_m, int blk_n, i
   const int minor = raster == Raster::kAlongM ? s.units_n : s.units_m;
   s.swizzle = swizzle < 1 ? 1 : (swizzle > minor ? (minor < 1 ? 1 : minor) : swizzle);
   s.rotation = rank_rotation(s.units(), rank, nranks);
+  s.stag_q = stagger_chunks(s.units(), nranks, rounds);
+  if (s.stag_q > 0) {
+    s.rotation = 0;
+    s.stag_d = s.units() / s.stag_q;
+    s.stag_rank = rank, s.stag_p = nranks;
+  }
   s.ctas = persistent_ctas(num_sms, reserved_sms, cluster_m, s.units());
   return s;
 }

@@ -149,15 +149,23 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   // Relay: rank r walks from unit order index r * floor(units / P) (LSA rank == rank: all-LSA).
   p.gemm_cfg = relay ? gemm_allreduce_impl::as_gemm_config(cfg, comm.dev_ctx().lsa_rank, comm.lsa_size())
                      : gemm_allreduce_impl::as_gemm_config(cfg);
+  fused_gemm::apply_relay_knobs(comm, p);
+  if (relay) p.gemm_cfg.walk_rounds = p.relay.rounds;  // the staggered walk, when it applies (scheduler.hpp)
   fused_gemm::fill_schedule(p, call.res, cfg.reserved_sms);
   p.hook.lay = call.plan.lay;
+  if (relay) {  // the same chunks in the layout as in the schedule (the memory layout does not change)
+    const gemm_allreduce_impl::Layout st = gemm_allreduce_impl::make_relay_layout(
+        a.M, a.N, p.raster, p.hook.sched.units(), comm.lsa_size(), 0, p.gemm_cfg.walk_rounds);
+    TW_REQUIRE(st.stag_q == p.hook.sched.stag_q && st.stag_d == p.hook.sched.stag_d, kState,
+               "gemm_allreduce: the relay's staggered walk differs between its layout and its schedule");
+    p.hook.lay.stag_q = st.stag_q, p.hook.lay.stag_d = st.stag_d;
+  }
   fused_gemm::apply_owner_knobs(comm, p);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.hook.sched);
   p.hook.ctx = comm.dev_ctx();
   p.hook.c_win = call.c.win, p.hook.c_off = call.c.offset;
   p.hook.ws_win = call.ws.win, p.hook.ws_off = call.ws.offset;
   p.hook.ws = static_cast<char*>(a.workspace);
-  fused_gemm::apply_relay_knobs(comm, p);
   p.untraced = testing::untraced_kernels();
   p.hook.ring = cfg.trace;
   p.hook.ring.rank = (uint16_t)comm.rank();

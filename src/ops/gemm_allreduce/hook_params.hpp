@@ -45,6 +45,8 @@ struct RelayKnobs {
   bool no_push = false;     // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   bool pull = false;        // partials stored locally (bulk copies) and bulk-loaded by the owner (TILEWIRE_RELAY_PULL);
                             // finals are pushed either way
+  int rounds = 0;           // all-reduce: >= 2 walks the staggered order in that many rounds (TILEWIRE_RELAY_ROUNDS;
+                            // scheduler.hpp), spreading the owners' finals over the call; 0: the segments
 };
 
 // The relay's pacing budget: how long a comm warp spreads one tile's pushes over, from the last

@@ -72,6 +72,8 @@ struct Layout {
   int split = 0;          // relay: floor(units / P), the unit order indices of one walk segment
   int walk_shift = 0;     // relay: rank r walks from segment (r + walk_shift) % P (all-reduce 0,
                           // reduce-scatter 1: rank r's own shard last)
+  int stag_q = 0;         // relay all-reduce on the staggered walk (scheduler.hpp): Q chunks of
+  int stag_d = 0;         // stag_d order indices (0 chunks: the segments above)
   int P = 1;              // LSA team size (all ranks)
   int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
                           // the rank whose rows it holds; 0: the all-reduce's owner (owner())
@@ -125,14 +127,29 @@ struct Layout {
   // at position relay_position(o, r) = (k - r - walk_shift) mod P, and every unit is computed at
   // position 0, 1, .., P-1 by ranks r, r - 1, .., r + 1: each partial sum goes to rank r - 1,
   // and the rank at position P - 1 (the last to compute it) owns the unit.
+  // On the staggered walk the unit's chunk takes the segment's place (gemm_impl::stagger_position).
   TW_HD constexpr int relay_segment(int o) const {
     const int k = split > 0 ? o / split : P - 1;
     return k < P - 1 ? k : P - 1;
   }
+  TW_HD constexpr int relay_chunk(int o) const { return o / stag_d < stag_q - 1 ? o / stag_d : stag_q - 1; }
   TW_HD constexpr int relay_position(int o, int r) const {
+    if (stag_q > 0) return gemm_impl::stagger_position(relay_chunk(o), r, P, stag_q);
     return ((relay_segment(o) - r - walk_shift) % P + 2 * P) % P;
   }
-  TW_HD constexpr int relay_owner(int o) const { return ((relay_segment(o) + 1 - walk_shift) % P + P) % P; }
+  TW_HD constexpr int relay_owner(int o) const {
+    if (stag_q > 0) {  // the rank at position P - 1: nominal P - 1, or the last one before the wrap
+      const int c = relay_chunk(o), first_wrapped = (stag_q - c + 1) / 2;
+      return gemm_impl::stagger_mod(-c - (first_wrapped >= P ? P - 1 : first_wrapped - 1), P);
+    }
+    return ((relay_segment(o) + 1 - walk_shift) % P + P) % P;
+  }
+  // The fewest work indices between two hops of a unit's chain (what a partial sum's wait is
+  // ahead of its tile by): a segment, or on the staggered walk two chunk times less the long last
+  // chunk's remainder.
+  TW_HD constexpr int relay_gap(int units) const {
+    return stag_q > 0 ? 2 * stag_d - (units - stag_q * stag_d) : split;
+  }
   TW_HD constexpr size_t relay_slot(int t) const { return staging_off + (size_t)t * slot_bytes; }
   TW_HD constexpr size_t relay_arrive_flag(int t) const { return arrive_off + 8 * (size_t)t; }
   TW_HD constexpr size_t done_flag(int t) const { return done_off + 8 * (size_t)t; }
@@ -174,7 +191,10 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
 //                     slots of the tiles this rank computes after position 0 are written
 // `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split;
 // shard_rows > 0: reduce-scatter (the owner keeps its final in its C shard; walk_shift 1).
-TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0) {
+// rounds >= 2 (all-reduce only): the staggered walk where gemm_impl::stagger_chunks allows it; the
+// schedule must be made with the same rounds (make_schedule).
+TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0,
+                                         int rounds = 0) {
   Layout l{};
   l.algo = GemmAllReduceAlgo::kRelay;
   l.P = P < 2 ? 2 : P;
@@ -186,6 +206,8 @@ TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units,
   l.owned_max = l.T;
   l.raster = raster;
   l.split = units / l.P;
+  l.stag_q = shard_rows > 0 ? 0 : gemm_impl::stagger_chunks(units, l.P, rounds);
+  l.stag_d = l.stag_q > 0 ? units / l.stag_q : 0;
   l.partial_bytes = 2;
   l.slot_bytes = (size_t)kTileElems * 2;
   l.arrive_off = kHeaderBytes;
