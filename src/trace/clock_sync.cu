@@ -15,12 +15,12 @@
 
 #include <string>
 
+#include "../runtime/op_entry.hpp"
+#include "../runtime/stream_guard.hpp"
 #include "tilewire/device/signal.cuh"
 #include "tilewire/runtime/comm.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/trace/trace.hpp"
-#include "../runtime/op_entry.hpp"
-#include "../runtime/stream_guard.hpp"
 
 namespace tw::trace {
 namespace {
@@ -87,7 +87,6 @@ struct DeviceBuffer {
   ~DeviceBuffer() { cudaFree(p); }
 };
 
-
 }  // namespace
 
 int clock_sync_signal(const Comm& comm) { return comm.dev_ctx().signal_count - 1; }
@@ -102,33 +101,39 @@ ClockSync measure_clock_offsets(Comm& comm, int rounds) {
   comm.require_usable(op);  // before the stream is made: an unusable communicator says so first
   StreamGuard stream;
   // Ordered after this communicator's calls on other streams; every rank runs the same rounds.
-  const OpEntry entry(comm, op, stream.s, check,
-                      [&] { comm.agree_on_call(op, {{"rounds", std::to_string(rounds)}}); });
+  const OpEntry entry(comm, op, stream.s, check, [&] { comm.agree_on_call(op, {{"rounds", std::to_string(rounds)}}); });
   const int P = comm.nranks();
   const DevCtx& ctx = comm.dev_ctx();
   const int sig = clock_sync_signal(comm);
   const size_t table = (size_t)P * rounds * 3;
   const size_t n = table + P;
 
-  DeviceBuffer stamps(n + 1);  // + 1: this rank's base
-  uint64_t* base_d = stamps.p + n;
-  TW_CUDA_CHECK(cudaMemsetAsync(stamps.p, 0, n * sizeof(uint64_t), stream.s));
-  clock_probe<<<1, 1, 0, stream.s>>>(ctx, sig, base_d, stamps.p + table + comm.rank());
-  comm.check_launch("clock_probe");
-  uint64_t base = 0;
-  TW_CUDA_CHECK(cudaMemcpyAsync(&base, base_d, sizeof(base), cudaMemcpyDeviceToHost, stream.s));
-  comm.sync(stream.s);
-
-  if (P > 1) {
-    comm.barrier();  // every rank has read its base: from here on, signals on S are this call's
-    clock_pingpong<<<1, 1, 0, stream.s>>>(ctx, sig, base, rounds, stamps.p);
-    comm.check_launch("clock_pingpong");
-    comm.launched("clock_pingpong");
-    comm.sync(stream.s);  // a timed-out wait becomes kTimeout with its diagnostic here
-  }
   std::vector<uint64_t> host(n);
-  TW_CUDA_CHECK(cudaMemcpyAsync(host.data(), stamps.p, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream.s));
-  comm.sync(stream.s);
+  {                              // the device buffer lives in this scope (see below)
+    DeviceBuffer stamps(n + 1);  // + 1: this rank's base
+    uint64_t* base_d = stamps.p + n;
+    TW_CUDA_CHECK(cudaMemsetAsync(stamps.p, 0, n * sizeof(uint64_t), stream.s));
+    clock_probe<<<1, 1, 0, stream.s>>>(ctx, sig, base_d, stamps.p + table + comm.rank());
+    comm.check_launch("clock_probe");
+    uint64_t base = 0;
+    TW_CUDA_CHECK(cudaMemcpyAsync(&base, base_d, sizeof(base), cudaMemcpyDeviceToHost, stream.s));
+    comm.sync(stream.s);
+
+    if (P > 1) {
+      comm.barrier();  // every rank has read its base: from here on, signals on S are this call's
+      clock_pingpong<<<1, 1, 0, stream.s>>>(ctx, sig, base, rounds, stamps.p);
+      comm.check_launch("clock_pingpong");
+      comm.launched("clock_pingpong");
+      comm.sync(stream.s);  // a timed-out wait becomes kTimeout with its diagnostic here
+    }
+    TW_CUDA_CHECK(cudaMemcpyAsync(host.data(), stamps.p, n * sizeof(uint64_t), cudaMemcpyDeviceToHost, stream.s));
+    comm.sync(stream.s);
+  }
+  // The stamps are freed above, before the host collective below lets any rank return:
+  // cudaFree waits for the whole device, so on a virtual team a rank still freeing after its
+  // peers returned waited for whatever they launched next, and a fused kernel spinning for this
+  // rank's tiles then waited for it in turn (a traced `bench gemm-allreduce` at 4 virtual ranks
+  // timed out so). Test: Trace.PeersLaunchRightAfterClockSync.
   comm.allreduce_host(host.data(), n, HostReduce::kSum);  // each rank wrote only its own stamps
   return clock_sync_from_stamps(P, rounds, host);
 }

@@ -440,8 +440,9 @@ TEST(GemmAllReducePlan, RelayChainOnPRanks) {
 // The relay all-reduce's staggered walk (rounds >= 2; scheduler.hpp): each rank's walk is a
 // permutation of the units, every unit's chain goes down the ring with at least relay_gap work
 // indices (two chunk times less the remainder) between hops, relay_owner is the rank at position
-// P - 1, ownership stays balanced, and with 4 rounds or more every rank owns units in the first
-// half of its walk (on the segments it owns only the last 1/P: the finals all come at the end).
+// P - 1, ownership stays balanced, and the finals move forward: with 4 rounds or more at most 3/4
+// of a rank's owned units come in the last 1/P of its walk, with 8 some come in its first half
+// (on the segments all of them come in the last 1/P).
 TEST(GemmAllReducePlan, RelayStaggeredWalk) {
   using tw::gemm_impl::make_schedule;
   int staggered = 0;
@@ -472,7 +473,7 @@ TEST(GemmAllReducePlan, RelayStaggeredWalk) {
             ASSERT_EQ(s[q].work_of_order(o), w);
           }
         }
-        std::vector<int> owned(P, 0), early(P, 0);
+        std::vector<int> owned(P, 0), early(P, 0), late(P, 0);
         for (int o = 0; o < U; ++o) {
           std::vector<int> at(P, -1);
           for (int q = 0; q < P; ++q) {
@@ -488,10 +489,12 @@ TEST(GemmAllReducePlan, RelayStaggeredWalk) {
           EXPECT_EQ(at[P - 1], owner);
           ++owned[owner];
           if (2 * s[owner].work_of_order(o) < U) ++early[owner];
+          if ((long long)s[owner].work_of_order(o) * P >= (long long)(P - 1) * U) ++late[owner];
         }
         for (int q = 0; q < P; ++q) {
           EXPECT_LE(std::abs(owned[q] - U / P), 2 * l.stag_d) << "rank " << q;
-          if (rounds >= 4) EXPECT_GT(early[q], 0) << "rank " << q << " owns nothing in the first half of its walk";
+          if (rounds >= 4) EXPECT_LE(4 * late[q], 3 * owned[q]) << "rank " << q << ": finals at the end of its walk";
+          if (rounds >= 8) EXPECT_GT(early[q], 0) << "rank " << q << " owns nothing in the first half of its walk";
         }
       }
   EXPECT_GT(staggered, 60);

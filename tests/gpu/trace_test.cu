@@ -10,6 +10,11 @@
 //                                              every rank the same merged trace as the per-rank downloads
 //   Trace.BufferRoundTrip                      emit / emit_at from a kernel, download drops unwritten
 //                                              slots, counts what did not fit
+//   Trace.PeersLaunchRightAfterClockSync       every rank launches a kernel that waits for its peers
+//                                              (a one-shot all-reduce) as soon as measure_clock_offsets
+//                                              returns, 30 times: none may wait for a peer still
+//                                              inside it (on a virtual team its cudaFree waited for
+//                                              the whole device, the peers' waiting kernels included)
 #include <cstdlib>
 #include <vector>
 
@@ -48,8 +53,34 @@ TEST(Trace, ClockOffsetsAgreeWithinTheirError) {
     }
   }
   std::printf("clock offsets (ns, +- error):");
-  for (int q = 0; q < P; ++q) std::printf(" rank %d %lld +- %lld", q, (long long)x.offset_ns[q], (long long)x.error_ns[q]);
+  for (int q = 0; q < P; ++q)
+    std::printf(" rank %d %lld +- %lld", q, (long long)x.offset_ns[q], (long long)x.error_ns[q]);
   std::printf("\n");
+}
+
+TEST(Trace, PeersLaunchRightAfterClockSync) {
+  TW_SKIP_UNLESS_RANKS(2);
+  const int P = team_size();
+  constexpr size_t kCount = 4096;
+  std::vector<Bytes> got(P);
+  tw_test::run_team([&](tw::Comm& comm) {
+    const int r = comm.rank();
+    Stream s;
+    tw::Window send = comm.alloc_window(kCount * 4), recv = comm.alloc_window(kCount * 4);
+    fill(send.data(), tw::DType::kFloat32, kCount, Fill::kSmallInt, 0x5eed, r, s);
+    const tw::AllReduceArgs args{send.data(), recv.data(), kCount, tw::DType::kFloat32, tw::AllReduceAlgo::kOneShot};
+    comm.sync(s);
+    comm.barrier();
+    for (int i = 0; i < 30; ++i) {
+      (void)tw::trace::measure_clock_offsets(comm);
+      poison(recv.data(), recv.bytes(), s);
+      tw::allreduce(comm, args, s);  // spins on the device until every peer's data is in
+      comm.sync(s);                  // a peer stuck behind it: kTimeout here (TILEWIRE_TIMEOUT_MS)
+    }
+    got[r] = to_host(recv.data(), recv.bytes(), s);
+  });
+  const Bytes want = exact_sum(tw::DType::kFloat32, kCount, 0x5eed, P);
+  for (int r = 0; r < P; ++r) EXPECT_EQ(compare_exact(got[r], want, tw::DType::kFloat32, kCount), "") << "rank " << r;
 }
 
 __global__ void emit_rank_events(tw::trace::Ring r, int n) {
