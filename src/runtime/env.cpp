@@ -52,6 +52,9 @@ static const Var kVars[] = {
      "Fused GEMM + all-reduce, relay algorithm: the communication warp spreads each tile's stores to the peer "
      "over this percentage of the previous tile's period (0..100; 0: as fast as it can). Keeps the CTAs' "
      "pushes from saturating NVLink in bursts."},
+    {"TILEWIRE_RELAY_L2_EVICT_FIRST", Type::kBool, "0",
+     "Fused GEMM + all-reduce and GEMM + reduce-scatter, relay algorithm: the bulk copies of partial sums and "
+     "finals carry the L2 evict-first hint (1), so that they do not push the GEMM's operands out of L2."},
     {"TILEWIRE_RELAY_ROUNDS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: >= 2 walks the tiles in that many rounds of P staggered chunks, "
      "so that the owners' finals (the all-gather half) are spread over the call instead of its last 1/P "

@@ -214,12 +214,34 @@ TEST(FusedCostModel, OverheadAboveHiddenCommunicationLoses) {
   EXPECT_NEAR(at.fused_us, at.sequential_us, 1e-6 * at.sequential_us);
 }
 
+// The relay all-reduce on P > 2 ranks sends every final in its last segment: (P - 1) / P of C from
+// each rank after (P - 1) / P of the kernel. At 8192 x 8192 x 4096 with the P > 2 overhead that
+// binds at P = 4 and 8 (918 and 924 us without it), and never at P = 2 (810.6 us, unchanged).
+TEST(FusedCostModel, RelayFinalsLeaveInTheLastSegment) {
+  const fg::Shape s{8192, 8192, 4096, 2};
+  const double t = 767.5, ov = 0.14, c_bytes = 8192.0 * 8192.0 * 2.0;
+  for (int P : {4, 8}) {
+    SCOPED_TRACE(P);
+    const double seg = (P - 1.0) / P;
+    const auto p = fg::predict(FusedOp::kGemmAllReduce, s, P, t, ov);
+    EXPECT_NEAR(p.fused_us, seg * t * (1.0 + ov) + 3.0 + seg * c_bytes / 350e3, 1e-6 * p.fused_us);
+    EXPECT_GT(p.fused_us, t * (1.0 + ov) + 20.0);  // above the GEMM and its tail
+    EXPECT_TRUE(p.fused_wins);
+    const double be = p.break_even_overhead;
+    EXPECT_TRUE(fg::predict(FusedOp::kGemmAllReduce, s, P, t, be - 0.02).fused_wins);
+    EXPECT_FALSE(fg::predict(FusedOp::kGemmAllReduce, s, P, t, be + 0.02).fused_wins);
+    const auto at = fg::predict(FusedOp::kGemmAllReduce, s, P, t, be);
+    EXPECT_NEAR(at.fused_us, at.sequential_us, 1e-6 * at.sequential_us);
+  }
+  EXPECT_NEAR(fg::predict(FusedOp::kGemmAllReduce, s, 2, t, 0.02).fused_us, 810.6, 0.5);
+}
+
 // The owner all-reduce at 8192 x 8192 x 4096 on 2 ranks (bf16 partials): 1321.6 us measured
 // (run09 of bench/results/2026-11-30-fused-relay-tuning-h200x2/) with that kernel's overhead there (0.72).
 TEST(FusedCostModel, OwnerAlgorithmPoint) {
   const fg::Shape s{8192, 8192, 4096, 2};
-  const auto p = fg::predict(FusedOp::kGemmAllReduce, s, 2, 744.0, 0.72,
-                             fg::h200_nvlink(), fg::FusedKernel{128, 256, 2});  // not the relay: two hops
+  const auto p = fg::predict(FusedOp::kGemmAllReduce, s, 2, 744.0, 0.72, fg::h200_nvlink(),
+                             fg::FusedKernel{128, 256, 2});  // not the relay: two hops
   EXPECT_NEAR(rel(p.fused_us, 1321.6), 0.0, 0.05);
   EXPECT_FALSE(p.fused_wins);  // slower than GEMM + tw::allreduce on 2 ranks
 }
@@ -276,7 +298,7 @@ TEST(FusedCostModel, DefaultOverheads) {
   EXPECT_EQ(fg::default_overhead(FusedOp::kGemmReduceScatter, big, 4), 0.12);
   EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, big, 4), 0.04);
   for (int P : {2, 4, 8}) {
-    EXPECT_EQ(fg::default_overhead(FusedOp::kGemmAllReduce, decode, P), 0.07);  // its in-place all-reduce
+    EXPECT_EQ(fg::default_overhead(FusedOp::kGemmAllReduce, decode, P), 0.07);     // its in-place all-reduce
     EXPECT_EQ(fg::default_overhead(FusedOp::kGemmReduceScatter, decode, P), 0.0);  // the plain GEMM
     EXPECT_EQ(fg::default_overhead(FusedOp::kAllGatherGemm, decode, P), 0.0);
   }
@@ -292,8 +314,8 @@ TEST(FusedCostModel, DefaultOverheads) {
   EXPECT_NEAR(p.sequential_us - p.fused_us, 2.0 - 0.07 * 21.8, 1e-9);
   EXPECT_FALSE(fg::prefers_fused(p));
   const fg::Shape tiny{256, 512, 128, 2};
-  EXPECT_TRUE(fg::prefers_fused(fg::predict(FusedOp::kGemmAllReduce, tiny, 2, 4.0,
-                                            fg::default_overhead(FusedOp::kGemmAllReduce, tiny, 2))));
+  EXPECT_TRUE(fg::prefers_fused(
+      fg::predict(FusedOp::kGemmAllReduce, tiny, 2, 4.0, fg::default_overhead(FusedOp::kGemmAllReduce, tiny, 2))));
 }
 
 // More bandwidth never slows either path; more overhead or a slower GEMM never speeds one up.

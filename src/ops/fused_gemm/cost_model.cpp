@@ -175,6 +175,16 @@ Prediction predict(FusedOp op, const Shape& s, int P, double t_gemm_us, double o
     const double c = link.flag_latency_us + link_us;
     r.fused_us = std::max(r.gemm_us + tail, lead + c);
     r.break_even_overhead = std::min((r.sequential_us - tail) / g_base, (r.sequential_us - c) / t_tile) - 1.0;
+    if (op == FusedOp::kGemmAllReduce && P > 2 && tile_m * tile_n == 128 * 256) {
+      // The relay on P > 2 ranks walks P segments and owns the units of its last one: every final
+      // (the all-gather half, (P - 1) / P of C from each rank) leaves in the last 1/P of the
+      // kernel. So the kernel takes at least its first P - 1 segments, then those bytes at busbw
+      // (docs/gemm_allreduce.md, "The staggered walk"). At P = 2 this never exceeds the bound above.
+      const double seg = static_cast<double>(P - 1) / P;
+      const double finals = link.flag_latency_us + link_us / 2.0;
+      r.fused_us = std::max(r.fused_us, seg * r.gemm_us + finals);
+      r.break_even_overhead = std::min(r.break_even_overhead + 1.0, (r.sequential_us - finals) / (seg * g_base)) - 1.0;
+    }
   }
   r.exposed_us = r.fused_us - r.gemm_us;
   r.fused_wins = r.fused_us < r.sequential_us;

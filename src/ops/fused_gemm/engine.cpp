@@ -164,6 +164,7 @@ NeedRequest knobs_need(const CommShape&) {
   const long long inflight = env::get_int("TILEWIRE_RELAY_COMM_INFLIGHT");
   k->relay.comm_inflight = inflight == 2 || inflight == 8 ? (int)inflight : 4;
   k->relay.pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
+  k->relay.l2_evict_first = env::get_bool("TILEWIRE_RELAY_L2_EVICT_FIRST");
   k->relay.rounds = std::clamp((int)env::get_int("TILEWIRE_RELAY_ROUNDS"), 0, 64);
   NeedRequest r;
   r.record = std::move(k);

@@ -45,6 +45,9 @@ struct RelayKnobs {
   bool no_push = false;     // measurement only (TILEWIRE_RELAY_NO_PUSH): flags without data, C wrong
   bool pull = false;        // partials stored locally (bulk copies) and bulk-loaded by the owner (TILEWIRE_RELAY_PULL);
                             // finals are pushed either way
+  bool l2_evict_first = false;  // the bulk copies of partials and finals (out and in) carry the L2 evict-first
+                                // hint (TILEWIRE_RELAY_L2_EVICT_FIRST): they are read again a segment later,
+                                // if at all, by then out of L2 anyway
   int rounds = 0;           // all-reduce: >= 2 walks the staggered order in that many rounds (TILEWIRE_RELAY_ROUNDS;
                             // scheduler.hpp), spreading the owners' finals over the call; 0: the segments
 };

@@ -56,11 +56,11 @@
 // C only with finals of the current call, after this rank's part of that tile arrived.
 #pragma once
 #include <cuda_bf16.h>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/cutlass.h>
 
 #include <cute/arch/copy_sm90_tma.hpp>
 #include <cute/tensor.hpp>
-#include <cutlass/arch/barrier.h>
-#include <cutlass/cutlass.h>
 
 #include "../gemm/epilogue_hook.cuh"
 #include "../gemm/launch.hpp"
@@ -73,17 +73,35 @@
 
 namespace tw::gemm_allreduce_impl {
 
+// Bulk copies with an L2 cache policy (.L2::cache_hint). kL2EvictFirst: the lines are evicted
+// before others (the encoding CUTLASS's TMA loads use, cute::TMA::CacheHintSm90::EVICT_FIRST), for
+// data this GPU's SMs will not read again soon, so that it does not push out what they will.
+inline constexpr uint64_t kL2EvictFirst = 0x12F0000000000000ull;
+CUTLASS_DEVICE void bulk_copy_s2g_hint(void* gmem, const void* smem, uint32_t bytes, uint64_t policy) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(gmem),
+               "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))), "r"(bytes), "l"(policy)
+               : "memory");
+}
+// Global -> this CTA's shared memory, completing `bytes` on the mbarrier at `mbar`.
+CUTLASS_DEVICE void bulk_copy_g2s_hint(void* smem, const void* gmem, uint32_t bytes, uint64_t* mbar, uint64_t policy) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;" ::
+          "r"(static_cast<uint32_t>(__cvta_generic_to_shared(smem))),
+      "l"(gmem), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(mbar))), "l"(policy)
+      : "memory");
+}
+
 template <bool kTraced>
 struct RelayHookT : HookParams, RelayKnobs {
   using E = cutlass::bfloat16_t;
   static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes: no bank conflicts)
   static constexpr int kRowBytes = kBlkN * 2;
-  static constexpr bool kCommWarp = true;   // HookEpilogue runs comm() in the epilogue-load warp
+  static constexpr bool kCommWarp = true;  // HookEpilogue runs comm() in the epilogue-load warp
   struct SharedStorage {
     alignas(128) E buf[kBlkM * kPitch];
-    uint64_t staged;  // mbarrier, 256 arrivals per tile: every consumer thread after its writes
-    uint64_t ready;   // mbarrier, 1 arrival (+ bytes of the partial for owned tiles) per tile
-    uint64_t tag;     // the call's tag, read by the comm warp before its first tile
+    uint64_t staged;    // mbarrier, 256 arrivals per tile: every consumer thread after its writes
+    uint64_t ready;     // mbarrier, 1 arrival (+ bytes of the partial for owned tiles) per tile
+    uint64_t tag;       // the call's tag, read by the comm warp before its first tile
     uint64_t t_staged;  // comm warp, lane 0: when the previous tile was staged (kernel start for tile 0)
     uint64_t t_waited;  // consumer thread 0: how long the consumers waited for `ready` on the tile staged last
   };
@@ -96,8 +114,10 @@ struct RelayHookT : HookParams, RelayKnobs {
 
   CUTLASS_HOST_DEVICE bool clock_on() const { return tracing(); }
   CUTLASS_HOST_DEVICE bool tracing() const {
-    if constexpr (kTraced) return ring.on();
-    else return false;
+    if constexpr (kTraced)
+      return ring.on();
+    else
+      return false;
   }
 
   CUTLASS_DEVICE static void init_smem(SharedStorage& s) {
@@ -190,7 +210,8 @@ struct RelayHookT : HookParams, RelayKnobs {
       emit(id, trace::EventKind::kMmaStart, v.t_mma_start_ns);
       emit(id, trace::EventKind::kMmaEnd, t_mma_end);
       if (own) {  // this rank's partial enters the sum at MMA end; the incoming one was in the buffer
-        if (lay.shard_tm == 0) emit(id, trace::EventKind::kPartialLeave, t_mma_end);  // reduce-scatter: owners send nothing
+        if (lay.shard_tm == 0)
+          emit(id, trace::EventKind::kPartialLeave, t_mma_end);  // reduce-scatter: owners send nothing
         emit(id, trace::EventKind::kPartialsSeen, t_seen > t_mma_end ? t_seen : t_mma_end);
         emit(id, trace::EventKind::kReduceDone, t_done);
       }
@@ -242,12 +263,12 @@ struct RelayHookT : HookParams, RelayKnobs {
     if (own) {  // the final into the local C: bulk copies, one row per lane at a time
       E* c = c_typed<E>() + (long long)(row0 - shard_row0()) * ldc + col0;
 #pragma unroll 1
-      for (int r = lane; r < rows; r += 32) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, c + (long long)r * ldc, vecs * 16);
+      for (int r = lane; r < rows; r += 32) s2g(buf + r * kPitch, c + (long long)r * ldc, vecs * 16);
       cute::tma_store_arrive();
     } else if (pull) {  // the partial into this rank's own staging slot, where the owner loads it from
       char* slot = ws + lay.relay_slot(t);
 #pragma unroll 1
-      for (int r = lane; r < rows; r += 32) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, slot + (size_t)r * kRowBytes, vecs * 16);
+      for (int r = lane; r < rows; r += 32) s2g(buf + r * kPitch, slot + (size_t)r * kRowBytes, vecs * 16);
       cute::tma_store_arrive();
       ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
@@ -263,13 +284,17 @@ struct RelayHookT : HookParams, RelayKnobs {
 #pragma unroll 1
         for (int d = 0; d < targets; ++d) {
           char* to = d == 0 ? dst : peer_dst(tile_m, tile_n, own, d, &pitch);
-          push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share);
+          push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share,
+                         l2_evict_first);
         }
         cute::tma_store_arrive();
         ptx::bulk_wait_all_writes();
-      } else if (lane < vecs && comm_inflight == 2) push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else if (lane < vecs && comm_inflight == 8) push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
-      else if (lane < vecs) push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      } else if (lane < vecs && comm_inflight == 2)
+        push_rows<2>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (lane < vecs && comm_inflight == 8)
+        push_rows<8>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
+      else if (lane < vecs)
+        push_rows<4>(buf, dst, pitch, first, rows, lane, t_push, budget_ns);
     }
     if (own) cute::tma_store_wait<0>();  // this lane's bulk copies have read the buffer
     // Publish this lane's stores at system scope, then the flags (release).
@@ -286,7 +311,8 @@ struct RelayHookT : HookParams, RelayKnobs {
       ptx::st_release_sys(dev::lsa_ptr<uint64_t>(ctx, ws_win, ws_off + lay.done_flag(t), (me + 1) % lay.P), tag);
     // tile_landed: an owned tile's final is here; in a reduce-scatter also a tile passed on (this
     // rank's part of it is done, as the owner kernel records it: docs/tracing.md).
-    if (tracing() && (own || lay.shard_tm > 0) && lane == 0) emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
+    if (tracing() && (own || lay.shard_tm > 0) && lane == 0)
+      emit(id, trace::EventKind::kTileLanded, ptx::globaltimer());
     // The buffer is free: prepare the CTA's next valid tile.
     if (next >= 0) prepare(walk.tile_at(next), tag, lane, smem);
   }
@@ -367,7 +393,7 @@ struct RelayHookT : HookParams, RelayKnobs {
   // global memory to the TMA unit as to the stores. Issues only: the caller commits the group
   // and completes the writes before its fence and flags (bulk_wait_all_writes).
   CUTLASS_DEVICE static void push_rows_bulk(const E* buf, char* dst, long long pitch, int first, int rows, int bytes,
-                                            int lane, uint64_t t0, uint64_t budget_ns) {
+                                            int lane, uint64_t t0, uint64_t budget_ns, bool evict_first) {
     constexpr int kBatch = 16;
     const int nb = (rows - first + kBatch - 1) / kBatch;
 #pragma unroll 1
@@ -377,9 +403,18 @@ struct RelayHookT : HookParams, RelayKnobs {
         if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
       }
       const int r = first + b * kBatch + lane;
-      if (lane < kBatch && r < rows) cute::SM90_BULK_COPY_S2G::copy(buf + r * kPitch, dst + (long long)r * pitch, bytes);
+      if (lane < kBatch && r < rows) s2g(buf + r * kPitch, dst + (long long)r * pitch, bytes, evict_first);
     }
   }
+
+  // One row's bulk copy out of shared memory, with the evict-first L2 hint when asked (RelayKnobs).
+  CUTLASS_DEVICE static void s2g(const E* src, void* dst, int bytes, bool evict_first) {
+    if (evict_first)
+      bulk_copy_s2g_hint(dst, src, uint32_t(bytes), kL2EvictFirst);
+    else
+      cute::SM90_BULK_COPY_S2G::copy(src, dst, bytes);
+  }
+  CUTLASS_DEVICE void s2g(const E* src, void* dst, int bytes) const { s2g(src, dst, bytes, l2_evict_first); }
 
   // Where a tile goes on: an owned tile's final to every peer's C (all-reduce; the reduce-scatter's
   // stays here), any other tile's partial sum to rank me - 1's staging slot.
@@ -389,19 +424,22 @@ struct RelayHookT : HookParams, RelayKnobs {
   CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, int d, long long* pitch) const {
     if (own) {
       *pitch = ldc * (long long)sizeof(E);
-      return dev::lsa_ptr<char>(ctx, c_win, c_off + ((size_t)tile_m * kBlkM * (size_t)ldc + (size_t)tile_n * kBlkN) * sizeof(E),
+      return dev::lsa_ptr<char>(ctx, c_win,
+                                c_off + ((size_t)tile_m * kBlkM * (size_t)ldc + (size_t)tile_n * kBlkN) * sizeof(E),
                                 (me + 1 + d) % lay.P);
     }
     *pitch = kRowBytes;
-    return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)), (me + lay.P - 1) % lay.P);
+    return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)),
+                              (me + lay.P - 1) % lay.P);
   }
   // The first row of this rank's C: 0, or its shard's first row (reduce-scatter).
   CUTLASS_DEVICE int shard_row0() const { return lay.shard_tm * kBlkM * me; }
 
   static constexpr int kTileEvents = 6;
   CUTLASS_DEVICE void emit(uint32_t id, trace::EventKind k, uint64_t t) const {
-    trace::emit_at(ring, (unsigned long long)id * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart)),
-                   k, id, t);
+    trace::emit_at(
+        ring, (unsigned long long)id * kTileEvents + (unsigned long long)(int(k) - int(trace::EventKind::kMmaStart)), k,
+        id, t);
   }
   CUTLASS_DEVICE unsigned long long cta_slot(int which) const {
     return (unsigned long long)kTileEvents * lay.T + 2ull * blockIdx.x + which;
@@ -431,11 +469,14 @@ struct RelayHookT : HookParams, RelayKnobs {
     // proxy: each issuing lane fences between the two (the proxy rule, ptx.cuh).
     ptx::fence_proxy_async_global();
     // Pushed partials sit in this rank's staging; pulled ones are loaded from rank me + 1's.
-    const char* src =
-        pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), (me + 1) % lay.P) : ws + lay.relay_slot(t);
+    const char* src = pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), (me + 1) % lay.P)
+                           : ws + lay.relay_slot(t);
 #pragma unroll 1
     for (int r = lane; r < rows; r += 32)
-      cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
+      if (l2_evict_first)
+        bulk_copy_g2s_hint(smem->buf + r * kPitch, src + (size_t)r * kRowBytes, bytes, &smem->ready, kL2EvictFirst);
+      else
+        cute::SM90_BULK_COPY_G2S::copy(src + (size_t)r * kRowBytes, &smem->ready, smem->buf + r * kPitch, bytes);
   }
 };
 
