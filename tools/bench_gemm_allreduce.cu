@@ -299,7 +299,18 @@ class RankRun {
       fill(x.a[j].p, (size_t)s.m * s.k, mix64(seed ^ 1));
       fill(x.b[j].p, (size_t)s.n * s.k, mix64(seed ^ 2));
     }
-    x.full = std::make_unique<LtMatmul>(st_.lt.get(), s.m, s.n, s.k, BLayout::kNK, kLtWorkspace);
+    // (a) and (c) on this rank's SM budget: on a virtual team each rank has 1/P of the GPU, as the
+    // fused kernel does; sized to the whole GPU, the P ranks' GEMMs shared every SM between them
+    // and (a) was not the same budget's GEMM (fused / (a) read 1.21-1.33 at 8192^2 x 4096 on 4
+    // virtual ranks where the fused kernel took 1.03-1.10x tilewire's GEMM on 33 SMs).
+    const int lt_sms = comm_.ranks_per_device() > 1 ? sms_ : 0;
+    x.full = std::make_unique<LtMatmul>(st_.lt.get(), s.m, s.n, s.k, BLayout::kNK, kLtWorkspace, DType::kBFloat16,
+                                        lt_sms);
+    if (lt_sms > 0 && me_ == 0 && !budget_said_) {
+      budget_said_ = true;
+      std::printf("# virtual team: (a) and (c) run cuBLASLt sized to a rank's %d SMs (SM_COUNT_TARGET %s)\n", lt_sms,
+                  x.full->sm_count_target() == lt_sms ? "taken" : "refused: sized to the whole GPU");
+    }
     for (int c : has_nccl_ ? o_.chunks : std::vector<int>{}) {  // (d) is NCCL's
       Split sp = split_rows(s.m, c);
       if (sp.ok && c > 1) sp.body = std::make_unique<LtMatmul>(st_.lt.get(), sp.rows, s.n, s.k, BLayout::kNK);
@@ -657,6 +668,7 @@ class RankRun {
   const int me_, P_;
   const bool has_nccl_;  // (b) (d) (f) run: the team has an NCCL communicator (not a virtual one)
   const int sms_;        // fill / check grids: this rank's SMs (comm.sm_count(): 1/P of the GPU if virtual)
+  bool budget_said_ = false;  // rank 0 printed (a)'s SM budget
   int l2_ = 0;
   bool traced_ = false;  // --trace: done (first shape with the fused op)
   size_t fixed_bytes_ = 0;  // C buffers, windows and workspaces: what the rotation sets must leave
