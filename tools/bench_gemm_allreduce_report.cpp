@@ -50,7 +50,8 @@ constexpr const char* kUsage =
     "                        as Perfetto JSON (+ tilewire events, metrics); see docs/tracing.md\n"
     "  --plot FILE.png       with --trace: draw the timelines (FILE.png, FILE_sequential.png)\n"
     "  --virtual P           P >= 1 virtual ranks on GPU 0 (one thread each, no NCCL) instead of one rank\n"
-    "                        per GPU: (a) (c) (e) and the check as on P GPUs, (b) (d) (f) n/a; the times\n"
+    "                        per GPU: (a) (c) (e) and the check as on P GPUs ((a) and (c) on a rank's\n"
+    "                        SMs: cuBLASLt's SM_COUNT_TARGET), (b) (d) (f) n/a; the times\n"
     "                        are P ranks sharing one GPU, not NVLink figures (a correctness run)\n"
     "  Exit 0 when every checked shape has #wrong 0 and ranks bit-identical (and the fused op ran on\n"
     "  at least one shape), else 1.\n";
