@@ -7,7 +7,8 @@ both occur), fused / sequential (min-max), on how many shapes fused is slower th
 on how many it meets the fused ops' acceptance bound on fused / GEMM alone: 1.05 at M >= 2048, 1.10 at M = 1024,
 1.25 at M <= 256 (decode), 1.03 for a run at one rank (a label ending in "P=1").
 gemm-rs and ag-gemm: (g) op fused over (a) tilewire's GEMM alone and (l) the op's sequential path.
-gemm-allreduce: (e) fused over (a) cuBLASLt alone and (c) GEMM + tw::allreduce.
+gemm-allreduce: (e) fused over (g) tilewire's GEMM alone on a rank's SMs (runs without (g): (a)
+cuBLASLt alone) and over (c) GEMM + tw::allreduce.
 
     python3 scripts/accept_table.py bench_engine.jsonl [--shapes]   (--shapes: every shape's row)
 """
@@ -28,7 +29,9 @@ def ratios(d):
         for r in d.get("rows", []):
             if r.get("t_fused_us") and r.get("t_gemm_us"):
                 tw = r.get("t_gemm_tw_us")
-                out.append((r["M"], r["N"], r["K_local"], r["t_fused_us"] / r["t_gemm_us"],
+                # The GEMM alone: tilewire's on the rank's SMs, (g), where the run has it; else (a).
+                alone = r.get("t_tw_gemm_us") or r["t_gemm_us"]
+                out.append((r["M"], r["N"], r["K_local"], r["t_fused_us"] / alone,
                             r["t_fused_us"] / tw if tw and tw > 0 else None))
     return out
 

@@ -75,6 +75,7 @@
 #include "bench_raii.hpp"
 #include "commands.hpp"
 #include "ops/gemm/cublaslt.hpp"
+#include "ops/gemm/team_gemm.hpp"
 #include "testing/measurement.hpp"  // testing::set_untraced_kernels
 #include "tilewire/device/peer.cuh"
 #include "tilewire/ops/allreduce.hpp"
@@ -415,6 +416,13 @@ class RankRun {
     std::vector<Variant> vs;
     const bool others = !o_.only_fused;  // --only-fused: (e) alone
     if (others) vs.push_back({&smp.sec[kGemm], [&] { gemm(x, next(), c); }, {}});
+    if (others)  // (g): tilewire's GEMM on this rank's SMs, the plan it runs there
+      vs.push_back({&smp.sec[kTwGemm], [&] {
+                      const int k = next();
+                      gemm_impl::team_gemm(
+                          comm_, GemmArgs{x.a[k].p, x.b[k].p, c, x.s.m, x.s.n, x.s.k, DType::kBFloat16, BLayout::kNK},
+                          0, s1);
+                    }, {}});
     if (others && has_nccl_)
       vs.push_back({&smp.sec[kGemmNccl], [&] {
                       gemm(x, next(), c);

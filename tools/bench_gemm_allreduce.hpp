@@ -16,7 +16,9 @@ struct Shape {
 };
 
 // The rows of the table, in the order they are measured (letters of the file comment).
-enum Variant { kGemm, kGemmNccl, kGemmTw, kChunked, kFused, kNcclAr, kVariants };
+// kTwGemm (g): tilewire's GEMM alone on the rank's SMs (gemm_impl::team_gemm), the basis the fused
+// kernel's "fused / GEMM alone" is read against on a virtual team, printed below the row.
+enum Variant { kGemm, kGemmNccl, kGemmTw, kChunked, kFused, kNcclAr, kTwGemm, kVariants };
 
 struct Options {
   std::vector<Shape> shapes;       // -m -n -k and/or --sweep, in sweep order (default: see usage())
@@ -56,6 +58,7 @@ struct Row {
   Row() { for (double& t : us) t = NAN; }
   double speedup_vs(Variant v) const { return us[v] / us[kFused]; }  // > 1: the fused op is faster
   double fused_over_gemm() const { return us[kFused] / us[kGemm]; }
+  double fused_over_tw_gemm() const { return us[kFused] / us[kTwGemm]; }
   // (T_gemm + T_ar - T_fused) / min(T_gemm, T_ar): 1 = the all-reduce fully hidden, 0 = none of it.
   double overlap() const {
     return (us[kGemm] + us[kNcclAr] - us[kFused]) / std::fmin(us[kGemm], us[kNcclAr]);

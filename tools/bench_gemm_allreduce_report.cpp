@@ -21,6 +21,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: tilewire bench gemm-allreduce [options]\n"
     "  Times on all local GPUs (one thread each), per shape, in the same run: (a) cuBLASLt GEMM alone,\n"
+    "  (g) tilewire's GEMM alone (on a rank's SMs; printed below the row with (e)/(g)),\n"
     "  (b) GEMM + ncclAllReduce, (c) GEMM + tw::allreduce, (d) GEMM and ncclAllReduce in row chunks on\n"
     "  two streams, (e) the fused tw::gemm_allreduce, (f) ncclAllReduce of C alone; then checks (e)\n"
     "  against the sum of every rank's cuBLASLt partial on the device. bf16; every rank's A_r [M,K_local],\n"
@@ -264,6 +265,9 @@ static std::string model_line(const Row& r, bool virt) {
 }
 
 void print_model(const Row& r, bool virt) {
+  if (std::isfinite(r.us[kTwGemm]))
+    std::printf("#   (g) tilewire's GEMM alone on a rank's SMs %.1f us: (e)/(g) %.3f, (a)/(g) %.3f\n", r.us[kTwGemm],
+                r.fused_over_tw_gemm(), r.us[kGemm] / r.us[kTwGemm]);
   std::printf("#   %s\n", model_line(r, virt).c_str());
   std::fflush(stdout);
 }
@@ -301,7 +305,8 @@ std::string to_json(const Options& o, const RunInfo& info, const std::vector<Row
       << ", \"path\": " << jstr(r.path) << ", \"t_fused_us\": " << jnum(r.us[kFused]) << ", \"t_nccl_ar_us\": " << jnum(r.us[kNcclAr])
       << ", \"speedup_vs_b\": " << jnum(r.speedup_vs(kGemmNccl)) << ", \"speedup_vs_c\": "
       << jnum(r.speedup_vs(kGemmTw)) << ", \"speedup_vs_d\": " << jnum(r.speedup_vs(kChunked))
-      << ", \"fused_over_gemm\": " << jnum(r.fused_over_gemm()) << ", \"overlap_eff\": " << jnum(r.overlap())
+      << ", \"fused_over_gemm\": " << jnum(r.fused_over_gemm()) << ", \"t_tw_gemm_us\": " << jnum(r.us[kTwGemm])
+      << ", \"fused_over_tw_gemm\": " << jnum(r.fused_over_tw_gemm()) << ", \"overlap_eff\": " << jnum(r.overlap())
       << ", \"wrong\": " << (r.checked ? std::to_string(r.wrong) : "null")
       << ", \"identical\": " << (r.checked ? (r.identical ? "true" : "false") : "null")
       << ", \"rotation_sets\": " << r.sets << ", \"model\": " << jstr(model_line(r, info.virt)) << ", \"note\": " << (r.note.empty() ? "null" : jstr(r.note)) << "}";
