@@ -56,7 +56,8 @@ GemmArgs with_ptrs(GemmArgs a, uintptr_t A, uintptr_t B, uintptr_t C) {
 
 TEST(GemmPlan, RejectsWithAReason) {
   GemmConfig ok;
-  GemmConfig neg = ok, sw = ok, rk = ok, nr = ok;
+  GemmConfig neg = ok, sw = ok, rk = ok, nr = ok, wr = ok;
+  wr.walk_rounds = -1;
   neg.reserved_sms = -1;
   sw.swizzle = 3;
   rk.rank = 2, rk.nranks = 2;
@@ -84,6 +85,7 @@ TEST(GemmPlan, RejectsWithAReason) {
       {"swizzle 3", args(64, 64, 64), sw, "swizzle 3"},
       {"rank >= nranks", args(64, 64, 64), rk, "rank 2 of 2"},
       {"no ranks", args(64, 64, 64), nr, "0 <= rank < nranks"},
+      {"walk_rounds < 0", args(64, 64, 64), wr, "walk_rounds -1 (0 .. 64)"},
   };
   for (const Reject& c : cases) {
     const tw::Status s = tw::can_implement(c.a, c.cfg);
