@@ -163,8 +163,11 @@
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
   if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
+    # The all-reduce's acceptance shapes after --warm-s 3 (every variant at the GPU's power limit:
+    # bench/results/2026-12-06-relay-walk run07 found brief rows 2-3x as spread between rounds).
     for p in 2 4; do
-      bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5
+      bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5 \
+        --warm-s 3
       bench 200 "gemm-allreduce grid P=$p" gemm-allreduce --virtual $p --sweep grid --path fused -R 3 --iters 5
       bench 200 "gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5
       bench 200 "ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
