@@ -164,7 +164,7 @@
   fi
   if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
     # The all-reduce's acceptance shapes after --warm-s 3 (every variant at the GPU's power limit:
-    # bench/results/2026-12-06-relay-walk run07 found brief rows 2-3x as spread between rounds).
+    # brief rows spread 2-3x as much between rounds, docs/fused_gemm.md).
     for p in 2 4; do
       bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5 \
         --warm-s 3
