@@ -301,9 +301,8 @@ class RankRun {
       fill(x.b[j].p, (size_t)s.n * s.k, mix64(seed ^ 2));
     }
     // (a) and (c) on this rank's SM budget: on a virtual team each rank has 1/P of the GPU, as the
-    // fused kernel does; sized to the whole GPU, the P ranks' GEMMs shared every SM between them
-    // and (a) was not the same budget's GEMM (fused / (a) read 1.21-1.33 at 8192^2 x 4096 on 4
-    // virtual ranks where the fused kernel took 1.03-1.10x tilewire's GEMM on 33 SMs).
+    // fused kernel does; sized to the whole GPU, the P ranks' GEMMs share every SM between them and
+    // (a) is not the same budget's GEMM (docs/fused_gemm.md, "The all-reduce bench's basis").
     const int lt_sms = comm_.ranks_per_device() > 1 ? sms_ : 0;
     x.full = std::make_unique<LtMatmul>(st_.lt.get(), s.m, s.n, s.k, BLayout::kNK, kLtWorkspace, DType::kBFloat16,
                                         lt_sms);
