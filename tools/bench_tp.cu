@@ -41,6 +41,8 @@
 #include <nccl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -78,6 +80,7 @@ struct TpOptions {
   BLayout b = BLayout::kNK;
   std::vector<int> chunks = {2, 4, 8};
   int iters = 10, repeats = 5, virtual_ranks = 0;
+  double warm_s = 0;  // --warm-s: seconds of the rows in turn, untimed, before the repeats
   std::string json_path;
   std::string trace_path;
   bool help = false;
@@ -92,6 +95,8 @@ const char* kUsage =
     "                      (28672 / 8192) and 70B attention output (8192 / 8192), sharded over the ranks\n"
     "  --dtype bf16|fp16   --layout nk|kn   --chunks c[,c..] (default 2,4,8)\n"
     "  --iters N  -R N     --virtual P (P ranks on GPU 0: correctness only)   --json FILE\n"
+    "  --warm-s S          then S seconds of every row in turn, untimed, before the repeats (0): each\n"
+    "                      row timed with the GPU at its power limit, as after sustained load\n"
     "  --trace FILE        the first shape's fused call traced (per tile, per CTA), clocks aligned:\n"
     "                      Perfetto JSON and the overlap metrics\n";
 
@@ -138,6 +143,12 @@ TpOptions parse(TpOp op, const std::vector<std::string>& argv) {
     } else if (a == "--chunks") o.chunks = int_list(v, "--chunks");
     else if (a == "--iters") o.iters = int_list(v, "--iters").at(0);
     else if (a == "-R") o.repeats = int_list(v, "-R").at(0);
+    else if (a == "--warm-s") {
+      char* end = nullptr;
+      o.warm_s = std::strtod(v.c_str(), &end);
+      TW_REQUIRE(!v.empty() && *end == 0 && o.warm_s >= 0 && o.warm_s <= 600, kInvalidArgument,
+                 "bench: --warm-s takes seconds in [0, 600], got '" + v + "'");
+    }
     else if (a == "--virtual") o.virtual_ranks = parse_virtual_ranks(a, v);
     else if (a == "--json") o.json_path = v;
     else if (a == "--trace") o.trace_path = v;
@@ -268,6 +279,7 @@ class TpBench {
   const TpOptions& o_;
   const int P_;
   HostBarrier barrier_;
+  std::atomic<bool> warm_more_{false};  // --warm-s: rank 0's verdict, read by every rank between barriers
   Shared sh_;
 };
 
@@ -301,6 +313,20 @@ double TpBench::time(Comm& comm, cudaStream_t s, Op op) {
 void TpBench::time_rows(Comm& comm, cudaStream_t s, std::vector<Job>& jobs, std::vector<double>& t) {
   for (Job& j : jobs) j.call();
   comm.sync(s);
+  // --warm-s: the jobs in turn, `iters` calls each, untimed, until rank 0 has seen warm_s seconds
+  // pass. Every rank makes the same calls (the ops are collective): rank 0's verdict crosses a
+  // barrier, and a second one keeps it from changing before every rank has read it.
+  const auto w0 = std::chrono::steady_clock::now();
+  for (bool more = o_.warm_s > 0; more;) {
+    for (Job& j : jobs)
+      for (int i = 0; i < o_.iters; ++i) j.call();
+    comm.sync(s);
+    if (comm.rank() == 0)
+      warm_more_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count() < o_.warm_s;
+    barrier_.arrive_and_wait("bench tp warm-s");
+    more = warm_more_;
+    barrier_.arrive_and_wait("bench tp warm-s read");
+  }
   cudaEvent_t e0, e1;
   TW_CUDA_CHECK(cudaEventCreate(&e0));
   TW_CUDA_CHECK(cudaEventCreate(&e1));
