@@ -163,17 +163,22 @@
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
   if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
-    # The all-reduce's acceptance shapes after --warm-s 3 (every variant at the GPU's power limit:
-    # brief rows spread 2-3x as much between rounds, docs/fused_gemm.md).
+    # Every virtual-team shape after --warm-s (its rows in turn, untimed, at the GPU's power limit:
+    # rows timed briefly spread 2-3x as much between rounds, docs/fused_gemm.md); ACCEPT_WARM_S
+    # overrides the seconds per shape (acceptance 3, grid and Llama 2, decode 1).
+    W=${ACCEPT_WARM_S:-}
     for p in 2 4; do
       bench 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --virtual $p --sweep acceptance --path fused -R 3 --iters 5 \
-        --warm-s 3
-      bench 200 "gemm-allreduce grid P=$p" gemm-allreduce --virtual $p --sweep grid --path fused -R 3 --iters 5
-      bench 200 "gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5
-      bench 200 "ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5
-      bench 200 "gemm-allreduce decode P=$p" gemm-allreduce --virtual $p --sweep decode --path fused -R 3 --iters 10
-      bench 120 "gemm-rs decode P=$p" gemm-rs --virtual $p -m 16,64,128,256 -n 8192 -k $((8192 / p)) -R 3 --iters 10
-      bench 120 "ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10
+        --warm-s ${W:-3}
+      bench 200 "gemm-allreduce grid P=$p" gemm-allreduce --virtual $p --sweep grid --path fused -R 3 --iters 5 --warm-s ${W:-2}
+      bench 200 "gemm-rs llama P=$p" gemm-rs --virtual $p --sweep llama -R 3 --iters 5 --warm-s ${W:-2}
+      bench 200 "ag-gemm llama P=$p" ag-gemm --virtual $p --sweep llama -R 3 --iters 5 --warm-s ${W:-2}
+      bench 200 "gemm-allreduce decode P=$p" gemm-allreduce --virtual $p --sweep decode --path fused -R 3 --iters 10 \
+        --warm-s ${W:-1}
+      bench 120 "gemm-rs decode P=$p" gemm-rs --virtual $p -m 16,64,128,256 -n 8192 -k $((8192 / p)) -R 3 --iters 10 \
+        --warm-s ${W:-1}
+      bench 120 "ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10 \
+        --warm-s ${W:-1}
     done
     bench 200 "gemm-allreduce acceptance P=1" gemm-allreduce --sweep acceptance --path fused -R 3 --iters 10
     bench 120 "gemm-allreduce 4096^3 P=1" gemm-allreduce -m 4096 -n 4096 -k 4096 --path fused -R 3 --iters 10
