@@ -59,6 +59,11 @@ static const Var kVars[] = {
      "Fused GEMM + all-reduce, relay algorithm: >= 2 walks the tiles in that many rounds of P staggered chunks, "
      "so that the owners' finals (the all-gather half) are spread over the call instead of its last 1/P "
      "(0: the ranks walk P segments; docs/gemm_allreduce.md)."},
+    {"TILEWIRE_RELAY_WAVES", Type::kInt, "0",
+     "Fused GEMM + all-reduce and GEMM + reduce-scatter, relay algorithm: >= 1 walks the P segments (the "
+     "reduce-scatter's shards) interleaved in chunks of at least that many waves of tiles, so that a partial "
+     "sum's next hop comes that many waves later instead of a whole segment (0: the segments; it takes "
+     "precedence over TILEWIRE_RELAY_ROUNDS; docs/gemm_allreduce.md)."},
     {"TILEWIRE_RELAY_POLL_NS", Type::kInt, "0",
      "Fused GEMM + all-reduce, relay algorithm: nanoseconds the communication warp and the final waits sleep "
      "between polls (0: poll; mbarrier waits suspend in hardware anyway)."},

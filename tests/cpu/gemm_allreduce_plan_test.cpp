@@ -500,6 +500,62 @@ TEST(GemmAllReducePlan, RelayStaggeredWalk) {
   EXPECT_GT(staggered, 60);
 }
 
+// The relay all-reduce on the interleaved segments (scheduler.hpp, TILEWIRE_RELAY_WAVES): each
+// rank's walk a permutation; every unit's chain the segments' (positions and owner of the layout
+// unchanged), its hops exactly one chunk apart; and the finals spread over the walk: at most
+// 1/P + one round of a rank's owned units in the last 1/P of its walk, where the segments put
+// them all there.
+TEST(GemmAllReducePlan, RelayInterleavedSegments) {
+  using tw::gemm_impl::make_schedule;
+  int interleaved = 0;
+  for (int P : {2, 3, 4, 8})
+    for (auto [M, N] : {std::pair{8192, 8192}, std::pair{4096, 8192}, std::pair{16384, 8192}, std::pair{2048, 4096}})
+      for (int sms : {33, 66, 132}) {
+        SCOPED_TRACE(testing::Message() << "P=" << P << " " << M << "x" << N << " sms " << sms);
+        const tw::gemm_impl::TileSchedule probe = make_schedule(M, N, 128, 256, 2, Raster::kAlongM, 4, 0, P, sms, 0);
+        const int U = probe.units(), d = tw::gemm_impl::interleave_chunk(U, P, probe.ctas, 1);
+        if (d == 0) continue;
+        ++interleaved;
+        std::vector<tw::gemm_impl::TileSchedule> s;
+        for (int q = 0; q < P; ++q) s.push_back(make_schedule(M, N, 128, 256, 2, Raster::kAlongM, 4, q, P, sms, 0, 4, d));
+        ASSERT_EQ(s[0].ilv_d, d);
+        ASSERT_EQ(s[0].stag_q, 0) << "the chunk takes precedence over rounds";
+        const auto l = tw::gemm_allreduce_impl::make_relay_layout(M, N, Raster::kAlongM, U, P, 0, 4, d);
+        ASSERT_EQ(l.stag_q, 0);
+        ASSERT_EQ(l.relay_gap(U), d);
+        for (int q = 0; q < P; ++q) {
+          std::vector<int> seen(U, 0);
+          for (int w = 0; w < U; ++w) {
+            const int o = s[q].order_of_work(w);
+            ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << q << " work " << w;
+            ASSERT_EQ(s[q].work_of_order(o), w);
+          }
+        }
+        std::vector<int> owned(P, 0), late(P, 0);
+        for (int o = 0; o < U; ++o) {
+          std::vector<int> at(P, -1);
+          for (int q = 0; q < P; ++q) {
+            const int p = l.relay_position(o, q);
+            ASSERT_TRUE(p >= 0 && p < P && at[p] == -1) << "unit " << o;
+            at[p] = q;
+          }
+          for (int p = 1; p < P; ++p) {
+            ASSERT_EQ(at[p], (at[p - 1] + P - 1) % P) << "the chain goes down the ring";
+            ASSERT_EQ(s[at[p]].work_of_order(o), s[at[p - 1]].work_of_order(o) + d) << "unit " << o;
+          }
+          const int owner = l.relay_owner(o);
+          ASSERT_EQ(at[P - 1], owner);
+          ++owned[owner];
+          if ((long long)s[owner].work_of_order(o) * P >= (long long)(P - 1) * U) ++late[owner];
+        }
+        for (int q = 0; q < P; ++q) {
+          EXPECT_EQ(owned[q], U / P) << "rank " << q;
+          EXPECT_LE(late[q], U / P / P + d) << "rank " << q << ": finals at the end of its walk";
+        }
+      }
+  EXPECT_GT(interleaved, 20);
+}
+
 // kAuto's path (gemm_allreduce_prefers_fused): the cost model's call on 2 to 8 ranks; one rank
 // fuses (the GEMM straight into C); more than 8 ranks (outside the model) stay sequential.
 TEST(GemmAllReducePlan, AutoPathFollowsTheCostModel) {

@@ -196,6 +196,75 @@ TEST(TpFusedReduceScatter, WalkBandsStayInsideAShard) {
       }
 }
 
+// The interleaved shards (scheduler.hpp, the relay reduce-scatter with TILEWIRE_RELAY_RS_WAVES):
+// every rank's walk is a permutation of the units; each unit's chain is the rotation walk's (the
+// same ranks in the same order down the ring, its shard's owner last: the layout's positions and
+// owner hold unchanged), its hops exactly one chunk apart, at least `waves` waves of CTA groups;
+// the chunk divides a shard and is below it, else the rotation walk.
+TEST(TpFusedReduceScatter, InterleavedShardsKeepTheChainsAndShortenTheHops) {
+  namespace gi = tw::gemm_impl;
+  namespace ai = tw::gemm_allreduce_impl;
+  EXPECT_EQ(gi::interleave_chunk(1024, 4, 16, 1), 16) << "70B attention output, M 8192, 33 SMs";
+  EXPECT_EQ(gi::interleave_chunk(1024, 4, 16, 3), 64) << "the shortest divisor of 256 above 48";
+  EXPECT_EQ(gi::interleave_chunk(128, 4, 16, 2), 0) << "M 1024: a chunk of two waves is the shard";
+  EXPECT_EQ(gi::interleave_chunk(4 * 14 * 4, 4, 16, 1), 28) << "N 3584: 14 units a row, no divisor 16";
+  EXPECT_EQ(gi::interleave_chunk(1000, 3, 16, 1), 0) << "units not P shards";
+  EXPECT_EQ(gi::interleave_chunk(1024, 1, 16, 1), 0);
+  EXPECT_EQ(gi::interleave_chunk(1024, 4, 16, 0), 0);
+  int interleaved = 0;
+  for (int P : {2, 3, 4, 8})
+    for (int M : {1024, 2048, 4096, 8192, 3 * 2048})
+      for (int N : {256, 3584, 8192})
+        for (int sms : {33, 66, 132})
+          for (int waves : {1, 2}) {
+            const int S = tw::shard_rows(M, P);
+            if (!ai::scatter_rotates(M, P, S)) continue;
+            SCOPED_TRACE(testing::Message() << "P=" << P << " M=" << M << " N=" << N << " sms " << sms << " waves " << waves);
+            const int z = ai::scatter_swizzle(S);
+            const gi::TileSchedule probe = gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, z, 1, P, sms, 0);
+            const int U = probe.units(), d = gi::interleave_chunk(U, P, probe.ctas, waves);
+            std::vector<gi::TileSchedule> s, rot;
+            for (int r = 0; r < P; ++r) {
+              s.push_back(gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, z, (r + 1) % P, P, sms, 0, 0, d));
+              rot.push_back(gi::make_schedule(M, N, 128, 256, 2, gi::Raster::kAlongN, z, (r + 1) % P, P, sms, 0));
+            }
+            ASSERT_EQ(s[0].ilv_d, d);
+            if (d == 0) continue;
+            ++interleaved;
+            ASSERT_EQ(U / P % d, 0);
+            ASSERT_LT(d, U / P);
+            ASSERT_GE(d, waves * s[0].ctas);
+            const auto lay = ai::make_relay_layout(M, N, gi::Raster::kAlongN, U, P, S, 0, d);
+            EXPECT_EQ(lay.relay_gap(U), d);
+            for (int r = 0; r < P; ++r) {
+              std::vector<int> seen(U, 0);
+              for (int w = 0; w < U; ++w) {
+                const int o = s[r].order_of_work(w);
+                ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << r << " work " << w;
+                ASSERT_EQ(s[r].work_of_order(o), w);
+              }
+            }
+            for (int o = 0; o < U; ++o) {
+              const int shard = s[0].unit_of_order(o).m * 256 / S;
+              ASSERT_EQ(lay.relay_owner(o), shard);
+              std::vector<int> at(P, -1);
+              for (int r = 0; r < P; ++r) {
+                const int p = lay.relay_position(o, r);
+                ASSERT_TRUE(p >= 0 && p < P && at[p] == -1) << "unit " << o;
+                at[p] = r;
+              }
+              ASSERT_EQ(at[P - 1], shard);
+              for (int p = 1; p < P; ++p) {
+                ASSERT_EQ(at[p], (at[p - 1] + P - 1) % P) << "the chain goes down the ring";
+                ASSERT_EQ(s[at[p]].work_of_order(o), s[at[p - 1]].work_of_order(o) + d) << "unit " << o;
+                // the rotation walk's chain: the same order, a shard apart
+                ASSERT_GT(rot[at[p]].work_of_order(o), rot[at[p - 1]].work_of_order(o)) << "unit " << o;
+              }
+            }
+          }
+  EXPECT_GT(interleaved, 40);
+}
+
 // At M <= 256 the fused reduce-scatter runs the decode tile (128 x 64, no cluster): its layout
 // owns each tile by the shard of its rows, every owned tile has its own slot, the workspace holds
 // it, and the walk rotates for every whole-shard M = P S (a shard is whole units of one tile row),

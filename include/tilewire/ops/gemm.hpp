@@ -99,6 +99,9 @@ struct GemmConfig {
   int rank = 0, nranks = 1;              // rank rotation (scheduler.hpp); 1 rank: no rotation
   int walk_rounds = 0;                   // >= 2: the ranks' staggered walk in that many rounds
                                          // (scheduler.hpp; the relay all-reduce); 0: rotation
+  int walk_chunk = 0;                    // >= 1: the ranks' walk interleaves their P shards of M in
+                                         // chunks of that many cluster units (scheduler.hpp; the
+                                         // reduce-scatter relay); 0: rotation
 };
 
 // Why a call cannot run; pure host logic (no GPU). Rejects, each with its reason: null A/B/C,

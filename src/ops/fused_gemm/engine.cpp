@@ -136,7 +136,8 @@ void fill_schedule(LaunchParams& p, const Residency& r, int reserved_sms) {
   p.raster = gemm_impl::resolve_raster(p.gemm, p.gemm_cfg, gemm_impl::kBlkM, r.blk_n);
   p.hook.sched = gemm_impl::make_schedule(p.gemm.M, p.gemm.N, gemm_impl::kBlkM, r.blk_n, r.cluster_m, p.raster,
                                           p.gemm_cfg.swizzle, p.gemm_cfg.rank, p.gemm_cfg.nranks,
-                                     r.num_sms - p.gemm_cfg.reserved_sms, 0, p.gemm_cfg.walk_rounds);
+                                     r.num_sms - p.gemm_cfg.reserved_sms, 0, p.gemm_cfg.walk_rounds,
+                                          p.gemm_cfg.walk_chunk);
 }
 
 // The plain t % P owners and the final wait polled by every thread, each to show what the
@@ -166,6 +167,7 @@ NeedRequest knobs_need(const CommShape&) {
   k->relay.pace_pct = std::clamp((int)env::get_int("TILEWIRE_RELAY_PACE_PCT"), 0, 100);
   k->relay.l2_evict_first = env::get_bool("TILEWIRE_RELAY_L2_EVICT_FIRST");
   k->relay.rounds = std::clamp((int)env::get_int("TILEWIRE_RELAY_ROUNDS"), 0, 64);
+  k->relay.waves = std::clamp((int)env::get_int("TILEWIRE_RELAY_WAVES"), 0, 64);
   NeedRequest r;
   r.record = std::move(k);
   return r;

@@ -74,6 +74,7 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
   struct Arguments : Base::Arguments {
     int rank = 0, nranks = 1;
     int rounds = 0;  // GemmConfig::walk_rounds: the staggered walk (scheduler.hpp)
+    int chunk = 0;   // GemmConfig::walk_chunk: the interleaved shards (scheduler.hpp)
     Gate gate{};  // launch.hpp: allgather_gemm's wait per A row block (flags null: none)
   };
   struct Params : Base::Params {
@@ -98,7 +99,8 @@ class RotatedScheduler : public cutlass::gemm::kernel::detail::PersistentTileSch
     const int rows = args.gate.batches > 1 ? args.gate.m_total : int(cute::get<0>(problem_shape_mnkl));
     p.sched = make_schedule(rows, cute::get<1>(problem_shape_mnkl),
                             cute::size<0>(tile_shape), cute::size<1>(tile_shape), cute::size<0>(cluster_shape), raster,
-                            args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0, args.rounds);
+                            args.max_swizzle_size, args.rank, args.nranks, hw_info.sm_count, 0, args.rounds,
+                            args.chunk);
     p.gate = args.gate;
     if (p.gate.orders()) {  // the work list starts at the unit of the gate's first row
       // Rounded up: a unit that starts before first_row holds the previous shard's last tile,
@@ -471,6 +473,7 @@ void run_sm90(const GemmArgs& a, const GemmConfig& cfg, const Hook& hook, int nu
   args.scheduler.rank = cfg.rank;
   args.scheduler.nranks = cfg.nranks;
   args.scheduler.rounds = cfg.walk_rounds;
+  args.scheduler.chunk = cfg.walk_chunk;
   args.scheduler.gate = gate;
 
   typename G::Device op;

@@ -60,6 +60,7 @@ Status can_implement(const GemmArgs& a, const GemmConfig& cfg) {
                 " (need 0 <= rank < nranks)");
   if (cfg.walk_rounds < 0 || cfg.walk_rounds > 64)
     return fail("walk_rounds " + std::to_string(cfg.walk_rounds) + " (0 .. 64)");
+  if (cfg.walk_chunk < 0) return fail("walk_chunk " + std::to_string(cfg.walk_chunk) + " (>= 0)");
   return Status{};
 }
 

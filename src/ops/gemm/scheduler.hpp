@@ -49,6 +49,18 @@
 // visits run past chunk time Q - 1 wrap to its start: their chain starts at the first wrapped
 // position (stagger_position). A rank's work indices follow its chunk times, the long last chunk
 // taking d + rem of them. 0 chunks: the rotation walk above.
+//
+// Interleaved shards (gemm_reducescatter's relay, `chunk` = d >= 1): the order is P shards of
+// SU = units / P contiguous order indices (shard s: [s SU, (s + 1) SU)), each cut into SU / d
+// chunks of d. Rank r (the `rank` passed: the first shard it visits) walks them in rounds: round c
+// is chunk c of shards r, r + 1, .., r + P - 1 (mod P), so work index w = (c P + j) d + x computes
+// order index s SU + c d + x with s = (r + j) mod P. Each unit is then computed by the P ranks
+// d work indices apart, in the ring order the rotation walk has (the shard's owner, visited at
+// j = P - 1 when `rank` is the owner's rank + 1, last), where the rotation walk puts them a whole
+// shard apart. A partial sum waits d work indices instead of SU: with d of a wave or two it is
+// still in L2 when the next rank reads it, and the P ranks' reads of B at the same step fall on the
+// same columns. Needs units = P SU and d dividing SU, d < SU (interleave_chunk picks one);
+// otherwise (0) the rotation walk.
 // Persistent distribution: `ctas` cluster-groups (num_sms - reserved_sms, rounded down to a
 // cluster multiple, divided by cluster_m) take work indices w = cta, cta + ctas, cta + 2*ctas, ...
 // Every unit is taken by exactly one CTA group; CTA group c does ceil((units - c) / ctas) units.
@@ -106,7 +118,8 @@ struct TileSchedule {
   int ctas = 1;         // persistent cluster groups (>= 1)
   int stag_q = 0;       // staggered walk (above): Q chunks, 0: the rotation walk
   int stag_d = 0;       // its chunk length d (the last chunk: units - (Q - 1) d)
-  int stag_rank = 0, stag_p = 1;  // this rank of P
+  int stag_rank = 0, stag_p = 1;  // this rank of P (the staggered walk and the interleaved shards)
+  int ilv_d = 0;        // interleaved shards (above): chunk length d, 0: off
 
   TW_HD constexpr int units() const { return units_m * units_n; }
 
@@ -138,6 +151,11 @@ struct TileSchedule {
   }
 
   TW_HD constexpr int order_of_work(int w) const {
+    if (ilv_d > 0) {
+      const int P = stag_p, d = ilv_d, su = units() / P;
+      const int c = w / (P * d), rem = w - c * P * d, j = rem / d;
+      return ((stag_rank + j) % P) * su + c * d + (rem - j * d);
+    }
     if (stag_q > 0) {
       const int d = stag_d, rem = units() - stag_q * d, t_last = stag_time(stag_q - 1);
       int t = 0, i = 0;
@@ -151,6 +169,11 @@ struct TileSchedule {
     return o >= units() ? o - units() : o;
   }
   TW_HD constexpr int work_of_order(int o) const {
+    if (ilv_d > 0) {
+      const int P = stag_p, d = ilv_d, su = units() / P;
+      const int sh = o / su, in = o - sh * su, c = in / d;
+      return (c * P + stagger_mod(sh - stag_rank, P)) * d + (in - c * d);
+    }
     if (stag_q > 0) {
       const int d = stag_d, rem = units() - stag_q * d;
       const int c = o / d < stag_q - 1 ? o / d : stag_q - 1;
@@ -186,6 +209,18 @@ TW_HD constexpr int rank_rotation(int units, int rank, int nranks) {
   return (nranks <= 1 || units <= 0) ? 0 : (int)(((long long)(units / nranks) * rank) % units);
 }
 
+// The interleaved shards' chunk (above) for `units` order indices on `nranks` ranks and `ctas`
+// cluster groups: the shortest divisor d of a shard's SU = units / nranks with d >= waves * ctas
+// (hops at least that many waves apart: a rank seldom waits for a tile computed at the same
+// step), if it is below SU; else 0 (the rotation walk, whose hops are SU apart already).
+TW_HD constexpr int interleave_chunk(int units, int nranks, int ctas, int waves) {
+  if (nranks < 2 || units <= 0 || units % nranks != 0 || waves < 1 || ctas < 1) return 0;
+  const int su = units / nranks;
+  for (long long d = (long long)waves * ctas; d < su; ++d)
+    if (su % d == 0) return (int)d;
+  return 0;
+}
+
 // Persistent cluster groups for `num_sms` SMs of which `reserved_sms` are left to communication:
 // floor((num_sms - reserved_sms) / cluster_m), at least 1, at most `units`.
 TW_HD constexpr int persistent_ctas(int num_sms, int reserved_sms, int cluster_m, int units) {
@@ -196,10 +231,11 @@ TW_HD constexpr int persistent_ctas(int num_sms, int reserved_sms, int cluster_m
 
 // The schedule for an (M, N) output with (blk_m, blk_n) tiles. `swizzle` < 1 is treated as 1 and
 // capped at the banded extent; rank/nranks give the rotation, or with `rounds` >= 2 the staggered
-// walk where stagger_chunks allows it.
+// walk where stagger_chunks allows it, or with `chunk` >= 1 the interleaved shards where chunk
+// divides a shard (and below it), which takes precedence.
 TW_HD constexpr TileSchedule make_schedule(int M, int N, int blk_m, int blk_n, int cluster_m, Raster raster,
                                            int swizzle, int rank, int nranks, int num_sms, int reserved_sms,
-                                           int rounds = 0) {
+                                           int rounds = 0, int chunk = 0) {
   TileSchedule s{};
   s.tiles_m = ceil_div(M, blk_m);
   s.cluster_m = cluster_m;
@@ -213,6 +249,12 @@ TW_HD constexpr TileSchedule make_schedule(int M, int N, int blk_m, int blk_n, i
   if (s.stag_q > 0) {
     s.rotation = 0;
     s.stag_d = s.units() / s.stag_q;
+    s.stag_rank = rank, s.stag_p = nranks;
+  }
+  if (chunk > 0 && nranks >= 2 && s.units() % nranks == 0 && (s.units() / nranks) % chunk == 0 &&
+      chunk < s.units() / nranks) {
+    s.stag_q = 0, s.stag_d = 0, s.rotation = 0;
+    s.ilv_d = chunk;
     s.stag_rank = rank, s.stag_p = nranks;
   }
   s.ctas = persistent_ctas(num_sms, reserved_sms, cluster_m, s.units());

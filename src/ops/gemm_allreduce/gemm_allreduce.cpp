@@ -152,13 +152,20 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   fused_gemm::apply_relay_knobs(comm, p);
   if (relay) p.gemm_cfg.walk_rounds = p.relay.rounds;  // the staggered walk, when it applies (scheduler.hpp)
   fused_gemm::fill_schedule(p, call.res, cfg.reserved_sms);
+  if (relay && p.relay.waves > 0) {  // the interleaved segments (scheduler.hpp), where the units allow
+    p.gemm_cfg.walk_chunk =
+        gemm_impl::interleave_chunk(p.hook.sched.units(), comm.lsa_size(), p.hook.sched.ctas, p.relay.waves);
+    if (p.gemm_cfg.walk_chunk > 0) fused_gemm::fill_schedule(p, call.res, cfg.reserved_sms);
+  }
   p.hook.lay = call.plan.lay;
-  if (relay) {  // the same chunks in the layout as in the schedule (the memory layout does not change)
+  if (relay) {  // the same walk in the layout as in the schedule (the memory layout does not change)
     const gemm_allreduce_impl::Layout st = gemm_allreduce_impl::make_relay_layout(
-        a.M, a.N, p.raster, p.hook.sched.units(), comm.lsa_size(), 0, p.gemm_cfg.walk_rounds);
-    TW_REQUIRE(st.stag_q == p.hook.sched.stag_q && st.stag_d == p.hook.sched.stag_d, kState,
-               "gemm_allreduce: the relay's staggered walk differs between its layout and its schedule");
-    p.hook.lay.stag_q = st.stag_q, p.hook.lay.stag_d = st.stag_d;
+        a.M, a.N, p.raster, p.hook.sched.units(), comm.lsa_size(), 0, p.gemm_cfg.walk_rounds, p.hook.sched.ilv_d);
+    TW_REQUIRE(st.stag_q == p.hook.sched.stag_q && st.stag_d == p.hook.sched.stag_d && st.ilv_d == p.hook.sched.ilv_d,
+               kState, "gemm_allreduce: the relay's walk differs between its layout and its schedule");
+    TW_REQUIRE(st.total == p.hook.lay.total && st.split == p.hook.lay.split, kState,
+               "gemm_allreduce: the relay's walk changed its layout");
+    p.hook.lay.stag_q = st.stag_q, p.hook.lay.stag_d = st.stag_d, p.hook.lay.ilv_d = st.ilv_d;
   }
   fused_gemm::apply_owner_knobs(comm, p);
   p.final_ctas = gemm_allreduce_impl::final_wait_ctas(p.hook.sched);

@@ -50,6 +50,9 @@ struct RelayKnobs {
                                 // if at all, by then out of L2 anyway
   int rounds = 0;           // all-reduce: >= 2 walks the staggered order in that many rounds (TILEWIRE_RELAY_ROUNDS;
                             // scheduler.hpp), spreading the owners' finals over the call; 0: the segments
+  int waves = 0;            // >= 1: the ranks walk the segments (the reduce-scatter's shards) interleaved in
+                            // chunks (scheduler.hpp), hops at least that many waves of tiles apart instead of
+                            // a segment (TILEWIRE_RELAY_WAVES; before `rounds`); 0: the segments
 };
 
 // The relay's pacing budget: how long a comm warp spreads one tile's pushes over, from the last

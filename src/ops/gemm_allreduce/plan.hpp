@@ -74,6 +74,8 @@ struct Layout {
                           // reduce-scatter 1: rank r's own shard last)
   int stag_q = 0;         // relay all-reduce on the staggered walk (scheduler.hpp): Q chunks of
   int stag_d = 0;         // stag_d order indices (0 chunks: the segments above)
+  int ilv_d = 0;          // relay on the interleaved segments (scheduler.hpp; the reduce-scatter's
+                          // shards): the chunk, the hops' distance in work indices (0: a segment)
   int P = 1;              // LSA team size (all ranks)
   int shard_tm = 0;       // reduce-scatter (gemm_reducescatter): tile rows per shard, tile t owned by
                           // the rank whose rows it holds; 0: the all-reduce's owner (owner())
@@ -148,7 +150,7 @@ struct Layout {
   // ahead of its tile by): a segment, or on the staggered walk two chunk times less the long last
   // chunk's remainder.
   TW_HD constexpr int relay_gap(int units) const {
-    return stag_q > 0 ? 2 * stag_d - (units - stag_q * stag_d) : split;
+    return ilv_d > 0 ? ilv_d : stag_q > 0 ? 2 * stag_d - (units - stag_q * stag_d) : split;
   }
   TW_HD constexpr size_t relay_slot(int t) const { return staging_off + (size_t)t * slot_bytes; }
   TW_HD constexpr size_t relay_arrive_flag(int t) const { return arrive_off + 8 * (size_t)t; }
@@ -192,9 +194,11 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
 // `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split;
 // shard_rows > 0: reduce-scatter (the owner keeps its final in its C shard; walk_shift 1).
 // rounds >= 2 (all-reduce only): the staggered walk where gemm_impl::stagger_chunks allows it; the
-// schedule must be made with the same rounds (make_schedule).
+// schedule must be made with the same rounds (make_schedule). chunk: the schedule's interleaved
+// segments (TileSchedule::ilv_d, 0: none; it takes precedence over rounds, as there). A unit's
+// chain, owner and positions are the same as on the segments: only the hops' distance differs.
 TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0,
-                                         int rounds = 0) {
+                                         int rounds = 0, int chunk = 0) {
   Layout l{};
   l.algo = GemmAllReduceAlgo::kRelay;
   l.P = P < 2 ? 2 : P;
@@ -206,7 +210,8 @@ TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units,
   l.owned_max = l.T;
   l.raster = raster;
   l.split = units / l.P;
-  l.stag_q = shard_rows > 0 ? 0 : gemm_impl::stagger_chunks(units, l.P, rounds);
+  l.ilv_d = chunk;
+  l.stag_q = shard_rows > 0 || chunk > 0 ? 0 : gemm_impl::stagger_chunks(units, l.P, rounds);
   l.stag_d = l.stag_q > 0 ? units / l.stag_q : 0;
   l.partial_bytes = 2;
   l.slot_bytes = (size_t)kTileElems * 2;

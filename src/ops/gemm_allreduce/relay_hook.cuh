@@ -7,8 +7,10 @@
 // / P) unit order indices; plan.hpp relay_position). So every tile is computed at position 0 of
 // some rank's walk, at position 1 of the next rank down (r - 1), .., and at position P - 1 of the
 // rank that owns it: a tile's partial sum travels down the ring r -> r - 1 -> .. -> owner, one
-// hop per segment, a whole segment (units / P work indices) after it left. Per tile t, in the CTA
-// that computed it:
+// hop per segment, a whole segment (units / P work indices) after it left. On the interleaved
+// walk (scheduler.hpp, TILEWIRE_RELAY_WAVES) the ranks visit the segments in chunks, round by
+// round: the same chains, a hop one chunk (a wave or two of tiles) after the last. Per tile t, in
+// the CTA that computed it:
 //
 //   position 0:         accumulators -> bf16 -> shared memory -> LSA stores into rank me - 1's
 //                       staging[t] -> fence -> arrive[t] @ me - 1 := tag
@@ -41,11 +43,11 @@
 //     16-byte loads from shared memory, 16-byte stores to the next rank's staging or to the peers'
 //     C for the other rows, paced over pace_pct % of the last tile period (see comm()); wait for
 //     the bulk copies to have read the buffer; fence.sys; release-store the flags; then prepare
-//     V_{j+1}: position >= 1 -> wait arrive[V_{j+1}] (rank me + 1 computed it a segment ago:
-//     normally long set) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by
+//     V_{j+1}: position >= 1 -> wait arrive[V_{j+1}] (rank me + 1 computed it a segment, or a
+//     chunk, ago: normally set by then) and bulk-load staging[V_{j+1}] into the buffer (completes ready(j+1) by
 //     bytes), else arrive on ready(j+1).
 // Flags are stored before the next wait. A wait at work index w (the arrive wait) needs only rank
-// me + 1's work index w - split (or less): by induction on w every such wait ends, and the final
+// me + 1's work index w - relay_gap (or less): by induction on w every such wait ends, and the final
 // done waits need only finished work. No cycle. Every wait is bounded by ctx.timeout_ns (the
 // timeout diagnostic, then a trap).
 //

@@ -79,12 +79,19 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
     p.gemm_cfg.rank = (comm.dev_ctx().lsa_rank + 1) % P;
     p.gemm_cfg.nranks = P;
   }
-  fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
-  // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
-  p.hook.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.hook.sched.units(), P, shard_rows)
-                     : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
   fused_gemm::apply_owner_knobs(comm, p);
   if (relay) fused_gemm::apply_relay_knobs(comm, p);
+  fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
+  if (relay && p.relay.waves > 0 && scatter_rotates(g.M, P, shard_rows, r.cluster_m)) {
+    // The interleaved shards (scheduler.hpp): the same chains, hops a chunk apart instead of a
+    // shard; the chunk follows from the schedule's units and CTA groups, alike on every rank.
+    p.gemm_cfg.walk_chunk = gemm_impl::interleave_chunk(p.hook.sched.units(), P, p.hook.sched.ctas, p.relay.waves);
+    if (p.gemm_cfg.walk_chunk > 0) fused_gemm::fill_schedule(p, r, cfg.reserved_sms);
+  }
+  // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
+  p.hook.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.hook.sched.units(), P, shard_rows, 0,
+                                         p.hook.sched.ilv_d)
+                     : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
   p.final_ctas = final_wait_ctas(p.hook.sched);
   p.hook.ctx = comm.dev_ctx();
   const WindowRef ww = comm.find_window(workspace, p.hook.lay.total, "workspace");
