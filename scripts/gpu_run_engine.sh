@@ -163,7 +163,7 @@
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
   if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
-    # Every virtual-team shape after --warm-s (its rows in turn, untimed, at the GPU's power limit:
+    # Every shape after --warm-s (its rows in turn, untimed, at the GPU's power limit:
     # rows timed briefly spread 2-3x as much between rounds, docs/fused_gemm.md); ACCEPT_WARM_S
     # overrides the seconds per shape (acceptance 3, grid and Llama 2, decode 1).
     W=${ACCEPT_WARM_S:-}
@@ -180,9 +180,11 @@
       bench 120 "ag-gemm decode P=$p" ag-gemm --virtual $p -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 10 \
         --warm-s ${W:-1}
     done
-    bench 200 "gemm-allreduce acceptance P=1" gemm-allreduce --sweep acceptance --path fused -R 3 --iters 10
-    bench 120 "gemm-allreduce 4096^3 P=1" gemm-allreduce -m 4096 -n 4096 -k 4096 --path fused -R 3 --iters 10
-    bench 120 "gemm-rs 4096^3 P=1" gemm-rs -m 4096 -n 4096 -k 4096 -R 3 --iters 10
-    bench 120 "ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10
+    bench 200 "gemm-allreduce acceptance P=1" gemm-allreduce --sweep acceptance --path fused -R 3 --iters 10 \
+      --warm-s ${W:-3}
+    bench 120 "gemm-allreduce 4096^3 P=1" gemm-allreduce -m 4096 -n 4096 -k 4096 --path fused -R 3 --iters 10 \
+      --warm-s ${W:-2}
+    bench 120 "gemm-rs 4096^3 P=1" gemm-rs -m 4096 -n 4096 -k 4096 -R 3 --iters 10 --warm-s ${W:-2}
+    bench 120 "ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10 --warm-s ${W:-2}
   fi
   (cd "$OUT" && ls trace_*.json >/dev/null 2>&1 && tar czf traces_engine.tgz trace_*.json && rm -f trace_*.json)
