@@ -79,8 +79,10 @@
 #                 decodem (bench gemm --sweep
 #                 decode-m: every M from 1 to 256 at one real rank), memcheck (them at 4), accept
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
-#                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank); default
-#                 all. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
+#                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank; every
+#                 shape after --warm-s, ACCEPT_WARM_S), relayknobs (gemm-rs Llama and the all-reduce
+#                 acceptance at 4 virtual ranks with TILEWIRE_RELAY_CONSUMER_ROWS 16/0 x
+#                 TILEWIRE_RELAY_PACE_PCT 60/0, two rounds); default all but relayknobs. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN, at nodes x ranks per node
 #                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
 #                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*

@@ -162,6 +162,20 @@
     TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck --report-api-errors no \
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
+  if has relayknobs; then  # the relay's push, split by knob at 4 virtual ranks, after --warm-s, two rounds:
+    # the consumers' rows of each tile (TILEWIRE_RELAY_CONSUMER_ROWS 16, the default, or 0: the comm warp's
+    # bulk copies take them all) and the pacing (TILEWIRE_RELAY_PACE_PCT 60, the default, or 0)
+    for r in 1 2; do
+      for kv in "16 60" "0 60" "16 0" "0 0"; do
+        read -r c pp <<<"$kv"
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp bench 120 "gemm-rs llama P=4 rows $c pace $pp round $r" \
+          gemm-rs --virtual 4 --sweep llama -R 3 --iters 5 --warm-s 2
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp bench 120 \
+          "gemm-allreduce acceptance P=4 rows $c pace $pp round $r" gemm-allreduce --virtual 4 --sweep acceptance \
+          --path fused -R 3 --iters 5 --warm-s 3
+      done
+    done
+  fi
   if has accept; then  # the acceptance sweeps of the fused ops: virtual P = 2 and 4, one real rank, decode
     # Every shape after --warm-s (its rows in turn, untimed, at the GPU's power limit:
     # rows timed briefly spread 2-3x as much between rounds, docs/fused_gemm.md); ACCEPT_WARM_S
