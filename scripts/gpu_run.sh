@@ -81,8 +81,9 @@
 #                 (gemm-allreduce acceptance, grid and decode sweeps, gemm-rs and ag-gemm Llama and
 #                 decode shapes, at 2 and 4 virtual ranks; the fused paths at one real rank; every
 #                 shape after --warm-s, ACCEPT_WARM_S), relayknobs (gemm-rs Llama and the all-reduce
-#                 acceptance at 4 virtual ranks with TILEWIRE_RELAY_CONSUMER_ROWS 16/0 x
-#                 TILEWIRE_RELAY_PACE_PCT 60/0, two rounds); default all but relayknobs. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
+#                 acceptance at 4 virtual ranks with TILEWIRE_RELAY_CONSUMER_ROWS 16/0,
+#                 TILEWIRE_RELAY_PACE_PCT 60/0 and TILEWIRE_RELAY_PADDED_SLOTS 0/1, RELAYKNOBS_ROUNDS (1), after
+#                 the fused tests on the padded slots at 4 and 3); default all but relayknobs. One JSON line per bench run in bench_engine.jsonl, traces in traces_engine.tgz
 #   gin           (nvidia-h200) virtual nodes and the emulated GIN, at nodes x ranks per node
 #                 GIN_SHAPES (default 2x2 2x4 4x2 8x1): Gin.* (its chaos test loops GIN_SEEDS seeds,
 #                 default 20, one gtest JSON per shape), then DeviceApi.*, Ep.* and EpGin.*

@@ -162,17 +162,27 @@
     TILEWIRE_TEST_VIRTUAL=4 TILEWIRE_TIMEOUT_MS=60000 run 400 compute-sanitizer --tool memcheck --report-api-errors no \
       --error-exitcode 9 "$TESTS" --gtest_filter="${MEMCHECK_FILTER:-GemmAllReduce.*:GemmReduceScatter.*:AllGatherGemm.*}"
   fi
-  if has relayknobs; then  # the relay's push, split by knob at 4 virtual ranks, after --warm-s, two rounds:
+  if has relayknobs; then  # the relay's push, split by knob at 4 virtual ranks, after --warm-s, RELAYKNOBS_ROUNDS rounds:
     # the consumers' rows of each tile (TILEWIRE_RELAY_CONSUMER_ROWS 16, the default, or 0: the comm warp's
     # bulk copies take them all) and the pacing (TILEWIRE_RELAY_PACE_PCT 60, the default, or 0)
-    for r in 1 2; do
-      for kv in "16 60" "0 60" "16 0" "0 0"; do
-        read -r c pp <<<"$kv"
-        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp bench 120 "gemm-rs llama P=4 rows $c pace $pp round $r" \
-          gemm-rs --virtual 4 --sweep llama -R 3 --iters 5 --warm-s 2
-        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp bench 120 \
-          "gemm-allreduce acceptance P=4 rows $c pace $pp round $r" gemm-allreduce --virtual 4 --sweep acceptance \
-          --path fused -R 3 --iters 5 --warm-s 3
+    # and the padded slots (TILEWIRE_RELAY_PADDED_SLOTS 0, the default, or 1), after the fused tests on
+    # the padded slots at 4 and 3 virtual ranks
+    for p in 4 3; do
+      step "fused tests, padded slots, $p virtual ranks"
+      TILEWIRE_RELAY_PADDED_SLOTS=1 TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" \
+        --gtest_filter='GemmAllReduce*:GemmReduceScatter.*:GemmScatterGather.*' --gtest_output=json:"$OUT/t.json"
+      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"label": "tests padded P=" + sys.argv[2], "tests": d["tests"], "failures": d["failures"], "disabled": d.get("disabled", 0)}))' \
+        "$OUT/t.json" "$p" >>"$J" 2>/dev/null
+      rm -f "$OUT/t.json"
+    done
+    for ((r = 1; r <= ${RELAYKNOBS_ROUNDS:-1}; ++r)); do  # ~5 minutes a round
+      for kv in "16 60 0" "0 60 0" "16 0 0" "16 60 1" "0 0 1"; do
+        read -r c pp ps <<<"$kv"
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps bench 120 \
+          "gemm-rs llama P=4 rows $c pace $pp padded $ps round $r" gemm-rs --virtual 4 --sweep llama -R 3 --iters 5 --warm-s 2
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps bench 120 \
+          "gemm-allreduce acceptance P=4 rows $c pace $pp padded $ps round $r" gemm-allreduce --virtual 4 \
+          --sweep acceptance --path fused -R 3 --iters 5 --warm-s 3
       done
     done
   fi

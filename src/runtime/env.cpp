@@ -73,7 +73,11 @@ static const Var kVars[] = {
     {"TILEWIRE_RELAY_BULK_PUSH", Type::kBool, "1",
      "Fused GEMM + all-reduce and GEMM + reduce-scatter, relay algorithm: the communication warp sends "
      "its rows of each tile by bulk copies (TMA) (1) instead of its lanes' 16-byte stores (0)."},
-#ifdef TILEWIRE_BENCH_KERNELS  // a knob that makes C wrong on purpose: measurement builds only
+#ifdef TILEWIRE_BENCH_KERNELS  // measurement builds only: knobs that make C wrong on purpose, or need its layouts
+    {"TILEWIRE_RELAY_PADDED_SLOTS", Type::kBool, "0",
+     "Measurement only: the relay algorithm's staging slots hold the shared-memory rows with their padding (1), "
+     "so that a batch of a partial sum's rows goes to the next rank, and the partial sum comes in, as one bulk "
+     "copy each instead of one per row (0)."},
     {"TILEWIRE_RELAY_NO_PUSH", Type::kBool, "0",
      "Measurement only: the relay algorithm sets its flags but sends no data (C is wrong); shows what the "
      "NVLink stores cost the GEMM."},

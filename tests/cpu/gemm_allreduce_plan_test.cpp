@@ -14,6 +14,7 @@
 #include "ops/gemm/scheduler.hpp"
 #include "ops/gemm_allreduce/plan.hpp"
 #include "tilewire/ops/gemm_allreduce.hpp"
+#include "tilewire/ops/gemm_scatter_gather.hpp"
 
 namespace {
 using tw::BLayout;
@@ -211,8 +212,9 @@ TEST(GemmAllReducePlan, WorkspaceSize) {
   EXPECT_GE(x2, size_t(2048) * 2 * 65536);
   EXPECT_LE(x2, size_t(2048) * 2 * 65536 + (size_t(1) << 20));
   const size_t r2 = tw::workspace_size(a, 2);
-  EXPECT_GE(r2, size_t(2048) * 65536);
-  EXPECT_LE(r2, size_t(2048) * 65536 + (size_t(1) << 20));
+  const size_t relay_slot = tw::gemm_allreduce_impl::relay_slots_padded() ? 128 * 528 : 65536;  // measurement build
+  EXPECT_GE(r2, size_t(2048) * relay_slot);
+  EXPECT_LE(r2, size_t(2048) * relay_slot + (size_t(1) << 20));
   EXPECT_EQ(tw::workspace_size(a, 4), r2);
   GemmAllReduceConfig auto_f32;
   auto_f32.partials = tw::PartialPrecision::kFloat32;
@@ -493,11 +495,50 @@ TEST(GemmAllReducePlan, RelayStaggeredWalk) {
         }
         for (int q = 0; q < P; ++q) {
           EXPECT_LE(std::abs(owned[q] - U / P), 2 * l.stag_d) << "rank " << q;
-          if (rounds >= 4) EXPECT_LE(4 * late[q], 3 * owned[q]) << "rank " << q << ": finals at the end of its walk";
-          if (rounds >= 8) EXPECT_GT(early[q], 0) << "rank " << q << " owns nothing in the first half of its walk";
+          if (rounds >= 4) {
+            EXPECT_LE(4 * late[q], 3 * owned[q]) << "rank " << q << ": finals at the end of its walk";
+          }
+          if (rounds >= 8) {
+            EXPECT_GT(early[q], 0) << "rank " << q << " owns nothing in the first half of its walk";
+          }
         }
       }
   EXPECT_GT(staggered, 60);
+}
+
+// A padded relay staging slot (the measurement build's layouts) holds the hook's shared-memory
+// rows with their padding (kRelaySlotPitch), so that with TILEWIRE_RELAY_PADDED_SLOTS a partial
+// sum moves in one bulk copy each way: every slot and row 16-byte aligned (bulk copies), slots
+// disjoint and inside the layout, a whole tile of padded rows within one slot and within the
+// mbarrier's transaction count; a packed slot is 64 KiB; the workspace sizes cover this build's
+// relay layouts.
+TEST(GemmAllReducePlan, RelaySlotsHoldTheSharedMemoryRows) {
+  namespace ai = tw::gemm_allreduce_impl;
+  static_assert(ai::kRelaySlotPitch == (ai::kBlkN + 8) * 2 && ai::kRelaySlotPitch % 16 == 0);
+  for (int P : {2, 3, 4, 8})
+    for (auto [M, N] : {std::pair{8192, 8192}, std::pair{4096, 5144}, std::pair{1000, 264}}) {
+      SCOPED_TRACE(testing::Message() << "P=" << P << " " << M << "x" << N);
+      const int units = (M / 128 + 1) / 2 * ((N + 255) / 256);
+      EXPECT_EQ(ai::make_relay_layout(M, N, Raster::kAlongN, units, P).slot_bytes, size_t(65536));
+      const auto l = ai::make_relay_layout(M, N, Raster::kAlongN, units, P, 0, 0, 0, true);
+      EXPECT_EQ(l.slot_bytes, size_t(128) * ai::kRelaySlotPitch);
+      EXPECT_LT(l.slot_bytes, size_t(1) << 20) << "one copy's bytes on an mbarrier";
+      EXPECT_GE(l.slot_bytes, size_t(128) * 256 * 2) << "packed rows fit too";
+      EXPECT_EQ(l.staging_off % 16, 0u);
+      for (int t : {0, 1, l.T - 1}) {
+        EXPECT_EQ(l.relay_slot(t) % 16, 0u);
+        EXPECT_LE(l.relay_slot(t) + l.slot_bytes, l.total);
+        if (t > 0) {
+          EXPECT_GE(l.relay_slot(t), l.relay_slot(t - 1) + l.slot_bytes);
+        }
+      }
+      const int S = tw::shard_rows(M, P);
+      if (tw::gemm_allreduce_impl::scatter_rotates(M, P, S)) {
+        const int u = (tw::gemm_impl::ceil_div(M, 128) + 1) / 2 * ((N + 255) / 256);
+        EXPECT_GE(tw::gemm_reducescatter_workspace_size(M, N, tw::DType::kBFloat16, P),
+                  ai::make_relay_layout(M, N, Raster::kAlongN, u, P, S, 0, 0, ai::relay_slots_padded()).total);
+      }
+    }
 }
 
 // The relay all-reduce on the interleaved segments (scheduler.hpp, TILEWIRE_RELAY_WAVES): each

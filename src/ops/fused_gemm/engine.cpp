@@ -157,6 +157,7 @@ NeedRequest knobs_need(const CommShape&) {
   k->owner.plain = env::get_bool("TILEWIRE_OWNER_PLAIN");
   k->owner.final_poll_all = env::get_bool("TILEWIRE_OWNER_FINAL_POLL_ALL");
   k->relay.no_push = env::get_bool("TILEWIRE_RELAY_NO_PUSH");
+  k->relay.padded_slots = env::get_bool("TILEWIRE_RELAY_PADDED_SLOTS");  // the layouts' slots are padded here
 #endif
   k->relay.consumer_rows = std::clamp((int)env::get_int("TILEWIRE_RELAY_CONSUMER_ROWS"), 0, gemm_impl::kBlkM);
   k->relay.poll_ns = std::clamp((int)env::get_int("TILEWIRE_RELAY_POLL_NS"), 0, 100000);

@@ -160,7 +160,8 @@ void gemm_allreduce(Comm& comm, const GemmAllReduceArgs& a, const GemmAllReduceC
   p.hook.lay = call.plan.lay;
   if (relay) {  // the same walk in the layout as in the schedule (the memory layout does not change)
     const gemm_allreduce_impl::Layout st = gemm_allreduce_impl::make_relay_layout(
-        a.M, a.N, p.raster, p.hook.sched.units(), comm.lsa_size(), 0, p.gemm_cfg.walk_rounds, p.hook.sched.ilv_d);
+        a.M, a.N, p.raster, p.hook.sched.units(), comm.lsa_size(), 0, p.gemm_cfg.walk_rounds, p.hook.sched.ilv_d,
+        gemm_allreduce_impl::relay_slots_padded());
     TW_REQUIRE(st.stag_q == p.hook.sched.stag_q && st.stag_d == p.hook.sched.stag_d && st.ilv_d == p.hook.sched.ilv_d,
                kState, "gemm_allreduce: the relay's walk differs between its layout and its schedule");
     TW_REQUIRE(st.total == p.hook.lay.total && st.split == p.hook.lay.split, kState,

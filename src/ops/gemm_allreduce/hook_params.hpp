@@ -50,6 +50,10 @@ struct RelayKnobs {
                                 // if at all, by then out of L2 anyway
   int rounds = 0;           // all-reduce: >= 2 walks the staggered order in that many rounds (TILEWIRE_RELAY_ROUNDS;
                             // scheduler.hpp), spreading the owners' finals over the call; 0: the segments
+  bool padded_slots = false;  // measurement only (TILEWIRE_RELAY_PADDED_SLOTS): the staging slots hold the
+                              // shared-memory rows with their padding (plan.hpp kRelaySlotPitch; the layout's slots
+                              // are padded in that build), so a batch of rows goes out, and a partial sum comes in,
+                              // as one bulk copy instead of one per row
   int waves = 0;            // >= 1: the ranks walk the segments (the reduce-scatter's shards) interleaved in
                             // chunks (scheduler.hpp), hops at least that many waves of tiles apart instead of
                             // a segment (TILEWIRE_RELAY_WAVES; before `rounds`); 0: the segments

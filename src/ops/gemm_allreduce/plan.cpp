@@ -58,6 +58,14 @@ bool owner_tile_is_decode(const GemmAllReduceArgs& a, GemmAllReduceAlgo algo) {
   return algo == GemmAllReduceAlgo::kOwner && a.M <= kDecodeMaxM;
 }
 
+bool relay_slots_padded() {
+#ifdef TILEWIRE_BENCH_KERNELS
+  return true;
+#else
+  return false;
+#endif
+}
+
 CallPlan plan_call(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig& cfg) {
   CallPlan c;
   c.algo = resolve_algo(P, cfg, a.b_layout, a.dtype, a.M);
@@ -69,7 +77,7 @@ CallPlan plan_call(const GemmAllReduceArgs& a, int P, const GemmAllReduceConfig&
   if (algo == GemmAllReduceAlgo::kRelay) {
     const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(a.M, kBlkM), gemm_impl::kClusterM) *
                       gemm_impl::ceil_div(a.N, kBlkN);
-    c.lay = make_relay_layout(a.M, a.N, r, units, P);
+    c.lay = make_relay_layout(a.M, a.N, r, units, P, 0, 0, 0, relay_slots_padded());
   } else if (algo == GemmAllReduceAlgo::kExchange) {
     c.lay = make_exchange_layout(a.M, a.N, P, r);
   } else {

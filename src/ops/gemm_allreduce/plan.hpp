@@ -41,6 +41,14 @@ using gemm_impl::Raster;
 inline constexpr int kBlkM = 128, kBlkN = 256;          // the GEMM's tile (ops/gemm/launch.hpp)
 inline constexpr int kConsumerThreads = 256;            // threads that call the hook
 inline constexpr int kTileElems = kBlkM * kBlkN;        // accumulators per tile
+// A padded relay staging slot's row: the hook's shared-memory row (kBlkN + 8 bf16, relay_hook.cuh
+// kPitch), so that with RelayKnobs::padded_slots a batch of rows moves in one bulk copy. Only the
+// measurement build makes its relay layouts with padded slots (relay_slots_padded); a packed slot
+// is 64 KiB, and the padded one holds packed rows too.
+inline constexpr int kRelaySlotPitch = (kBlkN + 8) * 2;
+// Whether this build's relay layouts have padded slots (plan.cpp: the measurement build only, so
+// that the workspace a user allocates does not grow for a knob under measurement).
+bool relay_slots_padded();
 // The decode tile (gemm_sm90.cuh HookTileT<64, 1>) of the owner kernel (gemm_allreduce and
 // gemm_reducescatter) and of allgather_gemm's gated GEMM: at M <= kDecodeMaxM the 128 x 256
 // tiles in 2x1 clusters leave most SMs idle (M = 128, N = 8192: 32 tiles, 16 clusters, for 132
@@ -189,8 +197,10 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
 //   done_off          u64 done[T]: done[t] = tag when tile t, which this rank passed on, is done with:
 //                     all-reduce: its final is in this rank's C (from its owner); reduce-scatter:
 //                     rank me - 1 has read this rank's partial sum out of its slot
-//   staging_off       slot[T] of 64 KiB (bf16 partial sum, row-major 128 x 256, rows packed); only the
-//                     slots of the tiles this rank computes after position 0 are written
+//   staging_off       slot[T] of 64 KiB (bf16 partial sum, row-major 128 x 256, rows packed), or with
+//                     `padded` of 128 x kRelaySlotPitch bytes (rows at that pitch under the knob
+//                     padded_slots, else packed); only the slots of the tiles this rank computes
+//                     after position 0 are written
 // `units` is the GEMM's cluster-unit count (TileSchedule::units()), which sets the split;
 // shard_rows > 0: reduce-scatter (the owner keeps its final in its C shard; walk_shift 1).
 // rounds >= 2 (all-reduce only): the staggered walk where gemm_impl::stagger_chunks allows it; the
@@ -198,7 +208,7 @@ TW_HD constexpr Layout make_exchange_layout(int M, int N, int P, Raster raster) 
 // segments (TileSchedule::ilv_d, 0: none; it takes precedence over rounds, as there). A unit's
 // chain, owner and positions are the same as on the segments: only the hops' distance differs.
 TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units, int P = 2, int shard_rows = 0,
-                                         int rounds = 0, int chunk = 0) {
+                                         int rounds = 0, int chunk = 0, bool padded = false) {
   Layout l{};
   l.algo = GemmAllReduceAlgo::kRelay;
   l.P = P < 2 ? 2 : P;
@@ -214,7 +224,7 @@ TW_HD constexpr Layout make_relay_layout(int M, int N, Raster raster, int units,
   l.stag_q = shard_rows > 0 || chunk > 0 ? 0 : gemm_impl::stagger_chunks(units, l.P, rounds);
   l.stag_d = l.stag_q > 0 ? units / l.stag_q : 0;
   l.partial_bytes = 2;
-  l.slot_bytes = (size_t)kTileElems * 2;
+  l.slot_bytes = padded ? (size_t)kBlkM * kRelaySlotPitch : (size_t)kTileElems * 2;
   l.arrive_off = kHeaderBytes;
   l.done_off = align_up(l.arrive_off + 8 * (size_t)l.T, 256);
   l.staging_off = align_up(l.done_off + 8 * (size_t)l.T, kSectionAlign);

@@ -98,6 +98,7 @@ struct RelayHookT : HookParams, RelayKnobs {
   using E = cutlass::bfloat16_t;
   static constexpr int kPitch = kBlkN + 8;  // shared-memory row pitch in elements (+16 bytes: no bank conflicts)
   static constexpr int kRowBytes = kBlkN * 2;
+  static_assert(kPitch * 2 == kRelaySlotPitch, "a padded staging row is the shared-memory row");
   static constexpr bool kCommWarp = true;  // HookEpilogue runs comm() in the epilogue-load warp
   struct SharedStorage {
     alignas(128) E buf[kBlkM * kPitch];
@@ -269,8 +270,12 @@ struct RelayHookT : HookParams, RelayKnobs {
       cute::tma_store_arrive();
     } else if (pull) {  // the partial into this rank's own staging slot, where the owner loads it from
       char* slot = ws + lay.relay_slot(t);
+      if (padded_slots) {  // the whole partial sum, padding included, in one copy
+        if (lane == 0) s2g(buf, slot, rows * kRelaySlotPitch);
+      } else {
 #pragma unroll 1
-      for (int r = lane; r < rows; r += 32) s2g(buf + r * kPitch, slot + (size_t)r * kRowBytes, vecs * 16);
+        for (int r = lane; r < rows; r += 32) s2g(buf + r * kPitch, slot + (size_t)r * kRowBytes, vecs * 16);
+      }
       cute::tma_store_arrive();
       ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
@@ -286,8 +291,11 @@ struct RelayHookT : HookParams, RelayKnobs {
 #pragma unroll 1
         for (int d = 0; d < targets; ++d) {
           char* to = d == 0 ? dst : peer_dst(tile_m, tile_n, own, d, &pitch);
-          push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share,
-                         l2_evict_first);
+          if (padded_slots && !own)  // a staging slot: each batch of rows, padding included, in one copy
+            push_batches_bulk(buf, to, first, rows, lane, t_push + d * share, share, l2_evict_first);
+          else
+            push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share,
+                           l2_evict_first);
         }
         cute::tma_store_arrive();
         ptx::bulk_wait_all_writes();
@@ -409,6 +417,23 @@ struct RelayHookT : HookParams, RelayKnobs {
     }
   }
 
+  // push_rows_bulk for a padded staging slot (RelayKnobs::padded_slots: rows at kRelaySlotPitch, as
+  // in the buffer): batch b's rows are one range both sides, one bulk copy from lane 0, paced alike.
+  CUTLASS_DEVICE static void push_batches_bulk(const E* buf, char* dst, int first, int rows, int lane, uint64_t t0,
+                                               uint64_t budget_ns, bool evict_first) {
+    constexpr int kBatch = 16;
+    const int nb = (rows - first + kBatch - 1) / kBatch;
+#pragma unroll 1
+    for (int b = 0; b < nb; ++b) {
+      if (budget_ns > 0 && b > 0) {
+        const uint64_t due = t0 + budget_ns * (uint64_t)b / (uint64_t)nb, now = ptx::globaltimer();
+        if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
+      }
+      const int r = first + b * kBatch, n = min(kBatch, rows - r);
+      if (lane == 0) s2g(buf + r * kPitch, dst + (long long)r * kRelaySlotPitch, n * kRelaySlotPitch, evict_first);
+    }
+  }
+
   // One row's bulk copy out of shared memory, with the evict-first L2 hint when asked (RelayKnobs).
   CUTLASS_DEVICE static void s2g(const E* src, void* dst, int bytes, bool evict_first) {
     if (evict_first)
@@ -430,7 +455,7 @@ struct RelayHookT : HookParams, RelayKnobs {
                                 c_off + ((size_t)tile_m * kBlkM * (size_t)ldc + (size_t)tile_n * kBlkN) * sizeof(E),
                                 (me + 1 + d) % lay.P);
     }
-    *pitch = kRowBytes;
+    *pitch = padded_slots ? kRelaySlotPitch : kRowBytes;
     return dev::lsa_ptr<char>(ctx, ws_win, ws_off + lay.relay_slot(lay.tile_index(tile_m, tile_n)),
                               (me + lay.P - 1) % lay.P);
   }
@@ -462,9 +487,10 @@ struct RelayHookT : HookParams, RelayKnobs {
     }
     const int t = lay.tile_index(u.m, u.n);
     const int rows = min(M - u.m * kBlkM, kBlkM), bytes = min(N - u.n * kBlkN, kBlkN) * 2;
+    const uint32_t expect = uint32_t(rows * (padded_slots ? kRelaySlotPitch : bytes));
     if (lane == 0) {
       wait_flag(ctx, ws + lay.relay_arrive_flag(t), tag, "gemm_allreduce.relay_partial");
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, uint32_t(rows * bytes));
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->ready, expect);
     }
     __syncwarp();
     // Lane 0 acquired the flag through the generic proxy; the bulk loads read through the async
@@ -473,6 +499,15 @@ struct RelayHookT : HookParams, RelayKnobs {
     // Pushed partials sit in this rank's staging; pulled ones are loaded from rank me + 1's.
     const char* src = pull ? dev::lsa_ptr<const char>(ctx, ws_win, ws_off + lay.relay_slot(t), (me + 1) % lay.P)
                            : ws + lay.relay_slot(t);
+    if (padded_slots) {  // the whole slot, padding included, in one copy
+      if (lane == 0) {
+        if (l2_evict_first)
+          bulk_copy_g2s_hint(smem->buf, src, expect, &smem->ready, kL2EvictFirst);
+        else
+          cute::SM90_BULK_COPY_G2S::copy(src, &smem->ready, smem->buf, int(expect));
+      }
+      return;
+    }
 #pragma unroll 1
     for (int r = lane; r < rows; r += 32)
       if (l2_evict_first)

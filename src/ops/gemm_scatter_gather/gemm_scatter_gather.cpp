@@ -141,7 +141,9 @@ size_t gemm_reducescatter_workspace_size(int M, int N, DType dtype, int P) {
   // that the size depends only on the shape.
   const int units = gemm_impl::ceil_div(gemm_impl::ceil_div(M, gemm_allreduce_impl::kBlkM), 2) *
                     gemm_impl::ceil_div(N, gemm_allreduce_impl::kBlkN);
-  const size_t relay = gemm_allreduce_impl::make_relay_layout(M, N, gemm_impl::Raster::kAlongN, units, P, (int)S).total;
+  const size_t relay = gemm_allreduce_impl::make_relay_layout(M, N, gemm_impl::Raster::kAlongN, units, P, (int)S, 0, 0,
+                                                              gemm_allreduce_impl::relay_slots_padded())
+                           .total;
   return std::max({sequential, fused, relay});
 }
 

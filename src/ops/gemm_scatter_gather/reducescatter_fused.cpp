@@ -90,7 +90,7 @@ void fused_reducescatter(Comm& comm, const GemmArgs& g, int shard_rows, int rese
   }
   // Relay: rank r's walk starts at shard r + 1 (the rotation above), the layout's walk_shift.
   p.hook.lay = relay ? make_relay_layout(g.M, g.N, p.raster, p.hook.sched.units(), P, shard_rows, 0,
-                                         p.hook.sched.ilv_d)
+                                         p.hook.sched.ilv_d, relay_slots_padded())
                      : make_scatter_layout(g.M, g.N, P, p.raster, 2, shard_rows, key.decode);
   p.final_ctas = final_wait_ctas(p.hook.sched);
   p.hook.ctx = comm.dev_ctx();
