@@ -279,7 +279,7 @@ struct RelayHookT : HookParams, RelayKnobs {
       cute::tma_store_arrive();
       ptx::bulk_wait_all_writes();  // written (not only read out of shared memory) before the flag
     }
-    // The tile on to where it goes next: rank me - 1's staging slot (a partial sum, rows packed),
+    // The tile on to where it goes next: rank me - 1's staging slot (a partial sum; rows packed, or padded),
     // or the first peer's C (an all-reduce's final); the rows the consumers did not push.
     const int targets = push_targets(own);
     if (!no_push && (own || !pull) && targets > 0) {  // stores: target 0 (the consumers push the others); bulk: all
@@ -447,7 +447,8 @@ struct RelayHookT : HookParams, RelayKnobs {
   // stays here), any other tile's partial sum to rank me - 1's staging slot.
   CUTLASS_DEVICE int push_targets(bool own) const { return own ? (lay.shard_tm > 0 ? 0 : lay.P - 1) : 1; }
   // Target d (< push_targets(own)) of tile (tile_m, tile_n): peer me + 1 + d's C (a final) or rank
-  // me - 1's staging slot (a partial sum, rows packed); *pitch = the row pitch there in bytes.
+  // me - 1's staging slot (a partial sum: rows packed, or at kRelaySlotPitch with padded_slots);
+  // *pitch = the row pitch there in bytes.
   CUTLASS_DEVICE char* peer_dst(int tile_m, int tile_n, bool own, int d, long long* pitch) const {
     if (own) {
       *pitch = ldc * (long long)sizeof(E);
