@@ -33,6 +33,29 @@ GemmAllReduceArgs args(int M, int N, int K, DType t = DType::kBFloat16) {
   return GemmAllReduceArgs{at(kA), at(kB), at(kC), M, N, K, t, BLayout::kNK, at(kW)};
 }
 
+// Every rank's walk visits each of the U order indices once, and work_of_order inverts it.
+void expect_walks_are_permutations(const std::vector<tw::gemm_impl::TileSchedule>& s, int U) {
+  for (size_t q = 0; q < s.size(); ++q) {
+    std::vector<int> seen(U, 0);
+    for (int w = 0; w < U; ++w) {
+      const int o = s[q].order_of_work(w);
+      ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << q << " work " << w;
+      ASSERT_EQ(s[q].work_of_order(o), w);
+    }
+  }
+}
+
+// Unit o's chain: the rank at each position 0 .. P - 1 of the layout (-1 where no rank is).
+std::vector<int> chain_of(const Layout& l, int o) {
+  std::vector<int> at(l.P, -1);
+  for (int q = 0; q < l.P; ++q) {
+    const int p = l.relay_position(o, q);
+    EXPECT_TRUE(p >= 0 && p < l.P && at[p] == -1) << "unit " << o << " rank " << q;
+    if (p >= 0 && p < l.P) at[p] = q;
+  }
+  return at;
+}
+
 // M above the decode tile's range (plan.hpp kDecodeMaxM): the algorithm rules of large GEMMs.
 constexpr int kLargeM = 4096;
 
@@ -467,22 +490,11 @@ TEST(GemmAllReducePlan, RelayStaggeredWalk) {
         ++staggered;
         ASSERT_EQ(l.stag_d, s[0].stag_d);
         ASSERT_GE(l.relay_gap(U), l.stag_d);
-        for (int q = 0; q < P; ++q) {
-          std::vector<int> seen(U, 0);
-          for (int w = 0; w < U; ++w) {
-            const int o = s[q].order_of_work(w);
-            ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << q << " work " << w;
-            ASSERT_EQ(s[q].work_of_order(o), w);
-          }
-        }
+        expect_walks_are_permutations(s, U);
         std::vector<int> owned(P, 0), early(P, 0), late(P, 0);
         for (int o = 0; o < U; ++o) {
-          std::vector<int> at(P, -1);
-          for (int q = 0; q < P; ++q) {
-            const int p = l.relay_position(o, q);
-            ASSERT_TRUE(p >= 0 && p < P && at[p] == -1) << "unit " << o;
-            at[p] = q;
-          }
+          const std::vector<int> at = chain_of(l, o);
+          ASSERT_TRUE(std::find(at.begin(), at.end(), -1) == at.end()) << "unit " << o << ": a position without a rank";
           for (int p = 1; p < P; ++p) {
             EXPECT_EQ(at[p], (at[p - 1] + P - 1) % P) << "the chain goes down the ring";
             EXPECT_GE(s[at[p]].work_of_order(o), s[at[p - 1]].work_of_order(o) + l.relay_gap(U)) << "unit " << o;
@@ -564,22 +576,11 @@ TEST(GemmAllReducePlan, RelayInterleavedSegments) {
         const auto l = tw::gemm_allreduce_impl::make_relay_layout(M, N, Raster::kAlongM, U, P, 0, 4, d);
         ASSERT_EQ(l.stag_q, 0);
         ASSERT_EQ(l.relay_gap(U), d);
-        for (int q = 0; q < P; ++q) {
-          std::vector<int> seen(U, 0);
-          for (int w = 0; w < U; ++w) {
-            const int o = s[q].order_of_work(w);
-            ASSERT_TRUE(o >= 0 && o < U && seen[o]++ == 0) << "rank " << q << " work " << w;
-            ASSERT_EQ(s[q].work_of_order(o), w);
-          }
-        }
+        expect_walks_are_permutations(s, U);
         std::vector<int> owned(P, 0), late(P, 0);
         for (int o = 0; o < U; ++o) {
-          std::vector<int> at(P, -1);
-          for (int q = 0; q < P; ++q) {
-            const int p = l.relay_position(o, q);
-            ASSERT_TRUE(p >= 0 && p < P && at[p] == -1) << "unit " << o;
-            at[p] = q;
-          }
+          const std::vector<int> at = chain_of(l, o);
+          ASSERT_TRUE(std::find(at.begin(), at.end(), -1) == at.end()) << "unit " << o << ": a position without a rank";
           for (int p = 1; p < P; ++p) {
             ASSERT_EQ(at[p], (at[p - 1] + P - 1) % P) << "the chain goes down the ring";
             ASSERT_EQ(s[at[p]].work_of_order(o), s[at[p - 1]].work_of_order(o) + d) << "unit " << o;

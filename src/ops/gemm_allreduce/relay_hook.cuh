@@ -291,11 +291,8 @@ struct RelayHookT : HookParams, RelayKnobs {
 #pragma unroll 1
         for (int d = 0; d < targets; ++d) {
           char* to = d == 0 ? dst : peer_dst(tile_m, tile_n, own, d, &pitch);
-          if (padded_slots && !own)  // a staging slot: each batch of rows, padding included, in one copy
-            push_batches_bulk(buf, to, first, rows, lane, t_push + d * share, share, l2_evict_first);
-          else
-            push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share,
-                           l2_evict_first);
+          push_rows_bulk(buf, to, pitch, d == 0 ? first : 0, rows, vecs * 16, lane, t_push + d * share, share,
+                         l2_evict_first, padded_slots && !own);  // a staging slot: whole batches when padded
         }
         cute::tma_store_arrive();
         ptx::bulk_wait_all_writes();
@@ -397,13 +394,16 @@ struct RelayHookT : HookParams, RelayKnobs {
 
   // Rows [first, rows) of the buffer to dst (row pitch `pitch`, `bytes` a row) by bulk copies: the
   // TMA unit moves them and the warp only issues, kBatch rows a batch (lanes 0..kBatch-1 one row
-  // each), batch b no earlier than t0 + b * budget_ns / nb as push_rows paces. push_rows' 16-byte
-  // stores, issued by a warp on the producer warpgroup's registers, can outlast a short mainloop
-  // (K_local 2048: docs/fused_gemm.md, "The reduce-scatter relay's drag"); a peer's window is
-  // global memory to the TMA unit as to the stores. Issues only: the caller commits the group
-  // and completes the writes before its fence and flags (bulk_wait_all_writes).
+  // each; with `whole_batches`, dst rows at the buffer's pitch (a padded staging slot,
+  // RelayKnobs::padded_slots), lane 0 the batch's rows, padding included, in one copy), batch b no
+  // earlier than t0 + b * budget_ns / nb as push_rows paces. push_rows' 16-byte stores, issued by a
+  // warp on the producer warpgroup's registers, can outlast a short mainloop (K_local 2048:
+  // docs/fused_gemm.md, "The reduce-scatter relay's drag"); a peer's window is global memory to
+  // the TMA unit as to the stores. Issues only: the caller commits the group and completes the
+  // writes before its fence and flags (bulk_wait_all_writes).
   CUTLASS_DEVICE static void push_rows_bulk(const E* buf, char* dst, long long pitch, int first, int rows, int bytes,
-                                            int lane, uint64_t t0, uint64_t budget_ns, bool evict_first) {
+                                            int lane, uint64_t t0, uint64_t budget_ns, bool evict_first,
+                                            bool whole_batches) {
     constexpr int kBatch = 16;
     const int nb = (rows - first + kBatch - 1) / kBatch;
 #pragma unroll 1
@@ -412,25 +412,14 @@ struct RelayHookT : HookParams, RelayKnobs {
         const uint64_t due = t0 + budget_ns * (uint64_t)b / (uint64_t)nb, now = ptx::globaltimer();
         if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
       }
-      const int r = first + b * kBatch + lane;
-      if (lane < kBatch && r < rows) s2g(buf + r * kPitch, dst + (long long)r * pitch, bytes, evict_first);
-    }
-  }
-
-  // push_rows_bulk for a padded staging slot (RelayKnobs::padded_slots: rows at kRelaySlotPitch, as
-  // in the buffer): batch b's rows are one range both sides, one bulk copy from lane 0, paced alike.
-  CUTLASS_DEVICE static void push_batches_bulk(const E* buf, char* dst, int first, int rows, int lane, uint64_t t0,
-                                               uint64_t budget_ns, bool evict_first) {
-    constexpr int kBatch = 16;
-    const int nb = (rows - first + kBatch - 1) / kBatch;
-#pragma unroll 1
-    for (int b = 0; b < nb; ++b) {
-      if (budget_ns > 0 && b > 0) {
-        const uint64_t due = t0 + budget_ns * (uint64_t)b / (uint64_t)nb, now = ptx::globaltimer();
-        if (now < due) ptx::nanosleep(uint32_t(due - now));  // all lanes: the same t0, budget, b
+      const int r0 = first + b * kBatch, r = r0 + lane;
+      if (whole_batches) {
+        if (lane == 0)
+          s2g(buf + r0 * kPitch, dst + (long long)r0 * kRelaySlotPitch, min(kBatch, rows - r0) * kRelaySlotPitch,
+              evict_first);
+      } else if (lane < kBatch && r < rows) {
+        s2g(buf + r * kPitch, dst + (long long)r * pitch, bytes, evict_first);
       }
-      const int r = first + b * kBatch, n = min(kBatch, rows - r);
-      if (lane == 0) s2g(buf + r * kPitch, dst + (long long)r * kRelaySlotPitch, n * kRelaySlotPitch, evict_first);
     }
   }
 
