@@ -50,17 +50,17 @@
 // position (stagger_position). A rank's work indices follow its chunk times, the long last chunk
 // taking d + rem of them. 0 chunks: the rotation walk above.
 //
-// Interleaved shards (gemm_reducescatter's relay, `chunk` = d >= 1): the order is P shards of
-// SU = units / P contiguous order indices (shard s: [s SU, (s + 1) SU)), each cut into SU / d
-// chunks of d. Rank r (the `rank` passed: the first shard it visits) walks them in rounds: round c
-// is chunk c of shards r, r + 1, .., r + P - 1 (mod P), so work index w = (c P + j) d + x computes
-// order index s SU + c d + x with s = (r + j) mod P. Each unit is then computed by the P ranks
-// d work indices apart, in the ring order the rotation walk has (the shard's owner, visited at
-// j = P - 1 when `rank` is the owner's rank + 1, last), where the rotation walk puts them a whole
-// shard apart. A partial sum waits d work indices instead of SU: with d of a wave or two it is
-// still in L2 when the next rank reads it, and the P ranks' reads of B at the same step fall on the
-// same columns. Needs units = P SU and d dividing SU, d < SU (interleave_chunk picks one);
-// otherwise (0) the rotation walk.
+// Interleaved shards (the relay's TILEWIRE_RELAY_WAVES, `chunk` = d >= 1): the order is P shards
+// of SU = units / P contiguous order indices (shard s: [s SU, (s + 1) SU); the reduce-scatter's
+// shards of M, the all-reduce's segments), each cut into SU / d chunks of d. Rank r (the `rank`
+// passed: the first shard it visits) walks them in rounds: round c is chunk c of shards r, r + 1,
+// .., r + P - 1 (mod P), so work index w = (c P + j) d + x computes order index s SU + c d + x with
+// s = (r + j) mod P. Each unit is then computed by the P ranks d work indices apart, in the ring
+// order the rotation walk has (the reduce-scatter's shard owner last, its `rank` being the owner's
+// rank + 1), where the rotation walk puts them a whole shard apart: a partial sum waits d work
+// indices instead of SU (meant to be read while still in L2; on one GPU it measured no faster,
+// docs/gemm_allreduce.md). Needs units = P SU and d dividing SU, d < SU (interleave_chunk picks
+// one); otherwise (0) the rotation walk.
 // Persistent distribution: `ctas` cluster-groups (num_sms - reserved_sms, rounded down to a
 // cluster multiple, divided by cluster_m) take work indices w = cta, cta + ctas, cta + 2*ctas, ...
 // Every unit is taken by exactly one CTA group; CTA group c does ceil((units - c) / ctas) units.
