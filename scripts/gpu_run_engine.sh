@@ -9,8 +9,9 @@
   bench() {  # bench <limit> <label> args...: one JSON line per run, labelled
     local lim=$1 label=$2; shift 2
     step "$label: tilewire bench $*"
-    run "$lim" "$TW" bench "$@" --json "$OUT/one.json" &&
-      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
+    # the JSON line even where the bench failed (a wrong result: its #wrong says so)
+    run "$lim" "$TW" bench "$@" --json "$OUT/one.json"
+    [ -s "$OUT/one.json" ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
         "$OUT/one.json" "$label" >>"$J"
     rm -f "$OUT/one.json"
   }
@@ -164,9 +165,9 @@
   fi
   if has relayknobs; then  # the relay's push, split by knob at 4 virtual ranks, after --warm-s, RELAYKNOBS_ROUNDS rounds:
     # the consumers' rows of each tile (TILEWIRE_RELAY_CONSUMER_ROWS 16, the default, or 0: the comm warp's
-    # bulk copies take them all) and the pacing (TILEWIRE_RELAY_PACE_PCT 60, the default, or 0)
-    # and the padded slots (TILEWIRE_RELAY_PADDED_SLOTS 0, the default, or 1), after the fused tests on
-    # the padded slots at 4 and 3 virtual ranks
+    # bulk copies take them all), the pacing (TILEWIRE_RELAY_PACE_PCT 60, the default, or 0), the
+    # padded slots (TILEWIRE_RELAY_PADDED_SLOTS 0, the default, or 1) and flags only
+    # (TILEWIRE_RELAY_NO_PUSH), after the fused tests on the padded slots at 4 and 3 virtual ranks
     for p in 4 3; do
       step "fused tests, padded slots, $p virtual ranks"
       TILEWIRE_RELAY_PADDED_SLOTS=1 TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" \
@@ -175,14 +176,19 @@
         "$OUT/t.json" "$p" >>"$J" 2>/dev/null
       rm -f "$OUT/t.json"
     done
+    # RELAYKNOBS: "rows pace padded no_push" per variant; no_push 1 is the flags-only floor (its
+    # results are wrong by design: nothing is summed)
+    KNOBS=${RELAYKNOBS:-"16 60 0 0;16 60 1 0;16 0 1 0;0 0 1 0;16 60 0 1"}
     for ((r = 1; r <= ${RELAYKNOBS_ROUNDS:-1}; ++r)); do  # ~5 minutes a round
-      for kv in "16 60 0" "0 60 0" "16 0 0" "16 60 1" "0 0 1"; do
-        read -r c pp ps <<<"$kv"
-        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps bench 120 \
-          "gemm-rs llama P=4 rows $c pace $pp padded $ps round $r" gemm-rs --virtual 4 --sweep llama -R 3 --iters 5 --warm-s 2
-        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps bench 120 \
-          "gemm-allreduce acceptance P=4 rows $c pace $pp padded $ps round $r" gemm-allreduce --virtual 4 \
-          --sweep acceptance --path fused -R 3 --iters 5 --warm-s 3
+      IFS=';' read -ra KV <<<"$KNOBS"
+      for kv in "${KV[@]}"; do
+        read -r c pp ps np <<<"$kv"
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps \
+          TILEWIRE_RELAY_NO_PUSH=$np bench 120 "gemm-rs llama P=4 rows $c pace $pp padded $ps nopush $np round $r" \
+          gemm-rs --virtual 4 --sweep llama -R 3 --iters 5 --warm-s 2
+        TILEWIRE_RELAY_CONSUMER_ROWS=$c TILEWIRE_RELAY_PACE_PCT=$pp TILEWIRE_RELAY_PADDED_SLOTS=$ps \
+          TILEWIRE_RELAY_NO_PUSH=$np bench 120 "gemm-allreduce acceptance P=4 rows $c pace $pp padded $ps nopush $np round $r" \
+          gemm-allreduce --virtual 4 --sweep acceptance --path fused -R 3 --iters 5 --warm-s 3
       done
     done
   fi
