@@ -2,7 +2,7 @@
 // into a CUDA graph (both paths) on the test team (real ranks or TILEWIRE_TEST_VIRTUAL):
 // replays on the same inputs give the eager call's bits (both ops are deterministic), and a
 // replay after new inputs were written gives the bits of an eager call on those inputs. Outputs
-// are poisoned before every run; every element is compared.
+// (C, and allgather_gemm's A_gathered) are poisoned before every run; every element is compared.
 #include <string>
 #include <vector>
 
@@ -46,7 +46,8 @@ TEST(GemmScatterGather, GraphReplayMatchesEagerCalls) {
       const size_t e = tw::dtype_size(c.dtype);
       // gemm_reducescatter: A [M, K_local], C_shard [rows, N]; allgather_gemm: A_shard [rows, K], C [M, N].
       const size_t a_elems = c.rs ? (size_t)M * K : (size_t)rows * K, c_bytes = c.rs ? (size_t)rows * N * e : (size_t)M * N * e;
-      DeviceBuffer A(std::max<size_t>(a_elems * e, 16)), B((size_t)N * K * e), C(std::max<size_t>(c_bytes, 16));
+      DeviceBuffer A(std::max<size_t>(a_elems * e, 16)), B((size_t)N * K * e), C(std::max<size_t>(c_bytes, 16)),
+          G(c.rs ? 16 : (size_t)M * K * e);  // allgather_gemm's A_gathered: written by the pulled GEMM itself
       tw::Window ws = comm.alloc_window(c.rs ? tw::gemm_reducescatter_workspace_size(M, N, c.dtype, P)
                                              : tw::allgather_gemm_workspace_size(M, K, c.dtype, P));
       tw::TpConfig cfg;
@@ -56,7 +57,7 @@ TEST(GemmScatterGather, GraphReplayMatchesEagerCalls) {
           tw::gemm_reducescatter(comm, tw::GemmReduceScatterArgs{A.data(), B.data(), C.data(), M, N, K, c.dtype, c.b, ws.data()},
                                  cfg, s);
         else
-          tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A.data(), B.data(), C.data(), nullptr, M, N, K, c.dtype, c.b, ws.data()},
+          tw::allgather_gemm(comm, tw::AllGatherGemmArgs{A.data(), B.data(), C.data(), G.data(), M, N, K, c.dtype, c.b, ws.data()},
                              cfg, s);
       };
       const auto inputs = [&](uint64_t seed) {
@@ -69,9 +70,20 @@ TEST(GemmScatterGather, GraphReplayMatchesEagerCalls) {
         comm.sync(s);
         comm.barrier();
       };
-      const auto output = [&] { return to_host(C.data(), c_bytes, s); };
+      const auto output = [&] {
+        Bytes out = to_host(C.data(), c_bytes, s);
+        if (!c.rs) {
+          const Bytes g = to_host(G.data(), G.bytes, s);
+          out.insert(out.end(), g.begin(), g.end());
+        }
+        return out;
+      };
+      const auto poison_out = [&] {
+        poison(C.data(), C.bytes, s);
+        poison(G.data(), G.bytes, s);
+      };
       inputs(501);
-      poison(C.data(), C.bytes, s);
+      poison_out();
       meet();
       call();
       const Bytes eager = output();
@@ -84,14 +96,14 @@ TEST(GemmScatterGather, GraphReplayMatchesEagerCalls) {
       TW_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
       for (int rep = 0; rep < 3; ++rep) {
         if (rep == 2) inputs(733);  // new data: the replay must compute, not repeat
-        poison(C.data(), C.bytes, s);
+        poison_out();
         meet();
         TW_CUDA_CHECK(cudaGraphLaunch(exec, s));
         const Bytes replay = output();
         meet();
         Bytes want = eager;
         if (rep == 2) {
-          poison(C.data(), C.bytes, s);
+          poison_out();
           meet();
           call();
           want = output();

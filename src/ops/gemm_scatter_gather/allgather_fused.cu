@@ -6,7 +6,8 @@
 //              (every shard is in its owner's workspace); the GEMM, one CUTLASS batch per shard:
 //              A's TMA descriptor spans the P copies of the workspace at the window's LSA stride
 //              (gemm_impl::Gate::batches), so batch q is loaded from rank q's window, rows q S..
-//              of C; the shards -> A_gathered beside the GEMM when the call returns it.
+//              of C; when the call returns A_gathered, the same kernel writes it: each tile's
+//              comm warp copies its share of the rows its tiles read (gemm/gather_hook.cuh).
 //   GEMM       the hook kernel on the plain GEMM's raster and band, its walk from this rank's
 //              own rows on (rank rotation: the ranks do not all read one peer at once). No tile
 //              waits: every shard is there before the GEMM starts, which costs one copy of the
@@ -213,6 +214,17 @@ void copy_beside_compute(void* dst, const void* src, size_t bytes, cudaStream_t 
   TW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
 }
 
+// TILEWIRE_AG_GATHERED_BESIDE=1 (measurement build only): the pulled GEMM's A_gathered copied
+// beside it on a side stream, as before the GEMM wrote it, to time the two in one run.
+bool ag_gathered_beside() {
+#ifdef TILEWIRE_BENCH_KERNELS
+  static const bool beside = env::get_bool("TILEWIRE_AG_GATHERED_BESIDE");
+  return beside;
+#else
+  return false;
+#endif
+}
+
 // TILEWIRE_AG_PUSH=1 (measurement build only): the push design instead of the pull, to time the
 // two in one run.
 bool ag_push_design() {
@@ -357,9 +369,16 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
   g.batch_stride = (long long)((w.win.lsa_stride + (size_t)S * rb) / dtype_size(a.dtype));
   g.m_total = a.M;
   g.first_row = me * S;
+  const GemmArgs pulled{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout};
+  if (!ag_gathered_beside()) {  // the GEMM writes A_gathered (none asked: null, the plain hook kernel)
+    g.gathered = a.A_gathered;
+    gemm_impl::gemm_gated(pulled, gc, g, stream);
+    comm.launched("allgather_gemm");
+    return;
+  }
   const Forked f(comm, stream);  // A_gathered beside the GEMM; the call ends when both are done
   // The GEMM is launched first, so that its grid has the SMs should a copy need some.
-  gemm_impl::gemm_gated(GemmArgs{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
+  gemm_impl::gemm_gated(pulled, gc, g, stream);
   comm.launched("allgather_gemm");
   if (a.A_gathered != nullptr)
     for (int k = 0; k < P; ++k) {
