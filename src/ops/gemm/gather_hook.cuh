@@ -9,13 +9,13 @@
 // docs/fused_gemm.md). Here each CTA copies a share of the rows its tiles read, with bulk copies
 // that take no SM time from the consumers.
 //
-// Who copies what: the tile (tile_m, tile_n) copies bytes [b0, b1) of each of its row block's
-// rows, the row's 16-byte units split evenly over the row block's n_tiles column tiles, so each
-// byte of A_gathered is written exactly once and the work follows the GEMM's tiles. A logical row
+// Who copies what: the tile (tile_m, tile_n) copies whole rows of its row block, the block's rows
+// split evenly over its n_tiles column tiles, so each byte of A_gathered is written exactly once
+// and the work follows the GEMM's tiles. A logical row
 // r (< m_total) lies in batch l = r / batch_rows at src + l batch_stride + (r - l batch_rows) row
 // bytes: the shard in its owner's copy of the workspace, where the mainloop reads it too.
 //
-// How: lane 0 of the comm warp moves each row piece (at most kSlotBytes) global -> shared
+// How: lane 0 of the comm warp moves each row's pieces (kSlotBytes, the last shorter) global -> shared
 // (cp.async.bulk, completing on the slot's mbarrier) -> global (cp.async.bulk, bulk group),
 // through kSlots slots, kSlots - 1 loads ahead. Before a slot is loaded again, the store that
 // last used it must have read it (wait_group.read); at the end of every tile all stores have read
@@ -39,9 +39,11 @@ template <class Element>
 struct StoreCGather : StoreC<Element> {
   using Base = StoreC<Element>;
   static constexpr bool kCommWarp = true;
-  // 4 x 2 KiB: three loads in flight (~6 GB/s for one warp at ~1 us per load), and the hook's
-  // shared memory (StoreC's 66 KiB + 8 KiB) still leaves the mainloop its 3 stages.
-  static constexpr int kSlots = 4, kSlotBytes = 2048;
+  // 8 x 2 KiB: seven loads in flight. The bytes in flight set the copy's rate (a load takes
+  // microseconds beside a GEMM), and the hook's shared memory (StoreC's 66 KiB + 16 KiB) still
+  // leaves the mainloop its 3 stages. 4 slots and rows split over the column tiles (pieces of
+  // a few hundred bytes) ran at 1.17-2.36x of the GEMM alone (docs/fused_gemm.md).
+  static constexpr int kSlots = 8, kSlotBytes = 2048;
   struct SharedStorage : Base::SharedStorage {
     alignas(128) char slot[kSlots][kSlotBytes];
     uint64_t full[kSlots];  // mbarrier per slot: 1 arrival + the piece's bytes
@@ -67,15 +69,21 @@ struct StoreCGather : StoreC<Element> {
   CUTLASS_DEVICE void comm(int tile_m, int tile_n, int /*step*/, int /*seq*/, int lane, SharedStorage* smem) const {
     if (lane != 0) return;
     const int row0 = tile_m * Base::kRows, rows = min(Base::kRows, m_total - row0);
-    const long long units = row_bytes / 16;
-    const long long b0 = units * tile_n / n_tiles * 16, b1 = units * (tile_n + 1) / n_tiles * 16;
-    if (rows <= 0 || b1 <= b0) return;
-    const int per_row = (int)((b1 - b0 + kSlotBytes - 1) / kSlotBytes), n = rows * per_row;
+    if (rows <= 0) return;
+    // This tile's rows of the row block, whole: [r0, r1).
+    const int r0 = row0 + rows * tile_n / n_tiles, r1 = row0 + rows * (tile_n + 1) / n_tiles;
+    const int per_row = (int)((row_bytes + kSlotBytes - 1) / kSlotBytes), n = (r1 - r0) * per_row;
+    if (n <= 0) return;
     const uint32_t c0 = smem->issued;
+    const auto piece = [&](int i, long long& off, uint32_t& bytes) {
+      off = (long long)(i % per_row) * kSlotBytes;
+      bytes = (uint32_t)min((long long)kSlotBytes, row_bytes - off);
+      return r0 + i / per_row;
+    };
     const auto load = [&](int i) {
-      const int row = row0 + i / per_row, l = row / batch_rows;
-      const long long off = b0 + (long long)(i % per_row) * kSlotBytes;
-      const uint32_t bytes = (uint32_t)min((long long)kSlotBytes, b1 - off), s = (c0 + i) % kSlots;
+      long long off;
+      uint32_t bytes;
+      const int row = piece(i, off, bytes), l = row / batch_rows, s = (c0 + i) % kSlots;
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem->full[s], bytes);
       cute::SM90_BULK_COPY_G2S::copy(src + l * batch_stride + (long long)(row - l * batch_rows) * row_bytes + off,
                                      &smem->full[s], smem->slot[s], (int32_t)bytes);
@@ -85,10 +93,10 @@ struct StoreCGather : StoreC<Element> {
       const uint32_t c = c0 + i, s = c % kSlots;
       wait_slot(&smem->full[s], (c / kSlots) & 1);
       cutlass::arch::fence_view_async_shared();
-      const int row = row0 + i / per_row;
-      const long long off = b0 + (long long)(i % per_row) * kSlotBytes;
-      cute::SM90_BULK_COPY_S2G::copy(smem->slot[s], gathered + (long long)row * row_bytes + off,
-                                     (int32_t)min((long long)kSlotBytes, b1 - off));
+      long long off;
+      uint32_t bytes;
+      const int row = piece(i, off, bytes);
+      cute::SM90_BULK_COPY_S2G::copy(smem->slot[s], gathered + (long long)row * row_bytes + off, (int32_t)bytes);
       cute::tma_store_arrive();
       if (i + kSlots - 1 < n) {
         cute::tma_store_wait<1>();  // the store before this one read the slot the next load takes
