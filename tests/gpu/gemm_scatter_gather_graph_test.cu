@@ -47,7 +47,7 @@ TEST(GemmScatterGather, GraphReplayMatchesEagerCalls) {
       // gemm_reducescatter: A [M, K_local], C_shard [rows, N]; allgather_gemm: A_shard [rows, K], C [M, N].
       const size_t a_elems = c.rs ? (size_t)M * K : (size_t)rows * K, c_bytes = c.rs ? (size_t)rows * N * e : (size_t)M * N * e;
       DeviceBuffer A(std::max<size_t>(a_elems * e, 16)), B((size_t)N * K * e), C(std::max<size_t>(c_bytes, 16)),
-          G(c.rs ? 16 : (size_t)M * K * e);  // allgather_gemm's A_gathered: written by the pulled GEMM itself
+          G(c.rs ? 16 : (size_t)M * K * e);  // allgather_gemm's A_gathered
       tw::Window ws = comm.alloc_window(c.rs ? tw::gemm_reducescatter_workspace_size(M, N, c.dtype, P)
                                              : tw::allgather_gemm_workspace_size(M, K, c.dtype, P));
       tw::TpConfig cfg;

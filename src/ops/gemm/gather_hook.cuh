@@ -1,13 +1,14 @@
 // src/ops/gemm/gather_hook.cuh — StoreC plus the gathered A: allgather_gemm's pulled GEMM writes
 // A_gathered itself, from the kernel's otherwise idle epilogue-load warp (the "comm warp",
-// HookEpilogue::comm in gemm_sm90.cuh), while its consumers compute.
+// HookEpilogue::comm in gemm_sm90.cuh), while its consumers compute. Measurement build only
+// (TILEWIRE_AG_GATHER_IN_GEMM): not the product until it beats the copies beside the GEMM.
 //
-// Why inside the GEMM: A_gathered used to be copied beside the pulled GEMM (cudaMemcpyBatchAsync
+// Why inside the GEMM: the product copies A_gathered beside the pulled GEMM (cudaMemcpyBatchAsync
 // on a side stream). A copy within one GPU runs as a kernel on SMs, so beside a GEMM that holds
-// its SMs it ran after it, at the whole copy's cost: 1.15-1.27x of the GEMM alone against
+// its SMs it runs after it, at the whole copy's cost: 1.15-1.27x of the GEMM alone against
 // 1.00-1.11x without A_gathered (ag-gemm llama, 4 virtual ranks, rows (g) and (i);
 // docs/fused_gemm.md). Here each CTA copies a share of the rows its tiles read, with bulk copies
-// that take no SM time from the consumers.
+// that take no SM time from the consumers, but one warp's copies must keep up with the tiles.
 //
 // Who copies what: the tile (tile_m, tile_n) copies whole rows of its row block, the block's rows
 // split evenly over its n_tiles column tiles, so each byte of A_gathered is written exactly once

@@ -107,8 +107,9 @@ HookLaunch hook_kernel(DType dtype, BLayout b, HookTile tile) {
   return nullptr;
 }
 
+#ifdef TILEWIRE_BENCH_KERNELS
 // The hook kernel that also writes a pulled A where Gate::gathered points (StoreCGather, the hook
-// tile only): (dtype, B layout) -> launch.
+// tile only; measurement build): (dtype, B layout) -> launch.
 struct GatherKernel {
   DType dtype;
   BLayout b;
@@ -126,6 +127,7 @@ HookLaunch gather_kernel(DType dtype, BLayout b) {
   TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no gathering hook kernel built for ") + dtype_name(dtype));
   return nullptr;
 }
+#endif
 
 // The stream-K family (B [N, K] only): (dtype, tile family) -> launch. The family is the plan's
 // tile: the swapped ping-pong tile, the other ping-pong tiles, the 256-row tiles (each its own
@@ -202,10 +204,12 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   // A gate walks the rows in the order they arrive; a pulled A has them all: the plain GEMM's raster.
   const Raster raster = gate.flags != nullptr ? Raster::kAlongN
                                               : resolve_raster(a, c, kBlkM, decode ? kDecodeBlkN : kBlkN);
+#ifdef TILEWIRE_BENCH_KERNELS
   if (gate.gathered != nullptr && gate.batches > 1 && !decode) {  // the kernel also writes the gathered A
     gather_kernel(a.dtype, a.b_layout)(a, c, num_sms, raster, stream, gate);
     return;
   }
+#endif
   hook_kernel(a.dtype, a.b_layout, decode ? HookTile::kDecode : HookTile::kWide)(a, c, num_sms, raster, stream, gate);
 }
 
