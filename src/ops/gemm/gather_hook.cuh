@@ -31,6 +31,7 @@
 #include <cutlass/cutlass.h>
 
 #include "epilogue_hook.cuh"
+#include "gather_split.hpp"
 #include "gemm_sm90.cuh"
 #include "tilewire/device.cuh"
 
@@ -72,7 +73,8 @@ struct StoreCGather : StoreC<Element> {
     const int row0 = tile_m * Base::kRows, rows = min(Base::kRows, m_total - row0);
     if (rows <= 0) return;
     // This tile's rows of the row block, whole: [r0, r1).
-    const int r0 = row0 + rows * tile_n / n_tiles, r1 = row0 + rows * (tile_n + 1) / n_tiles;
+    const RowSpan span = gather_rows_of_tile(row0, rows, tile_n, n_tiles);
+    const int r0 = span.lo, r1 = span.hi;
     const int per_row = (int)((row_bytes + kSlotBytes - 1) / kSlotBytes), n = (r1 - r0) * per_row;
     if (n <= 0) return;
     const uint32_t c0 = smem->issued;
