@@ -37,15 +37,21 @@
 
 namespace tw::gemm_impl {
 
-template <class Element>
-struct StoreCGather : StoreC<Element> {
-  using Base = StoreC<Element>;
+// The bytes in flight set the copy's rate (a load takes microseconds beside a GEMM); the hook's
+// shared memory must still leave the mainloop its 3 stages (run_sm90_gather asserts it).
+//   * StoreC's one pass of 256 columns (66 KiB) and 8 x 2 KiB slots: seven loads in flight.
+//     Against the copies beside it: 0.01-0.05 faster on the 70B FFN (a tile copies ~73 KiB), as
+//     fast on the 8B FFN, 0.05-0.19 slower on the 70B attention output (N_local 2048: 256 KiB a
+//     tile), ag-gemm Llama at 4 virtual ranks (docs/fused_gemm.md).
+//   * StoreC in two passes of 128 columns (34 KiB) and 24 x 2 KiB slots: 23 loads in flight
+//     (the default).
+// 4 slots and rows split over the column tiles (pieces of a few hundred bytes) ran at
+// 1.17-2.36x of the GEMM alone.
+template <class Element, int kStoreCols = 128, int kSlots_ = 24>
+struct StoreCGather : StoreC<Element, kStoreCols> {
+  using Base = StoreC<Element, kStoreCols>;
   static constexpr bool kCommWarp = true;
-  // 8 x 2 KiB: seven loads in flight. The bytes in flight set the copy's rate (a load takes
-  // microseconds beside a GEMM), and the hook's shared memory (StoreC's 66 KiB + 16 KiB) still
-  // leaves the mainloop its 3 stages. 4 slots and rows split over the column tiles (pieces of
-  // a few hundred bytes) ran at 1.17-2.36x of the GEMM alone (docs/fused_gemm.md).
-  static constexpr int kSlots = 8, kSlotBytes = 2048;
+  static constexpr int kSlots = kSlots_, kSlotBytes = 2048;
   struct SharedStorage : Base::SharedStorage {
     alignas(128) char slot[kSlots][kSlotBytes];
     uint64_t full[kSlots];  // mbarrier per slot: 1 arrival + the piece's bytes
@@ -126,7 +132,10 @@ template <class Element, BLayout kLayout>
 void run_sm90_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                      const Gate& gate) {
   using E = typename CutlassElement<Element>::type;
-  StoreCGather<E> hook;
+  using Hook = StoreCGather<E>;
+  static_assert(Sm90Gemm<Element, kLayout, Hook>::Mainloop::DispatchPolicy::Stages >= 3,
+                "the gather's slots leave the mainloop 3 stages");
+  Hook hook;
   hook.C = static_cast<E*>(a.C);
   hook.ldc = a.N;
   hook.src = static_cast<const char*>(a.A);
@@ -135,7 +144,7 @@ void run_sm90_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Rast
   hook.gathered = static_cast<char*>(gate.gathered);
   hook.m_total = gate.m_total;
   hook.row_bytes = (long long)a.K * (long long)sizeof(Element);
-  hook.n_tiles = (a.N + StoreCGather<E>::kTileCols - 1) / StoreCGather<E>::kTileCols;
+  hook.n_tiles = (a.N + Hook::kTileCols - 1) / Hook::kTileCols;
   hook.ctx = gate.ctx;
   run_sm90<Element, kLayout>(a, cfg, hook, num_sms, raster, /*workspace=*/nullptr, stream, gate);
 }
