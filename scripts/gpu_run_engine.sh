@@ -121,23 +121,6 @@
     done
     bench 120 "ag-gemm 4096^3 P=1" ag-gemm -m 4096 -n 4096 -k 4096 -R 3 --iters 10
   fi
-  if has aggather; then  # the pulled GEMM writing A_gathered itself (TILEWIRE_AG_GATHER_IN_GEMM=1) against
-    # the copies beside it (the default), after the all-gather's tests on it at AGGATHER_P virtual ranks
-    for p in ${AGGATHER_P:-0 2 3 4 8}; do
-      step "all-gather tests, A_gathered written by the GEMM, $p virtual ranks (0: the real GPU)"
-      TILEWIRE_AG_GATHER_IN_GEMM=1 TILEWIRE_TEST_VIRTUAL=$p run 200 "$TESTS" --gtest_filter='AllGatherGemm.*:GemmScatterGather.*' \
-        --gtest_output=json:"$OUT/t.json"
-      python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({"label": "ag tests P=" + sys.argv[2], "tests": d["tests"], "failures": d["failures"], "disabled": d.get("disabled", 0)}))' \
-        "$OUT/t.json" "$p" >>"$J" 2>/dev/null
-      rm -f "$OUT/t.json"
-    done
-    for p in ${AGGATHER_BENCH_P:-4 2}; do
-      for b in 0 1; do
-        TILEWIRE_AG_GATHER_IN_GEMM=$b bench 200 "ag-gemm llama P=$p in-gemm $b" ag-gemm --virtual $p --sweep llama \
-          -R 3 --iters 5 --warm-s ${ACCEPT_WARM_S:-2}
-      done
-    done
-  fi
   if has agpush; then  # the all-gather's push design (TILEWIRE_AG_PUSH=1) on accept's all-gather rows
     for p in 2 4; do
       TILEWIRE_AG_PUSH=1 bench 200 "ag-gemm llama P=$p push design" ag-gemm --virtual $p --sweep llama -R 3 --iters 5

@@ -84,9 +84,6 @@ static const Var kVars[] = {
     {"TILEWIRE_AG_PUSH_CTAS", Type::kInt, "0",
      "Measurement only: allgather_gemm's fused push on a virtual team runs this many CTAs (1..16; 0: the "
      "default, 2), taken from the GEMM's SMs; shows how the push's bandwidth sets the call's time."},
-    {"TILEWIRE_AG_GATHER_IN_GEMM", Type::kBool, "0",
-     "Measurement only: allgather_gemm's pulled GEMM writes A_gathered from its own CTAs (1) instead of "
-     "copies beside it on a side stream (0); both timed in one run."},
     {"TILEWIRE_AG_PUSH", Type::kBool, "0",
      "Measurement only: allgather_gemm's fused path runs the push design (a push kernel beside a GEMM "
      "gated per chunk of rows) instead of the GEMM pulling the shards; both timed in one run."},

@@ -3,12 +3,10 @@
 // the raster/swizzle pictures of the header, the rank rotation.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "ops/gemm/gather_split.hpp"
 #include "ops/gemm/scheduler.hpp"
 
 namespace {
@@ -187,27 +185,6 @@ TEST(GemmScheduler, PersistentCtas) {
     EXPECT_LE(s.units_of_cta(c) - s.units_of_cta(s.ctas - 1), 1) << "balanced within one unit";
   }
   EXPECT_EQ(total, s.units());
-}
-
-// The pulled GEMM writing A_gathered (gather_hook.cuh): every row of a row block goes to exactly
-// one of its column tiles, in order, the shares within one row of each other.
-TEST(GemmScheduler, GatheredRowsSplitOverTheColumnTiles) {
-  using tw::gemm_impl::gather_rows_of_tile;
-  for (int rows = 1; rows <= 128; ++rows)
-    for (int n_tiles = 1; n_tiles <= 64; ++n_tiles) {
-      const int row0 = 384;
-      int next = row0, lo_size = rows, hi_size = 0;
-      for (int t = 0; t < n_tiles; ++t) {
-        const auto span = gather_rows_of_tile(row0, rows, t, n_tiles);
-        ASSERT_EQ(span.lo, next) << rows << " rows, tile " << t << " of " << n_tiles;
-        ASSERT_GE(span.hi, span.lo);
-        next = span.hi;
-        lo_size = std::min(lo_size, span.hi - span.lo);
-        hi_size = std::max(hi_size, span.hi - span.lo);
-      }
-      ASSERT_EQ(next, row0 + rows) << rows << " rows over " << n_tiles << " tiles";
-      EXPECT_LE(hi_size - lo_size, 1);
-    }
 }
 
 TEST(GemmScheduler, IsConstexpr) {

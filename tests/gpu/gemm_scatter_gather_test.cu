@@ -178,9 +178,7 @@ TEST(AllGatherGemm, GatheredAAndCMatchTheReference) {
       {100, 512, 64, DType::kFloat16, BLayout::kKN, Fill::kRandom},  // M <= 256: the gated decode tile
       {256, 1032, 128, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},
       {200, 264, 256, DType::kBFloat16, BLayout::kKN, Fill::kRandom},
-      // One column tile and 5 KiB rows: where the pulled GEMM writes A_gathered (measurement
-      // build, TILEWIRE_AG_GATHER_IN_GEMM), each row goes in several pieces (gather_hook.cuh);
-      // at P > 3 some ranks hold no rows.
+      // One column tile and 5 KiB rows; at P > 3 some ranks hold no rows.
       {384, 128, 2560, DType::kBFloat16, BLayout::kNK, Fill::kSmallInt},
   };
   std::vector<std::string> wrong(P);

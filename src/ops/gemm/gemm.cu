@@ -107,28 +107,6 @@ HookLaunch hook_kernel(DType dtype, BLayout b, HookTile tile) {
   return nullptr;
 }
 
-#ifdef TILEWIRE_BENCH_KERNELS
-// The hook kernel that also writes a pulled A where Gate::gathered points (StoreCGather, the hook
-// tile only; measurement build): (dtype, B layout) -> launch.
-struct GatherKernel {
-  DType dtype;
-  BLayout b;
-  HookLaunch launch;
-};
-constexpr GatherKernel kGatherKernels[] = {
-    {DType::kBFloat16, BLayout::kNK, launch_bf16_nk_gather},
-    {DType::kBFloat16, BLayout::kKN, launch_bf16_kn_gather},
-    {DType::kFloat16, BLayout::kNK, launch_f16_nk_gather},
-    {DType::kFloat16, BLayout::kKN, launch_f16_kn_gather},
-};
-HookLaunch gather_kernel(DType dtype, BLayout b) {
-  for (const GatherKernel& k : kGatherKernels)
-    if (k.dtype == dtype && k.b == b) return k.launch;
-  TW_REQUIRE(false, kInvalidArgument, std::string("gemm: no gathering hook kernel built for ") + dtype_name(dtype));
-  return nullptr;
-}
-#endif
-
 // The stream-K family (B [N, K] only): (dtype, tile family) -> launch. The family is the plan's
 // tile: the swapped ping-pong tile, the other ping-pong tiles, the 256-row tiles (each its own
 // translation units) and the stream-K kernel's cooperative tiles.
@@ -204,12 +182,6 @@ void gemm_gated(const GemmArgs& a, const GemmConfig& cfg, const Gate& gate, cuda
   // A gate walks the rows in the order they arrive; a pulled A has them all: the plain GEMM's raster.
   const Raster raster = gate.flags != nullptr ? Raster::kAlongN
                                               : resolve_raster(a, c, kBlkM, decode ? kDecodeBlkN : kBlkN);
-#ifdef TILEWIRE_BENCH_KERNELS
-  if (gate.gathered != nullptr && gate.batches > 1 && !decode) {  // the kernel also writes the gathered A
-    gather_kernel(a.dtype, a.b_layout)(a, c, num_sms, raster, stream, gate);
-    return;
-  }
-#endif
   hook_kernel(a.dtype, a.b_layout, decode ? HookTile::kDecode : HookTile::kWide)(a, c, num_sms, raster, stream, gate);
 }
 

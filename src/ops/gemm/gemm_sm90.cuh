@@ -290,22 +290,18 @@ class HookEpilogue {
 
   // Hooks with a communication warp (Hook::kCommWarp): the kernel's otherwise idle epilogue-load
   // warp (producer warpgroup, warp 2; 40 registers) calls Hook::comm once per tile, in the same
-  // tile order as the consumers, while the mainloop runs (HookCollective::load below); tile_m is
-  // the logical row block (a pulled A's batch l: rows l M.. as for operator()).
+  // tile order as the consumers, while the mainloop runs (HookCollective::load below).
   static constexpr bool kCommWarp = requires { Hook::kCommWarp; };
   template <class CtaTileMNK, class ProblemShapeMNKL, class BlkCoordMNKL>
   CUTLASS_DEVICE void comm(ProblemShapeMNKL problem_shape_mnkl, BlkCoordMNKL blk_coord_mnkl, int lane, char* smem) {
     if constexpr (kCommWarp) {
       using namespace cute;
       const int M = get<0>(problem_shape_mnkl), N = get<1>(problem_shape_mnkl);
-      constexpr int kM = size<0>(CtaTileMNK{});
-      // As operator(): batch l of a pulled A is rows l M.. of the logical A, up to m_total.
-      const int l = int(get<3>(blk_coord_mnkl)), in_batch = int(get<0>(blk_coord_mnkl)) * kM;
-      const int row0 = l * M + in_batch, tile_n = get<1>(blk_coord_mnkl);
-      const int rows = min(M - in_batch, params_.m_total > 0 ? params_.m_total - row0 : kM);
+      const int tile_m = get<0>(blk_coord_mnkl), tile_n = get<1>(blk_coord_mnkl);
+      const int row0 = tile_m * int(size<0>(CtaTileMNK{})), col0 = tile_n * int(size<1>(CtaTileMNK{}));
       const int step = comm_step_++;
-      if (rows <= 0 || tile_n * int(size<1>(CtaTileMNK{})) >= N) return;  // the padding CTA's tile: no hook call either
-      params_.hook.comm(row0 / kM, tile_n, step, comm_seq_++, lane, reinterpret_cast<SharedStorage*>(smem));
+      if (row0 >= M || col0 >= N) return;  // the padding CTA's tile: no hook call either
+      params_.hook.comm(tile_m, tile_n, step, comm_seq_++, lane, reinterpret_cast<SharedStorage*>(smem));
     }
   }
   CUTLASS_DEVICE static void init_smem(SharedStorage& s) {

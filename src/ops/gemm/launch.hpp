@@ -28,9 +28,6 @@ namespace tw::gemm_impl {
 //     local; -1: none), then orders its TMA loads after it (fence.proxy.async).
 // With either, the work list starts at the unit holding row first_row (the local rows first,
 // then the rows after them, wrapping).
-//   * gathered set (batches > 1 only; measurement build, TILEWIRE_AG_GATHER_IN_GEMM): the kernel
-//     also writes the logical A [m_total, K] there (allgather_gemm's A_gathered), each tile's comm
-//     warp copying its share (gather_hook.cuh). Elsewhere it is ignored.
 // ring (tracing on): the scheduler records, with trace::emit, per tile mma_start when the
 // mainloop's load warp has the tile (past its gate) and mma_end when the consumers ask for their
 // next tile (the tile's epilogue issued), and per CTA kernel_start / kernel_end (id = CTA).
@@ -44,7 +41,6 @@ struct Gate {
   int batch_rows = 0;
   long long batch_stride = 0;
   int m_total = 0;
-  void* gathered = nullptr;
   DevCtx ctx{};
   trace::Ring ring{};
   TW_HD bool orders() const { return flags != nullptr || batches > 1; }  // first_row sets the walk's start
@@ -95,17 +91,6 @@ void launch_bf16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms
 void launch_f16_nk_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                           const Gate& gate);
 void launch_f16_kn_decode(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
-                          const Gate& gate);
-
-// The hook kernel with StoreCGather (gather_hook.cuh): a pulled A that the kernel also writes to
-// gate.gathered (gemm_sm90_{bf16,f16}_{nk,kn}_gather.cu; built in the measurement build only).
-void launch_bf16_nk_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
-                           const Gate& gate);
-void launch_bf16_kn_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
-                           const Gate& gate);
-void launch_f16_nk_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
-                          const Gate& gate);
-void launch_f16_kn_gather(const GemmArgs& a, const GemmConfig& cfg, int num_sms, Raster raster, cudaStream_t stream,
                           const Gate& gate);
 
 // tw::gemm with A gated or pulled in batches (Gate above): the hook kernel (never stream-K; on its

@@ -6,8 +6,7 @@
 //              (every shard is in its owner's workspace); the GEMM, one CUTLASS batch per shard:
 //              A's TMA descriptor spans the P copies of the workspace at the window's LSA stride
 //              (gemm_impl::Gate::batches), so batch q is loaded from rank q's window, rows q S..
-//              of C; the shards -> A_gathered beside the GEMM when the call returns it (the
-//              measurement build can have the GEMM write it instead: TILEWIRE_AG_GATHER_IN_GEMM).
+//              of C; the shards -> A_gathered beside the GEMM when the call returns it.
 //   GEMM       the hook kernel on the plain GEMM's raster and band, its walk from this rank's
 //              own rows on (rank rotation: the ranks do not all read one peer at once). No tile
 //              waits: every shard is there before the GEMM starts, which costs one copy of the
@@ -214,19 +213,6 @@ void copy_beside_compute(void* dst, const void* src, size_t bytes, cudaStream_t 
   TW_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s));
 }
 
-// TILEWIRE_AG_GATHER_IN_GEMM=1 (measurement build only): the pulled GEMM writes A_gathered itself
-// (gemm/gather_hook.cuh) instead of copies beside it on a side stream; both timed in one run. Not
-// the product: its first version took 1.17-2.36x of the GEMM alone against 1.03-1.38x for the
-// copies beside it (docs/fused_gemm.md).
-bool ag_gather_in_gemm() {
-#ifdef TILEWIRE_BENCH_KERNELS
-  static const bool in_gemm = env::get_bool("TILEWIRE_AG_GATHER_IN_GEMM");
-  return in_gemm;
-#else
-  return false;
-#endif
-}
-
 // TILEWIRE_AG_PUSH=1 (measurement build only): the push design instead of the pull, to time the
 // two in one run.
 bool ag_push_design() {
@@ -371,16 +357,9 @@ void fused_pull(Comm& comm, const AllGatherGemmArgs& a, const TpConfig& cfg, cud
   g.batch_stride = (long long)((w.win.lsa_stride + (size_t)S * rb) / dtype_size(a.dtype));
   g.m_total = a.M;
   g.first_row = me * S;
-  const GemmArgs pulled{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout};
-  if (ag_gather_in_gemm()) {  // the GEMM writes A_gathered (none asked: null, the plain hook kernel)
-    g.gathered = a.A_gathered;
-    gemm_impl::gemm_gated(pulled, gc, g, stream);
-    comm.launched("allgather_gemm");
-    return;
-  }
   const Forked f(comm, stream);  // A_gathered beside the GEMM; the call ends when both are done
   // The GEMM is launched first, so that its grid has the SMs should a copy need some.
-  gemm_impl::gemm_gated(pulled, gc, g, stream);
+  gemm_impl::gemm_gated(GemmArgs{copy0, a.B, a.C, a.M, a.N_local, a.K, a.dtype, a.b_layout}, gc, g, stream);
   comm.launched("allgather_gemm");
   if (a.A_gathered != nullptr)
     for (int k = 0; k < P; ++k) {
