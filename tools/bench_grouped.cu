@@ -4,6 +4,8 @@
 //           kernel runs; each group's algorithm chosen once, before timing)
 //   dense   cuBLASLt on one GEMM of all the rows against one expert's B: the same FLOPs without
 //           the grouping, the ceiling a grouped kernel can aim for
+//   cublas  cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx: the experts with the same row count
+//           one batch; shapes from the host), where the loaded libcublas has it (else n/a)
 //
 //   tilewire bench gemm --grouped [--sweep moe] [--model dsv3|qwen3] [--gemm gateup|down]
 //                                 [--tokens 128,512,2048,8192] [--ep 8] [--routing uniform|skewed]
@@ -167,8 +169,8 @@ std::vector<int> group_counts(int rows, int groups, const std::string& routing) 
 struct Row {
   std::string model, gemm, tile;
   int tokens = 0, groups = 0, rows = 0, N = 0, K = 0;
-  double tw_us = 0, loop_us = 0, dense_us = 0;
-  unsigned long long wrong = 0;
+  double tw_us = 0, loop_us = 0, dense_us = 0, cublas_us = 0;  // cublas_us 0: n/a
+  unsigned long long wrong = 0, cublas_wrong = 0;  // cublas_wrong: cuBLAS's grouped C against the loop's
   double tflops(double us) const { return us > 0 ? 2.0 * rows * double(N) * K / (us * 1e-6) / 1e12 : 0; }
 };
 
@@ -245,8 +247,25 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   ga.A = A, ga.B = B, ga.C = C, ga.counts = d_counts, ga.offsets = d_offsets;
   ga.groups = L, ga.N = N, ga.K = K, ga.rows = rows;
 
+  // cuBLAS's grouped GEMM, checked once against the loop like tilewire's (a wrong baseline is a
+  // bench bug, and fails the run).
+  std::unique_ptr<lt::GroupedBaseline> grouped;
+  unsigned long long grouped_wrong = 0;
+  try {
+    grouped = std::make_unique<lt::GroupedBaseline>(counts, N, K, A, B, dense_out);
+  } catch (const Error& e) {
+    std::printf("# cuBLAS grouped GEMM: n/a (%s)\n", e.what());
+  }
   std::vector<Row> out;
   loop(ref);
+  if (grouped) {
+    TW_CUDA_CHECK(cudaMemsetAsync(dense_out, 0xFF, size_t(rows) * N * 2, st));
+    TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
+    grouped->run(st);
+    count_wrong_async(dense_out, ref, size_t(rows) * N, DType::kBFloat16, wrong, st);
+    TW_CUDA_CHECK(cudaMemcpyAsync(&grouped_wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
+    TW_CUDA_CHECK(cudaStreamSynchronize(st));
+  }
   for (GroupedTile tile : a.tiles) {
     GroupedGemmConfig cfg;
     cfg.tile = tile;
@@ -260,10 +279,13 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
     count_wrong_async(C, ref, size_t(rows) * N, DType::kBFloat16, wrong, st);
     TW_CUDA_CHECK(cudaMemcpyAsync(&r.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
     TW_CUDA_CHECK(cudaStreamSynchronize(st));
-    const std::vector<double> t = time_all(a, st,
-                                           {[&] { grouped_gemm(ga, cfg, st); }, [&] { loop(dense_out); },
-                                            [&] { dense.run(A, B, dense_out, ws, st); }});
+    std::vector<std::function<void()>> calls = {[&] { grouped_gemm(ga, cfg, st); }, [&] { loop(dense_out); },
+                                                [&] { dense.run(A, B, dense_out, ws, st); }};
+    if (grouped) calls.push_back([&] { grouped->run(st); });  // writes dense_out too
+    const std::vector<double> t = time_all(a, st, calls);
     r.tw_us = t[0], r.loop_us = t[1], r.dense_us = t[2];
+    r.cublas_us = grouped ? t[3] : 0;
+    r.cublas_wrong = grouped_wrong;
     out.push_back(r);
   }
   cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(ref), cudaFree(dense_out), cudaFree(ws), cudaFree(d_counts);
@@ -293,9 +315,9 @@ int bench_grouped(const std::vector<std::string>& argv) {
   const lt::LtHandle lt;
   std::printf("# tilewire bench gemm --grouped: %s, %d SMs; bf16, B [L, N, K], top-%d, EP %d, routing %s\n",
               prop.name, prop.multiProcessorCount, kTopK, a.ep, a.routing.c_str());
-  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %6s %6s %7s\n", "model", "gemm", "tokens",
-              "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF", "dense_us", "dense_TF",
-              "/loop", "/dense", "#wrong");
+  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %7s %7s\n", "model", "gemm",
+              "tokens", "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF", "dense_us", "dense_TF",
+              "cublas_us", "cublasTF", "/loop", "/cublas", "#wrong", "#wrongB");
   bool ok = true;
   std::ostringstream rows_json;
   int n = 0;
@@ -303,20 +325,24 @@ int bench_grouped(const std::vector<std::string>& argv) {
     for (const std::string& g : a.gemms)
       for (int t : a.tokens)
         for (const Row& r : bench_shape(a, *m, g, t, lt.get(), st)) {
-          std::printf("%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %7llu\n",
-                      r.model.c_str(), r.gemm.c_str(), r.tokens, r.groups, r.rows, r.N, r.K, r.tile.c_str(), r.tw_us,
-                      r.tflops(r.tw_us), r.loop_us, r.tflops(r.loop_us), r.dense_us, r.tflops(r.dense_us),
-                      r.loop_us / r.tw_us, r.dense_us / r.tw_us, r.wrong);
+          std::printf(
+              "%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %7llu %7llu\n",
+              r.model.c_str(), r.gemm.c_str(), r.tokens, r.groups, r.rows, r.N, r.K, r.tile.c_str(), r.tw_us,
+              r.tflops(r.tw_us), r.loop_us, r.tflops(r.loop_us), r.dense_us, r.tflops(r.dense_us), r.cublas_us,
+              r.tflops(r.cublas_us), r.loop_us / r.tw_us, r.cublas_us / r.tw_us, r.wrong, r.cublas_wrong);
           std::fflush(stdout);
-          ok = ok && r.wrong == 0;
+          ok = ok && r.wrong == 0 && r.cublas_wrong == 0;
           rows_json << (n++ ? "," : "") << "{\"model\":\"" << r.model << "\",\"gemm\":\"" << r.gemm
                     << "\",\"tokens\":" << r.tokens << ",\"groups\":" << r.groups << ",\"rows\":" << r.rows
                     << ",\"n\":" << r.N << ",\"k\":" << r.K << ",\"tile\":\"" << r.tile << "\",\"tw_us\":" << r.tw_us
                     << ",\"loop_us\":" << r.loop_us << ",\"dense_us\":" << r.dense_us
                     << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"loop_tflops\":" << r.tflops(r.loop_us)
-                    << ",\"dense_tflops\":" << r.tflops(r.dense_us) << ",\"wrong\":" << r.wrong << "}";
+                    << ",\"dense_tflops\":" << r.tflops(r.dense_us) << ",\"cublas_grouped_us\":" << r.cublas_us
+                    << ",\"cublas_grouped_tflops\":" << r.tflops(r.cublas_us) << ",\"wrong\":" << r.wrong
+                    << ",\"cublas_grouped_wrong\":" << r.cublas_wrong << "}";
         }
-  std::printf("# /loop, /dense: the baseline's time over tilewire's (above 1: tilewire faster)\n");
+  std::printf("# /loop, /cublas: the baseline's time over tilewire's (above 1: tilewire faster; /cublas 0: n/a);\n"
+              "# #wrongB: cuBLAS's grouped C against the loop's, as #wrong\n");
   cudaStreamDestroy(st);
   if (json.is_open()) {
     json << "{\"bench\":\"gemm --grouped\",\"device\":\"" << prop.name << "\",\"ep\":" << a.ep << ",\"routing\":\""

@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 
 #include <cstdint>
+#include <map>
+#include <type_traits>
 
 namespace tw::lt {
 namespace {
@@ -138,6 +140,104 @@ std::string LtMatmul::describe() const {
   }
   if (sm_target_ > 0) out += (out.empty() ? "" : " ") + std::string("smTarget ") + std::to_string(sm_target_);
   return out;
+}
+
+// ---------------------------------------------------------------- cuBLAS's grouped GEMM
+namespace {
+
+struct BlasApi {
+  decltype(&cublasCreate_v2) Create = nullptr;
+  decltype(&cublasDestroy_v2) Destroy = nullptr;
+  decltype(&cublasSetStream_v2) SetStream = nullptr;
+  decltype(&cublasGemmGroupedBatchedEx) GroupedGemm = nullptr;
+};
+
+BlasApi load_blas() {
+  const char* names[] = {"libcublas.so.13", "libcublas.so", TILEWIRE_CUDA_LIBDIR "/libcublas.so.13"};
+  void* h = nullptr;
+  for (const char* n : names)
+    if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+  TW_REQUIRE(h != nullptr, kUnsupported,
+             "cannot load libcublas.so.13 (cuBLAS's grouped GEMM: the grouped bench's baseline); put its folder on "
+             "LD_LIBRARY_PATH");
+  BlasApi a;
+  const auto sym = [&](const char* name, auto& f) {
+    f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(h, name));
+    TW_REQUIRE(f != nullptr, kUnsupported, std::string("cuBLAS: the loaded libcublas has no ") + name);
+  };
+  sym("cublasCreate_v2", a.Create);
+  sym("cublasDestroy_v2", a.Destroy);
+  sym("cublasSetStream_v2", a.SetStream);
+  sym("cublasGemmGroupedBatchedEx", a.GroupedGemm);
+  return a;
+}
+
+const BlasApi& blas_api() {
+  static const BlasApi api = load_blas();
+  return api;
+}
+
+}  // namespace
+
+GroupedBaseline::GroupedBaseline(const std::vector<int>& counts, int N, int K, const void* A, const void* B, void* C) {
+  const BlasApi& b = blas_api();
+  // cuBLAS is column-major: C_g^T [N, rows] = (B_g as [K, N])^T x (A_g as [K, rows]), as LtMatmul.
+  std::map<int, std::vector<int>> by_count;  // row count -> its experts, in order
+  for (int g = 0; g < (int)counts.size(); ++g)
+    if (counts[g] > 0) by_count[counts[g]].push_back(g);
+  std::vector<long long> offset(counts.size(), 0);
+  for (size_t g = 1; g < counts.size(); ++g) offset[g] = offset[g - 1] + counts[g - 1];
+  std::vector<const void*> pa, pb;
+  std::vector<void*> pc;
+  for (const auto& [rows, experts] : by_count) {
+    m_.push_back(N), n_.push_back(rows), k_.push_back(K);
+    lda_.push_back(K), ldb_.push_back(K), ldc_.push_back(N);
+    ta_.push_back(CUBLAS_OP_T), tb_.push_back(CUBLAS_OP_N);
+    alpha_.push_back(1.f), beta_.push_back(0.f);
+    size_.push_back((int)experts.size());
+    for (int g : experts) {
+      pa.push_back(static_cast<const char*>(B) + (size_t)g * N * K * 2);
+      pb.push_back(static_cast<const char*>(A) + (size_t)offset[g] * K * 2);
+      pc.push_back(static_cast<char*>(C) + (size_t)offset[g] * N * 2);
+    }
+  }
+  problems_ = (int)pa.size();
+  std::vector<void*> host(3 * (size_t)problems_);
+  for (int i = 0; i < problems_; ++i) {
+    host[i] = const_cast<void*>(pa[i]);
+    host[problems_ + i] = const_cast<void*>(pb[i]);
+    host[2 * problems_ + i] = pc[i];
+  }
+  try {
+    TW_CUBLAS_CHECK(b.Create(reinterpret_cast<cublasHandle_t*>(&handle_)));
+    if (problems_ > 0) {
+      TW_CUDA_CHECK(cudaMalloc(&ptrs_, host.size() * sizeof(void*)));
+      TW_CUDA_CHECK(cudaMemcpy(ptrs_, host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+GroupedBaseline::~GroupedBaseline() { release(); }
+
+void GroupedBaseline::release() {
+  if (ptrs_) cudaFree(ptrs_);
+  if (handle_) blas_api().Destroy(static_cast<cublasHandle_t>(handle_));
+  ptrs_ = nullptr, handle_ = nullptr;
+}
+
+void GroupedBaseline::run(cudaStream_t stream) const {
+  if (problems_ == 0) return;
+  const BlasApi& b = blas_api();
+  const auto h = static_cast<cublasHandle_t>(handle_);
+  TW_CUBLAS_CHECK(b.SetStream(h, stream));
+  TW_CUBLAS_CHECK(b.GroupedGemm(h, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(),
+                                const_cast<const void* const*>(ptrs_), CUDA_R_16BF, lda_.data(),
+                                const_cast<const void* const*>(ptrs_ + problems_), CUDA_R_16BF, ldb_.data(),
+                                beta_.data(), ptrs_ + 2 * problems_, CUDA_R_16BF, ldc_.data(), (int)size_.size(),
+                                size_.data(), CUBLAS_COMPUTE_32F));
 }
 
 }  // namespace tw::lt

@@ -12,10 +12,12 @@
 //   mm.run(A, B, C, workspace, stream);           // C [M,N] = A [M,K] * B^T, bf16, row-major
 #pragma once
 #include <cublasLt.h>
+#include <cublas_api.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include "tilewire/ops/gemm.hpp"  // BLayout
 #include "tilewire/runtime/dtype.hpp"
@@ -102,6 +104,32 @@ class LtMatmul {
   cublasLtMatmulDesc_t op_ = nullptr;
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr;
   cublasLtMatmulAlgo_t algo_{};
+};
+
+// cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx, libcublas.so.13, loaded like cuBLASLt): the
+// grouped baseline of `bench gemm --grouped`. Row-major bf16 C_g [counts[g], N] = A_g [counts[g], K]
+// B_g^T for every group g with rows, packed: A_g at row offsets[g] of A, C_g at row offsets[g] of C,
+// B_g = B + g N K (B [L, N, K]); fp32 accumulation. The experts with the same row count form one of
+// cuBLAS's groups (a batch of equal problems), so uniform routing is one batched GEMM. The counts
+// are the host's (cuBLAS takes its shapes on the host: a call is not capturable with counts that
+// only the device knows, which tw::grouped_gemm's are). Throws kUnsupported where the library or
+// the entry point is missing.
+class GroupedBaseline {
+ public:
+  GroupedBaseline(const std::vector<int>& counts, int N, int K, const void* A, const void* B, void* C);
+  ~GroupedBaseline();
+  GroupedBaseline(const GroupedBaseline&) = delete;
+  GroupedBaseline& operator=(const GroupedBaseline&) = delete;
+  void run(cudaStream_t stream) const;
+
+ private:
+  void release();
+  void* handle_ = nullptr;                  // cublasHandle_t
+  std::vector<int> m_, n_, k_, lda_, ldb_, ldc_, size_;  // per cuBLAS group
+  std::vector<cublasOperation_t> ta_, tb_;
+  std::vector<float> alpha_, beta_;
+  void** ptrs_ = nullptr;                   // device: the problems' A, B, C pointers (cuBLAS's order)
+  int problems_ = 0;
 };
 
 }  // namespace tw::lt
