@@ -209,7 +209,7 @@ GroupedBaseline::GroupedBaseline(const std::vector<int>& counts, int N, int K, c
     host[2 * problems_ + i] = pc[i];
   }
   try {
-    TW_CUBLAS_CHECK(b.Create(reinterpret_cast<cublasHandle_t*>(&handle_)));
+    TW_CUBLAS_CHECK(b.Create(&handle_));
     if (problems_ > 0) {
       TW_CUDA_CHECK(cudaMalloc(&ptrs_, host.size() * sizeof(void*)));
       TW_CUDA_CHECK(cudaMemcpy(ptrs_, host.data(), host.size() * sizeof(void*), cudaMemcpyHostToDevice));
@@ -224,16 +224,15 @@ GroupedBaseline::~GroupedBaseline() { release(); }
 
 void GroupedBaseline::release() {
   if (ptrs_) cudaFree(ptrs_);
-  if (handle_) blas_api().Destroy(static_cast<cublasHandle_t>(handle_));
+  if (handle_) blas_api().Destroy(handle_);
   ptrs_ = nullptr, handle_ = nullptr;
 }
 
 void GroupedBaseline::run(cudaStream_t stream) const {
   if (problems_ == 0) return;
   const BlasApi& b = blas_api();
-  const auto h = static_cast<cublasHandle_t>(handle_);
-  TW_CUBLAS_CHECK(b.SetStream(h, stream));
-  TW_CUBLAS_CHECK(b.GroupedGemm(h, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(),
+  TW_CUBLAS_CHECK(b.SetStream(handle_, stream));
+  TW_CUBLAS_CHECK(b.GroupedGemm(handle_, ta_.data(), tb_.data(), m_.data(), n_.data(), k_.data(), alpha_.data(),
                                 const_cast<const void* const*>(ptrs_), CUDA_R_16BF, lda_.data(),
                                 const_cast<const void* const*>(ptrs_ + problems_), CUDA_R_16BF, ldb_.data(),
                                 beta_.data(), ptrs_ + 2 * problems_, CUDA_R_16BF, ldc_.data(), (int)size_.size(),

@@ -124,11 +124,11 @@ class GroupedBaseline {
 
  private:
   void release();
-  void* handle_ = nullptr;                  // cublasHandle_t
+  cublasHandle_t handle_ = nullptr;
   std::vector<int> m_, n_, k_, lda_, ldb_, ldc_, size_;  // per cuBLAS group
   std::vector<cublasOperation_t> ta_, tb_;
   std::vector<float> alpha_, beta_;
-  void** ptrs_ = nullptr;                   // device: the problems' A, B, C pointers (cuBLAS's order)
+  void** ptrs_ = nullptr;  // device: the problems' A, B, C pointers (cuBLAS's order)
   int problems_ = 0;
 };
 
