@@ -5,27 +5,31 @@
 
 #include <cstdint>
 #include <map>
-#include <type_traits>
 
 namespace tw::lt {
 namespace {
 
+// lib<stem>.so.13 from the loader's search first (LD_LIBRARY_PATH, or the copy torch already
+// loaded into the process), then lib<stem>.so, then the CUDA toolkit the library was built against
+// (CMakeLists.txt); `use` says what it is for in the error.
+void* open_cuda_lib(const std::string& stem, const char* use) {
+  const std::string names[] = {"lib" + stem + ".so.13", "lib" + stem + ".so",
+                               std::string(TILEWIRE_CUDA_LIBDIR) + "/lib" + stem + ".so.13"};
+  for (const std::string& n : names)
+    if (void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) return h;
+  TW_REQUIRE(false, kUnsupported,
+             "cannot load lib" + stem + ".so.13 (" + use + "); put its folder on LD_LIBRARY_PATH");
+  return nullptr;
+}
+
 template <class F>
 void load_sym(void* h, const char* name, F& f) {
   f = reinterpret_cast<F>(dlsym(h, name));
-  TW_REQUIRE(f != nullptr, kUnsupported, std::string("cuBLASLt: the loaded libcublasLt has no ") + name);
+  TW_REQUIRE(f != nullptr, kUnsupported, std::string("cuBLAS: the loaded library has no ") + name);
 }
 
 LtApi load() {
-  // The loader's search first (LD_LIBRARY_PATH, or the copy torch already loaded into the
-  // process), then the CUDA toolkit the library was built against (CMakeLists.txt).
-  const char* names[] = {"libcublasLt.so.13", "libcublasLt.so", TILEWIRE_CUDA_LIBDIR "/libcublasLt.so.13"};
-  void* h = nullptr;
-  for (const char* n : names)
-    if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-  TW_REQUIRE(h != nullptr, kUnsupported,
-             "cannot load libcublasLt.so.13 (cuBLASLt: the GEMM benches' baseline, gemm_allreduce's sequential "
-             "path); put its folder on LD_LIBRARY_PATH");
+  void* h = open_cuda_lib("cublasLt", "cuBLASLt: the GEMM benches' baseline, gemm_allreduce's sequential path");
   LtApi a;
   load_sym(h, "cublasLtCreate", a.Create);
   load_sym(h, "cublasLtDestroy", a.Destroy);
@@ -153,22 +157,12 @@ struct BlasApi {
 };
 
 BlasApi load_blas() {
-  const char* names[] = {"libcublas.so.13", "libcublas.so", TILEWIRE_CUDA_LIBDIR "/libcublas.so.13"};
-  void* h = nullptr;
-  for (const char* n : names)
-    if ((h = dlopen(n, RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
-  TW_REQUIRE(h != nullptr, kUnsupported,
-             "cannot load libcublas.so.13 (cuBLAS's grouped GEMM: the grouped bench's baseline); put its folder on "
-             "LD_LIBRARY_PATH");
+  void* h = open_cuda_lib("cublas", "cuBLAS's grouped GEMM: the grouped bench's baseline");
   BlasApi a;
-  const auto sym = [&](const char* name, auto& f) {
-    f = reinterpret_cast<std::remove_reference_t<decltype(f)>>(dlsym(h, name));
-    TW_REQUIRE(f != nullptr, kUnsupported, std::string("cuBLAS: the loaded libcublas has no ") + name);
-  };
-  sym("cublasCreate_v2", a.Create);
-  sym("cublasDestroy_v2", a.Destroy);
-  sym("cublasSetStream_v2", a.SetStream);
-  sym("cublasGemmGroupedBatchedEx", a.GroupedGemm);
+  load_sym(h, "cublasCreate_v2", a.Create);
+  load_sym(h, "cublasDestroy_v2", a.Destroy);
+  load_sym(h, "cublasSetStream_v2", a.SetStream);
+  load_sym(h, "cublasGemmGroupedBatchedEx", a.GroupedGemm);
   return a;
 }
 
