@@ -22,7 +22,8 @@
 // Time: CUDA events around `iters` back-to-back calls, median of `repeats`, every candidate timed
 // in turn (the first rotating) after a warm-up of all of them. B for one call is L x N x K bf16
 // (0.4-1.9 GB at these shapes), far beyond the L2, so one input set is timed. TFLOP/s: 2 x rows x
-// N x K / time. #wrong: elements of tilewire's C farther from the loop's than 2^-6 |want| + 2^-6.
+// N x K / time. #wrong: elements of tilewire's C farther from the loop's than 2^-6 |want| + 2^-6;
+// #wrongB the same for cuBLAS's grouped C.
 // Exit 0 when every check passed, 1 when not.
 #include <cuda_runtime.h>
 
@@ -315,9 +316,9 @@ int bench_grouped(const std::vector<std::string>& argv) {
   const lt::LtHandle lt;
   std::printf("# tilewire bench gemm --grouped: %s, %d SMs; bf16, B [L, N, K], top-%d, EP %d, routing %s\n",
               prop.name, prop.multiProcessorCount, kTopK, a.ep, a.routing.c_str());
-  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %7s %7s\n", "model", "gemm",
+  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %6s %7s %7s\n", "model", "gemm",
               "tokens", "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF", "dense_us", "dense_TF",
-              "cublas_us", "cublasTF", "/loop", "/cublas", "#wrong", "#wrongB");
+              "cublas_us", "cublasTF", "/loop", "/dense", "/cublas", "#wrong", "#wrongB");
   bool ok = true;
   std::ostringstream rows_json;
   int n = 0;
@@ -326,10 +327,11 @@ int bench_grouped(const std::vector<std::string>& argv) {
       for (int t : a.tokens)
         for (const Row& r : bench_shape(a, *m, g, t, lt.get(), st)) {
           std::printf(
-              "%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %7llu %7llu\n",
+              "%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %6.3f %7llu %7llu\n",
               r.model.c_str(), r.gemm.c_str(), r.tokens, r.groups, r.rows, r.N, r.K, r.tile.c_str(), r.tw_us,
               r.tflops(r.tw_us), r.loop_us, r.tflops(r.loop_us), r.dense_us, r.tflops(r.dense_us), r.cublas_us,
-              r.tflops(r.cublas_us), r.loop_us / r.tw_us, r.cublas_us / r.tw_us, r.wrong, r.cublas_wrong);
+              r.tflops(r.cublas_us), r.loop_us / r.tw_us, r.dense_us / r.tw_us, r.cublas_us / r.tw_us, r.wrong,
+              r.cublas_wrong);
           std::fflush(stdout);
           ok = ok && r.wrong == 0 && r.cublas_wrong == 0;
           rows_json << (n++ ? "," : "") << "{\"model\":\"" << r.model << "\",\"gemm\":\"" << r.gemm
@@ -341,7 +343,7 @@ int bench_grouped(const std::vector<std::string>& argv) {
                     << ",\"cublas_grouped_tflops\":" << r.tflops(r.cublas_us) << ",\"wrong\":" << r.wrong
                     << ",\"cublas_grouped_wrong\":" << r.cublas_wrong << "}";
         }
-  std::printf("# /loop, /cublas: the baseline's time over tilewire's (above 1: tilewire faster; /cublas 0: n/a);\n"
+  std::printf("# /loop, /dense, /cublas: the baseline's time over tilewire's (above 1: tilewire faster; /cublas 0: n/a);\n"
               "# #wrongB: cuBLAS's grouped C against the loop's, as #wrong\n");
   cudaStreamDestroy(st);
   if (json.is_open()) {

@@ -181,8 +181,7 @@ GroupedBaseline::GroupedBaseline(const std::vector<int>& counts, int N, int K, c
     if (counts[g] > 0) by_count[counts[g]].push_back(g);
   std::vector<long long> offset(counts.size(), 0);
   for (size_t g = 1; g < counts.size(); ++g) offset[g] = offset[g - 1] + counts[g - 1];
-  std::vector<const void*> pa, pb;
-  std::vector<void*> pc;
+  std::vector<void*> a_ptrs, b_ptrs, c_ptrs;  // cuBLAS's A is B_g, its B is A_g
   for (const auto& [rows, experts] : by_count) {
     m_.push_back(N), n_.push_back(rows), k_.push_back(K);
     lda_.push_back(K), ldb_.push_back(K), ldc_.push_back(N);
@@ -190,18 +189,15 @@ GroupedBaseline::GroupedBaseline(const std::vector<int>& counts, int N, int K, c
     alpha_.push_back(1.f), beta_.push_back(0.f);
     size_.push_back((int)experts.size());
     for (int g : experts) {
-      pa.push_back(static_cast<const char*>(B) + (size_t)g * N * K * 2);
-      pb.push_back(static_cast<const char*>(A) + (size_t)offset[g] * K * 2);
-      pc.push_back(static_cast<char*>(C) + (size_t)offset[g] * N * 2);
+      a_ptrs.push_back(const_cast<char*>(static_cast<const char*>(B)) + (size_t)g * N * K * 2);
+      b_ptrs.push_back(const_cast<char*>(static_cast<const char*>(A)) + (size_t)offset[g] * K * 2);
+      c_ptrs.push_back(static_cast<char*>(C) + (size_t)offset[g] * N * 2);
     }
   }
-  problems_ = (int)pa.size();
-  std::vector<void*> host(3 * (size_t)problems_);
-  for (int i = 0; i < problems_; ++i) {
-    host[i] = const_cast<void*>(pa[i]);
-    host[problems_ + i] = const_cast<void*>(pb[i]);
-    host[2 * problems_ + i] = pc[i];
-  }
+  problems_ = (int)a_ptrs.size();
+  std::vector<void*> host = a_ptrs;  // [A pointers | B pointers | C pointers], as run() reads them
+  host.insert(host.end(), b_ptrs.begin(), b_ptrs.end());
+  host.insert(host.end(), c_ptrs.begin(), c_ptrs.end());
   try {
     TW_CUBLAS_CHECK(b.Create(&handle_));
     if (problems_ > 0) {
