@@ -4,15 +4,18 @@
 //            layout with the rows each of this rank's experts receives in the measured routing
 //   ep       the EP's dispatch and combine alone (identity experts: the received rows go back)
 //   unfused  MoE::forward: dispatch, the GEMMs, combine, one after another on one stream
-//   fused    high throughput: MoE::forward with MoeConfig::overlap (the gate-up GEMM beside the
-//            dispatch, each tile waiting for its rows), on the same inputs; its output must be the
-//            unfused call's bits (#diff: elements that differ, counted as wrong)
+//   fused    high throughput: MoE::forward with the fusions --fused names (default gather,combine):
+//            MoeConfig::overlap (the gate-up GEMM beside the dispatch, each tile waiting for its
+//            rows), MoeConfig::fused_gather (the gate-up GEMM reads the received rows in place: no
+//            copy per expert) and MoeConfig::fused_combine (the combine sums each row's experts as
+//            it sends it: no scatter), on the same inputs; its output must be the unfused call's
+//            bits (#diff: elements that differ, counted as wrong)
 // and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence,
 // and fused / gemms, fused / unfused.
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
-//                      [--trace FILE] [--fused-ep-sms N]
+//                      [--trace FILE] [--fused overlap,gather,combine] [--fused-ep-sms N]
 //
 // Ranks: one thread per local GPU (Comm::run_local), or --virtual P ranks on GPU 0 (each on its SM
 // budget; times are P ranks sharing one GPU, not NVLink figures). Shapes: hidden 7168 / 4096, expert
@@ -76,7 +79,14 @@ struct Options {
   std::string json_path;
   std::string trace_path;
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
+  bool fused_overlap = false, fused_gather = true, fused_combine = true;  // --fused: the fused row's fusions
   bool help = false;
+  std::string fused_names() const {
+    std::string n;
+    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_gather, "gather"}, {fused_combine, "combine"}})
+      if (on) n += (n.empty() ? "" : ",") + std::string(name);
+    return n;
+  }
 };
 
 constexpr const char* kUsage =
@@ -89,6 +99,9 @@ constexpr const char* kUsage =
     "  --iters N -R N            calls per repeat (10), repeats (5)\n"
     "  --json FILE               also write every row as JSON\n"
     "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n"
+    "  --fused F1,F2,..          the fused row's fusions (gather,combine): overlap (MoeConfig::overlap: the gate-up\n"
+    "                            GEMM beside the dispatch), gather (fused_gather: the GEMM reads the received rows\n"
+    "                            in place), combine (fused_combine: the combine sums each row's experts as it sends)\n"
     "  --fused-ep-sms N          the fused forward's dispatch CTAs, which also place the rows (default: the EP's,\n"
     "                            at most the SM budget - 1)\n";
 
@@ -137,6 +150,19 @@ Options parse(const std::vector<std::string>& argv) {
     else if (a == "--json") o.json_path = v;
     else if (a == "--trace") o.trace_path = v;
     else if (a == "--fused-ep-sms") o.fused_ep_sms = positive(a, v);
+    else if (a == "--fused") {
+      o.fused_overlap = o.fused_gather = o.fused_combine = false;
+      std::stringstream list(v);
+      for (std::string f; std::getline(list, f, ',');) {
+        TW_REQUIRE(f == "overlap" || f == "gather" || f == "combine", kInvalidArgument,
+                   "bench moe: --fused takes overlap, gather, combine separated by commas, got '" + v + "'");
+        (f == "overlap" ? o.fused_overlap : f == "gather" ? o.fused_gather : o.fused_combine) = true;
+      }
+      TW_REQUIRE(o.fused_overlap || o.fused_gather || o.fused_combine, kInvalidArgument,
+                 "bench moe: --fused needs at least one fusion");
+      TW_REQUIRE(!(o.fused_overlap && o.fused_gather), kInvalidArgument,
+                 "bench moe: --fused overlap,gather is not built (the overlapped dispatch lays the rows out itself)");
+    }
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
   }
   for (const Model& m : kModels)
@@ -470,8 +496,10 @@ void MoeBench::run(Comm& comm) {
           comm.sync(s);
           barrier_.arrive_and_wait("bench moe unfused done");
           moe_ptr.reset();
-          cfg.overlap = true;
-          cfg.ep.num_sms = o_.fused_ep_sms;
+          cfg.overlap = o_.fused_overlap;
+          cfg.fused_gather = o_.fused_gather;
+          cfg.fused_combine = o_.fused_combine;
+          if (o_.fused_overlap) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);
           row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
           if (!o_.trace_path.empty() && !traced_[me]) trace_fused(comm, fused, a, s);
@@ -531,8 +559,9 @@ int bench_moe(const std::vector<std::string>& argv) {
                    std::to_string(m->experts) + " experts");
   cudaDeviceProp prop{};
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16, fused dispatch CTAs %s\n", prop.name, P,
-              o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform",
+  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16, fused: %s, fused dispatch CTAs %s\n",
+              prop.name, P, o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform",
+              o.fused_names().c_str(),
               o.fused_ep_sms > 0 ? std::to_string(o.fused_ep_sms).c_str() : "default");
   std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %8s %7s %6s\n", "model", "ep", "tokens", "P",
               "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus", "TF/s",
@@ -542,7 +571,7 @@ int bench_moe(const std::vector<std::string>& argv) {
   if (o.virtual_ranks > 0) Comm::run_virtual(0, P, fn);
   else Comm::run_local({}, fn);
   std::printf("# pairs: the most (token, expert) rows a rank's experts received; /gemms, /g+ep: unfused over the\n"
-              "# GEMMs alone and over GEMMs + EP alone; fused (high throughput): the overlapped forward, f/gemms and\n"
+              "# GEMMs alone and over GEMMs + EP alone; fused (high throughput): the forward with --fused's fusions, f/gemms and\n"
               "# f/unfus its time over the GEMMs alone and over unfused; TF/s: the team's expert FLOPs over the unfused\n"
               "# time; #diff: elements of the fused output that differ from the unfused one's bits (counted in #wrong)\n");
   bool ok = true;
@@ -561,7 +590,8 @@ int bench_moe(const std::vector<std::string>& argv) {
     TW_REQUIRE(f.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
     f << "{\"bench\":\"moe\",\"device\":\"" << prop.name << "\",\"ranks\":" << P
       << ",\"virtual\":" << (o.virtual_ranks > 0 ? "true" : "false") << ",\"routing\":\""
-      << (o.skewed ? "skewed" : "uniform") << "\",\"fused_ep_sms\":" << o.fused_ep_sms << ",\"rows\":[" << j.str() << "],\"ok\":" << (ok ? "true" : "false")
+      << (o.skewed ? "skewed" : "uniform") << "\",\"fused_ep_sms\":" << o.fused_ep_sms << ",\"fused\":\""
+      << o.fused_names() << "\",\"rows\":[" << j.str() << "],\"ok\":" << (ok ? "true" : "false")
       << "}\n";
     std::printf("# wrote %s\n", o.json_path.c_str());
   }

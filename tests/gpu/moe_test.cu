@@ -4,14 +4,16 @@
 //
 //   Moe.MatchesTheReference  uniform, skewed and all-to-rank-0 routing, ranks with 40, 0, 23 and 1
 //       tokens, some top-k slots -1; every element of the output against the reference below;
-//       a second call on the same inputs gives the same bits. High throughput runs twice: in
-//       sequence and with the overlap (MoeConfig::overlap), which must give the same bits.
+//       a second call on the same inputs gives the same bits. High throughput runs four times: in
+//       sequence, with the overlap (MoeConfig::overlap), with the fused gather and combine
+//       (fused_gather, fused_combine), and with the overlap and the fused combine; the fused calls
+//       must give the sequential bits.
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
-//       poisoned output: the eager call's bits each time (both modes, and with the overlap).
+//       poisoned output: the eager call's bits each time (both modes, every fusion).
 //   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
 //       that receives more fails its check() naming the limit, the others do not; an empty call
-//       after it checks clean (with and without the overlap).
-//   Moe.RefusedRoutingThrowsOnEveryRank  high throughput, in sequence and with the overlap: rank 0
+//       after it checks clean (in sequence and with each fusion).
+//   Moe.RefusedRoutingThrowsOnEveryRank  high throughput, in sequence and with each fusion: rank 0
 //       names an expert out of range; every rank's check() throws, nothing hangs, and the next
 //       call on the same MoE matches the reference.
 //
@@ -177,23 +179,36 @@ struct CallBuffers {
   }
 };
 
-tw::MoeConfig moe_config(tw::EpMode mode, int P, bool overlap = false) {
-  tw::MoeConfig c;
-  c.ep.mode = mode, c.ep.max_tokens_per_rank = kMaxTokens, c.ep.hidden = kH, c.ep.topk = kTopk;
-  c.ep.num_experts = kL * P;
-  c.ffn = kF;
-  c.overlap = overlap;
-  return c;
-}
-
-// The configurations every test runs: high throughput in sequence, with the overlap, low latency.
+// The configurations the tests run: high throughput in sequence, with the overlap, with the fused
+// combine, with both; low latency.
 struct Variant {
   tw::EpMode mode;
-  bool overlap;
-  std::string name() const { return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : ""); }
+  bool overlap = false;
+  bool fused_gather = false;
+  bool fused_combine = false;
+  bool fused() const { return overlap || fused_gather || fused_combine; }
+  std::string name() const {
+    return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : "") +
+           (fused_gather ? " fused-gather" : "") + (fused_combine ? " fused-combine" : "");
+  }
 };
-constexpr Variant kVariants[] = {
-    {tw::EpMode::kHighThroughput, false}, {tw::EpMode::kHighThroughput, true}, {tw::EpMode::kLowLatency, false}};
+constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false, false},
+                                   {tw::EpMode::kHighThroughput, true, false, false},
+                                   {tw::EpMode::kHighThroughput, false, true, true},
+                                   {tw::EpMode::kHighThroughput, true, false, true}};
+constexpr Variant kVariants[] = {kHtVariants[0], kHtVariants[1], kHtVariants[2], kHtVariants[3],
+                                 {tw::EpMode::kLowLatency, false, false, false}};
+
+tw::MoeConfig moe_config(const Variant& v, int P) {
+  tw::MoeConfig c;
+  c.ep.mode = v.mode, c.ep.max_tokens_per_rank = kMaxTokens, c.ep.hidden = kH, c.ep.topk = kTopk;
+  c.ep.num_experts = kL * P;
+  c.ffn = kF;
+  c.overlap = v.overlap;
+  c.fused_gather = v.fused_gather;
+  c.fused_combine = v.fused_combine;
+  return c;
+}
 
 std::string compare(const std::vector<uint16_t>& got, const std::vector<double>& ref, const std::vector<double>& tol) {
   for (size_t i = 0; i < ref.size(); ++i) {
@@ -217,7 +232,7 @@ TEST(Moe, MatchesTheReference) {
     const RankWeights rw(experts, me, s);
     std::vector<std::vector<uint16_t>> sequential(3);  // high throughput's bits per routing
     for (const Variant& v : kVariants) {
-      tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
+      tw::MoE moe(comm, moe_config(v, P));
       for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kAllToRank0}) {
         const std::string at = v.name() + " " + name(routing) + ": ";
         const Tokens t = make_tokens(seed + int(routing), routing, me, P);
@@ -237,8 +252,8 @@ TEST(Moe, MatchesTheReference) {
             first = got;
             const std::string why = compare(got, ref, tol);
             if (!why.empty()) wrong[me].push_back(at + why);
-            if (v.mode == tw::EpMode::kHighThroughput && !v.overlap) sequential[int(routing)] = got;
-            if (v.overlap && got != sequential[int(routing)])
+            if (v.mode == tw::EpMode::kHighThroughput && !v.fused()) sequential[int(routing)] = got;
+            if (v.fused() && got != sequential[int(routing)])
               wrong[me].push_back(at + "the bits differ from the sequential high-throughput call's");
           } else if (got != first) {
             wrong[me].push_back(at + "the second call's bits differ from the first's");
@@ -264,7 +279,7 @@ TEST(Moe, GraphReplayIsBitIdentical) {
     Stream s;
     const RankWeights rw(experts, me, s);
     for (const Variant& v : kVariants) {
-      tw::MoE moe(comm, moe_config(v.mode, P, v.overlap));
+      tw::MoE moe(comm, moe_config(v, P));
       const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
       const CallBuffers cb(t, s);
       tw::MoeArgs a = cb.args(t, rw);
@@ -316,11 +331,11 @@ TEST(Moe, TooManyExpertRowsIsReported) {
     const int me = comm.rank();
     Stream s;
     const RankWeights rw(experts, me, s);
-    for (bool overlap : {false, true}) {
-      tw::MoeConfig cfg = moe_config(tw::EpMode::kHighThroughput, P, overlap);
+    for (const Variant& v : kHtVariants) {
+      tw::MoeConfig cfg = moe_config(v, P);
       cfg.max_expert_rows = 3;
       tw::MoE moe(comm, cfg);
-      const std::string at = overlap ? "overlapped: " : "";
+      const std::string at = v.name() + ": ";
       int pairs = 0;  // (row, local expert) pairs this rank receives
       for (int q = 0; q < P; ++q)
         for (int64_t e : all[q].idx) pairs += e >= 0 && e / kL == me;
@@ -369,9 +384,9 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
     const int me = comm.rank();
     Stream s;
     const RankWeights rw(experts, me, s);
-    for (bool overlap : {false, true}) {
-      const std::string at = overlap ? "overlapped: " : "sequential: ";
-      tw::MoE moe(comm, moe_config(tw::EpMode::kHighThroughput, P, overlap));
+    for (const Variant& v : kHtVariants) {
+      const std::string at = v.name() + ": ";
+      tw::MoE moe(comm, moe_config(v, P));
       const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
       std::vector<double> ref, tol;
       reference(t, experts, &ref, &tol);

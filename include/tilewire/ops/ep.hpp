@@ -184,6 +184,19 @@ struct EpExpertMajor {
   uint64_t* ready = nullptr;  // [P]
 };
 
+// High throughput: what combine() sends, taken from the experts' output rows where they lie
+// instead of from rows summed beforehand. Received row r is made as it is sent:
+//   sum over slots j = 0..topk-1 (ascending) with pos_of[r x topk + j] >= 0 of
+//   weights[r x topk + j] x yg[pos_of[r x topk + j]], fmas in fp32, rounded once to bf16
+// (the same bits as summing into y first with those fmas and calling combine(y, nullptr, ...)).
+// tw::MoE's fused FFN passes its down GEMM's output, the placement's pos_of and the receive's
+// top-k weights, so the summed rows are never written.
+struct EpExpertRows {
+  const void* yg = nullptr;         // [rows, H] bf16, 16-byte aligned
+  const int* pos_of = nullptr;      // [capacity x topk]: a row of yg, or -1
+  const float* weights = nullptr;   // [capacity x topk]
+};
+
 class EpBuffer {
  public:
   // Collective: allocates the window and device state. Every rank passes the same config: the
@@ -220,6 +233,9 @@ class EpBuffer {
   // its rows went to, in rank order, of weight x row, rounded once (tokens that went nowhere
   // get zeros).
   void combine(const void* y, const float* weights, void* out, cudaStream_t stream);
+  // The same, each row made from its experts' rows as it is sent (EpExpertRows; every pointer
+  // non-null, else kInvalidArgument).
+  void combine(const EpExpertRows& rows, void* out, cudaStream_t stream);
 
   // Low latency (EpMode::kLowLatency), in this order per step: dispatch_send, dispatch_recv, then
   // optionally combine_send, combine_recv. The send kernel waits for every rank's counts of the
@@ -252,7 +268,9 @@ class EpBuffer {
  private:
   struct State;       // src/ops/ep/state.cuh
   struct LowLatency;  // src/ops/ep/state.cuh
-  friend struct EpAccess;  // src/ops/ep/state.cuh: the EP sources' and tests' access to the state
+  friend struct EpAccess;
+  void combine_impl(const char* op, const void* y, const float* weights, const EpExpertRows* rows, void* out,
+                    cudaStream_t stream);  // src/ops/ep/state.cuh: the EP sources' and tests' access to the state
   Comm& comm_;
   EpConfig cfg_;
   int sms_ = 0;

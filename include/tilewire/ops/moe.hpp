@@ -62,6 +62,16 @@ struct MoeConfig {
   // Every rank passes the same value. The dispatch runs ep.num_sms <= budget - 1 CTAs (0: the
   // default, capped there). Ignored in the low-latency mode.
   bool overlap = false;
+  // High throughput: the combine makes each row it sends from the down GEMM's output rows of that
+  // row's experts (EpExpertRows), instead of a scatter writing the summed rows first and the
+  // combine reading them back. The same bits either way. Ranks may differ. Ignored in the
+  // low-latency mode (its down GEMM already writes into the combine block).
+  bool fused_combine = false;
+  // High throughput, without the overlap: the gate-up GEMM reads each expert's rows where the
+  // dispatch left them (GroupedGemmArgs::a_index, one TMA load per row), instead of from a copy
+  // laid out per expert. The same bits either way. Ranks may differ. Refused with `overlap` (its
+  // dispatch lays the rows out itself). Ignored in the low-latency mode (its rows land per expert).
+  bool fused_gather = false;
 };
 
 // Host checks that need no GPU: the EP config (check_ep_config), F, the payload.
@@ -116,6 +126,7 @@ class MoE {
   std::unique_ptr<EpBuffer> ep_;
   std::unique_ptr<Buffers> buf_;
   trace::Ring trace_{};
+  void combine_ht(const MoeArgs& a, const EpRecv& r, cudaStream_t stream);
   void forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
                           cudaStream_t stream);
 };

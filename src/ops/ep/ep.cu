@@ -265,8 +265,16 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
 }
 
 void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStream_t stream) {
+  combine_impl("EpBuffer::combine", y, weights, nullptr, out, stream);
+}
+
+void EpBuffer::combine(const EpExpertRows& rows, void* out, cudaStream_t stream) {
+  combine_impl("EpBuffer::combine(EpExpertRows)", nullptr, nullptr, &rows, out, stream);
+}
+
+void EpBuffer::combine_impl(const char* op, const void* y, const float* weights, const EpExpertRows* rows, void* out,
+                            cudaStream_t stream) {
   State& st = *st_;
-  const char* op = "EpBuffer::combine";
   const auto check = [&] {
     TW_REQUIRE(cfg_.mode == EpMode::kHighThroughput, kInvalidArgument,
                std::string(op) + ": the buffer was made for the low-latency mode (dispatch_send / dispatch_recv)");
@@ -274,6 +282,12 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
     TW_REQUIRE(!st.layout_changed, kInvalidArgument,
                std::string(op) + ": layout() ran after the last dispatch; combine needs that dispatch's routing");
     TW_REQUIRE(reinterpret_cast<uintptr_t>(y) % 16 == 0, kInvalidArgument, std::string(op) + ": y is not 16-byte aligned");
+    if (rows != nullptr) {
+      TW_REQUIRE(rows->yg != nullptr && reinterpret_cast<uintptr_t>(rows->yg) % 16 == 0, kInvalidArgument,
+                 std::string(op) + ": rows.yg is null or not 16-byte aligned");
+      TW_REQUIRE(rows->pos_of != nullptr, kInvalidArgument, std::string(op) + ": rows.pos_of is null");
+      TW_REQUIRE(rows->weights != nullptr, kInvalidArgument, std::string(op) + ": rows.weights is null");
+    }
     TW_REQUIRE(st.r.num_tokens == 0 || (out != nullptr && reinterpret_cast<uintptr_t>(out) % 16 == 0), kInvalidArgument,
                std::string(op) + ": out is null or not 16-byte aligned");
     return Status{};
@@ -284,6 +298,11 @@ void EpBuffer::combine(const void* y, const float* weights, void* out, cudaStrea
   static_cast<ops::ep::Common&>(p) = st.common(comm_);
   p.y = static_cast<const char*>(y);
   p.weights = weights;
+  if (rows != nullptr) {
+    p.yg = static_cast<const char*>(rows->yg);
+    p.pos_of = rows->pos_of;
+    p.pair_w = rows->weights;
+  }
   p.status = st.status_dev;
   p.epochs = st.cepochs;
   p.num_recv = st.num_recv;

@@ -6,6 +6,7 @@
 // async proxy (no TMA or bulk copies), so no proxy fence is needed (device/ptx.cuh's rule).
 #include <cub/block/block_scan.cuh>
 
+#include "expert_rows.cuh"
 #include "kernels.cuh"
 #include "tilewire/device/put.cuh"
 #include "tilewire/device/signal.cuh"
@@ -495,11 +496,14 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   // No y with rows to return (a caller's error): zero rows go back, and check() says why. Every
   // row carries its weight, 1 when the rank passed none: the source's sum multiplies each row
   // by its own (fma with 1 is the plain add, bit for bit), so no flag has to agree across ranks.
-  if (blockIdx.x == 0 && threadIdx.x == 0) p.status->no_y_rows = p.y == nullptr ? n : 0;  // this combine's, for check()
+  const bool rows = p.y != nullptr || p.yg != nullptr;
+  if (blockIdx.x == 0 && threadIdx.x == 0) p.status->no_y_rows = rows ? 0 : n;  // this combine's, for check()
   const auto row_vec = [&](int r, int c) {
+    if (p.yg)
+      return expert_rows_chunk(reinterpret_cast<const uint4*>(p.yg), p.pos_of, p.pair_w, g.topk, r, chunks, c);
     return p.y ? ptx::ld_nc_v4(p.y + (size_t)r * g.hidden * 2 + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
   };
-  const auto row_weight = [&](int r) { return p.y == nullptr ? 0.0f : p.weights ? p.weights[r] : 1.0f; };
+  const auto row_weight = [&](int r) { return !rows ? 0.0f : p.weights ? p.weights[r] : 1.0f; };
   const int32_t* src_rank = reinterpret_cast<const int32_t*>(mine + g.off_rsrc);
   for (int r = ch * kWarps + warp; r < n; r += gridDim.x * kWarps) {
     const int s = src_rank[r];

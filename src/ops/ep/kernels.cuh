@@ -145,7 +145,12 @@ struct DispatchParams : Common {
 };
 
 struct CombineParams : Common {
-  const char* y;           // null: no rows to return (with rows: zeros go back, Status::no_y_rows)
+  const char* y;           // null and yg null: no rows to return (with rows: zeros go back, Status::no_y_rows)
+  // EpExpertRows (yg null: off): each row made from its experts' rows as it is sent
+  // (expert_rows.cuh), in place of y.
+  const char* yg;
+  const int* pos_of;
+  const float* pair_w;
   const float* weights;    // null: every row's weight is 1
   Status* status;
   Epoch* epochs;           // [G]

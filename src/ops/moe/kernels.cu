@@ -6,6 +6,7 @@
 #include <climits>
 #include <cub/block/block_scan.cuh>
 
+#include "../ep/expert_rows.cuh"
 #include "kernels.hpp"
 #include "tilewire/ops/ep.hpp"  // kEpMaxExperts
 #include "tilewire/runtime/errors.hpp"
@@ -140,20 +141,8 @@ __global__ void gather_kernel(const uint4* x, const int* perm, const int* counts
 __global__ void scatter_kernel(const uint4* yg, const int* pos_of, const float* w, const int* num_recv, int topk,
                                int vecs, uint4* y) {
   const long long n = (long long)*num_recv * vecs;
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-    const long long r = i / vecs, c = i % vecs;
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < topk; ++j) {
-      const int pos = pos_of[r * topk + j];
-      if (pos < 0) continue;
-      const float wj = w[r * topk + j];
-      float v[8];
-      unpack8(yg[(long long)pos * vecs + c], v);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] += wj * v[k];
-    }
-    y[i] = pack8(acc);
-  }
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    y[i] = ep::expert_rows_chunk(yg, pos_of, w, topk, i / vecs, vecs, i % vecs);
 }
 
 __global__ void silu_mul_kernel(const uint4* h, const int* counts, const int* offsets, int group_rows, int vecs,

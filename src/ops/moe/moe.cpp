@@ -53,6 +53,8 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
                 "): the dispatch's CTAs and the GEMM's preparation must be resident at once");
   if (c.overlap && c.ep.mode == EpMode::kHighThroughput && sm_budget < 2)
     return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
+  if (c.overlap && c.fused_gather && c.ep.mode == EpMode::kHighThroughput)
+    return fail("fused_gather with overlap is not built: the overlapped dispatch lays the rows out per expert itself");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -230,17 +232,21 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   const EpRecv r = ep_->dispatch(d, stream);
   ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
                        b.perm, b.pos_of, b.overflow, stream);
-  ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
     g->rows = b.rows;
   }
-  up.A = b.xg, down.C = b.yg;
+  if (cfg_.fused_gather) {  // the GEMM reads row perm[place] of the receive for each place
+    up.A = r.x, up.a_index = b.perm, up.a_rows = r.capacity;
+  } else {
+    ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
+    up.A = b.xg;
+  }
+  down.C = b.yg;
   grouped_gemm(up, gemm_, stream);
   ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
-  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
-  ep_->combine(b.y, nullptr, a.out, stream);
+  combine_ht(a, r, stream);
 }
 
 // High throughput with the overlap: the dispatch (placing the pairs source by source) on `stream`,
@@ -257,7 +263,7 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
 // first, so the checks that can throw have passed before anything waits on the device.
 void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
                              cudaStream_t stream) {
-  const int F = cfg_.ffn, L = local_experts_, k = cfg_.ep.topk, H = cfg_.ep.hidden, P = comm_.nranks();
+  const int F = cfg_.ffn, L = local_experts_, P = comm_.nranks();
   Buffers& b = *buf_;
   // Zeroed before the dispatch and the GEMM that use them (the last call's GEMM, which read them,
   // joined `stream` before that call returned).
@@ -295,7 +301,19 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
   TW_CUDA_CHECK(cudaGetLastError());
   ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
-  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, k, H, b.capacity, b.y, stream);
+  combine_ht(a, r, stream);
+}
+
+// The experts' rows back to their tokens: summed per received row by a scatter, then combined;
+// or (fused_combine) summed by the combine as it sends them.
+void MoE::combine_ht(const MoeArgs& a, const EpRecv& r, cudaStream_t stream) {
+  Buffers& b = *buf_;
+  if (cfg_.fused_combine) {
+    ep_->combine(EpExpertRows{b.yg, b.pos_of, r.topk_weights}, a.out, stream);
+    return;
+  }
+  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, cfg_.ep.topk, cfg_.ep.hidden, b.capacity, b.y,
+                         stream);
   ep_->combine(b.y, nullptr, a.out, stream);
 }
 
