@@ -160,8 +160,6 @@ Options parse(const std::vector<std::string>& argv) {
       }
       TW_REQUIRE(o.fused_overlap || o.fused_gather || o.fused_combine, kInvalidArgument,
                  "bench moe: --fused needs at least one fusion");
-      TW_REQUIRE(!(o.fused_overlap && o.fused_gather), kInvalidArgument,
-                 "bench moe: --fused overlap,gather is not built (the overlapped dispatch lays the rows out itself)");
     }
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
   }

@@ -67,10 +67,10 @@ struct MoeConfig {
   // combine reading them back. The same bits either way. Ranks may differ. Ignored in the
   // low-latency mode (its down GEMM already writes into the combine block).
   bool fused_combine = false;
-  // High throughput, without the overlap: the gate-up GEMM reads each expert's rows where the
-  // dispatch left them (GroupedGemmArgs::a_index, one TMA load per row), instead of from a copy
-  // laid out per expert. The same bits either way. Ranks may differ. Refused with `overlap` (its
-  // dispatch lays the rows out itself). Ignored in the low-latency mode (its rows land per expert).
+  // High throughput: the gate-up GEMM reads each expert's rows where the dispatch left them
+  // (GroupedGemmArgs::a_index, one TMA load per row), instead of from a copy laid out per expert
+  // (with the overlap: the dispatch's CTAs place the rows but copy none). The same bits either
+  // way. Ranks may differ. Ignored in the low-latency mode (its rows land per expert).
   bool fused_gather = false;
 };
 

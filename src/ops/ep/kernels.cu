@@ -256,8 +256,8 @@ __device__ void place_sources(const DispatchParams& p, uint64_t e, const char* m
       }
       __syncthreads();
     }
-    // The rows, a warp per pair (pos_of as this CTA just wrote it).
-    for (long long x = e0 + warp; x < e1; x += kWarps) {
+    // The rows, a warp per pair (pos_of as this CTA just wrote it), unless the GEMM reads them in place.
+    for (long long x = pl.copy_rows ? e0 + warp : e1; x < e1; x += kWarps) {
       const int pos = pl.pos_of[x];
       if (pos < 0) continue;
       const char* src = mine + g.off_rx + (size_t)(x / k) * g.row_bytes;

@@ -53,8 +53,6 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
                 "): the dispatch's CTAs and the GEMM's preparation must be resident at once");
   if (c.overlap && c.ep.mode == EpMode::kHighThroughput && sm_budget < 2)
     return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
-  if (c.overlap && c.fused_gather && c.ep.mode == EpMode::kHighThroughput)
-    return fail("fused_gather with overlap is not built: the overlapped dispatch lays the rows out per expert itself");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -272,13 +270,16 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
   EpExpertMajor em;
   em.xg = b.xg, em.max_rows = b.rows, em.counts = b.counts, em.offsets = b.offsets, em.bounds = b.bounds;
   em.perm = b.perm, em.pos_of = b.pos_of, em.overflow = b.overflow, em.layout_flag = b.flags, em.ready = b.flags + 1;
+  em.copy_rows = !cfg_.fused_gather;  // fused: the GEMM reads row perm[place] of the receive itself
   const EpRecv r = ep_->dispatch(d, em, stream);
 
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
     g->rows = b.rows;
   }
-  up.A = b.xg, down.C = b.yg;
+  if (cfg_.fused_gather) up.A = r.x, up.a_index = b.perm, up.a_rows = r.capacity;
+  else up.A = b.xg;
+  down.C = b.yg;
   grouped_impl::RowGate gate;
   gate.flags = b.flags + 1, gate.bounds = b.bounds, gate.sources = P;
   gate.want = uint64_t(ep_->num_sms()), gate.layout_flag = b.flags;
