@@ -6,9 +6,6 @@
 //           the grouping, the ceiling a grouped kernel can aim for
 //   cublas  cuBLAS's grouped GEMM (cublasGemmGroupedBatchedEx: the experts with the same row count
 //           one batch; shapes from the host), where the loaded libcublas has it (else n/a)
-// and tilewire's with A gathered (GroupedGemmArgs::a_index): the same rows, scattered by a seeded
-// permutation over a receive-like buffer and read back through the index (gath_us, /gath: the cost
-// of one TMA load per row; #wrongG its C against the loop's).
 //
 //   tilewire bench gemm --grouped [--sweep moe] [--model dsv3|qwen3] [--gemm gateup|down]
 //                                 [--tokens 128,512,2048,8192] [--ep 8] [--routing uniform|skewed]
@@ -173,9 +170,8 @@ std::vector<int> group_counts(int rows, int groups, const std::string& routing) 
 struct Row {
   std::string model, gemm, tile;
   int tokens = 0, groups = 0, rows = 0, N = 0, K = 0;
-  double tw_us = 0, loop_us = 0, dense_us = 0, cublas_us = 0, gathered_us = 0;  // cublas_us 0: n/a
+  double tw_us = 0, loop_us = 0, dense_us = 0, cublas_us = 0;  // cublas_us 0: n/a
   unsigned long long wrong = 0, cublas_wrong = 0;  // cublas_wrong: cuBLAS's grouped C against the loop's
-  unsigned long long gathered_wrong = 0;           // tilewire's with A gathered, against the loop's
   double tflops(double us) const { return us > 0 ? 2.0 * rows * double(N) * K / (us * 1e-6) / 1e12 : 0; }
 };
 
@@ -210,12 +206,6 @@ std::vector<double> time_all(const Args& a, cudaStream_t st, const std::vector<s
   return med;
 }
 
-// recv[index[pos]] = A[pos]: A's rows scattered over a receive-like buffer, for the gathered call.
-__global__ void scatter_rows_by_index(const uint4* A, const int* index, long long rows, int vecs, uint4* recv) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < rows * vecs; i += (long long)gridDim.x * blockDim.x)
-    recv[(long long)index[i / vecs] * vecs + i % vecs] = A[i];
-}
-
 std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& gemm, int tokens,
                              cublasLtHandle_t lt, cudaStream_t st) {
   const int L = m.experts / a.ep, rows = tokens * kTopK;
@@ -225,8 +215,7 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   for (int g = 1; g < L; ++g) offsets[g] = offsets[g - 1] + counts[g - 1];
 
   void *A = nullptr, *B = nullptr, *C = nullptr, *ref = nullptr, *dense_out = nullptr, *ws = nullptr;
-  int *d_counts = nullptr, *d_offsets = nullptr, *d_index = nullptr;
-  void* recv = nullptr;
+  int *d_counts = nullptr, *d_offsets = nullptr;
   unsigned long long* wrong = nullptr;
   const size_t ws_bytes = lt::LtMatmul::kDefaultWorkspace;
   TW_CUDA_CHECK(cudaMalloc(&A, size_t(rows) * K * 2));
@@ -238,26 +227,10 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   TW_CUDA_CHECK(cudaMalloc(&d_counts, size_t(L) * 4));
   TW_CUDA_CHECK(cudaMalloc(&d_offsets, size_t(L) * 4));
   TW_CUDA_CHECK(cudaMalloc(&wrong, sizeof(*wrong)));
-  TW_CUDA_CHECK(cudaMalloc(&d_index, std::max<size_t>(size_t(rows), 1) * 4));
-  TW_CUDA_CHECK(cudaMalloc(&recv, std::max<size_t>(size_t(rows) * K * 2, 16)));
   fill_operand(A, size_t(rows) * K, DType::kBFloat16, 1000, st);
   fill_operand(B, size_t(L) * N * K, DType::kBFloat16, 2000, st);
   TW_CUDA_CHECK(cudaMemcpyAsync(d_counts, counts.data(), size_t(L) * 4, cudaMemcpyHostToDevice, st));
   TW_CUDA_CHECK(cudaMemcpyAsync(d_offsets, offsets.data(), size_t(L) * 4, cudaMemcpyHostToDevice, st));
-  // A seeded permutation (Fisher-Yates on a fixed LCG): row pos of the groups lies at index[pos].
-  std::vector<int> index(static_cast<size_t>(rows));
-  for (int i = 0; i < rows; ++i) index[i] = i;
-  uint64_t x = 0x9E3779B97F4A7C15ull;
-  for (int i = rows - 1; i > 0; --i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    std::swap(index[i], index[int((x >> 33) % uint64_t(i + 1))]);
-  }
-  if (rows > 0) {
-    TW_CUDA_CHECK(cudaMemcpyAsync(d_index, index.data(), size_t(rows) * 4, cudaMemcpyHostToDevice, st));
-    scatter_rows_by_index<<<1024, 256, 0, st>>>(static_cast<const uint4*>(A), d_index, rows, K / 8,
-                                                static_cast<uint4*>(recv));
-    TW_CUDA_CHECK(cudaGetLastError());
-  }
 
   // The loop's GEMMs, one algorithm per distinct row count.
   std::map<int, std::unique_ptr<lt::LtMatmul>> plans;
@@ -274,8 +247,6 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   GroupedGemmArgs ga;
   ga.A = A, ga.B = B, ga.C = C, ga.counts = d_counts, ga.offsets = d_offsets;
   ga.groups = L, ga.N = N, ga.K = K, ga.rows = rows;
-  GroupedGemmArgs gg = ga;
-  gg.A = recv, gg.a_index = d_index, gg.a_rows = rows;
 
   // cuBLAS's grouped GEMM, checked once against the loop like tilewire's (a wrong baseline is a
   // bench bug, and fails the run).
@@ -309,25 +280,18 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
     count_wrong_async(C, ref, size_t(rows) * N, DType::kBFloat16, wrong, st);
     TW_CUDA_CHECK(cudaMemcpyAsync(&r.wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
     TW_CUDA_CHECK(cudaStreamSynchronize(st));
-    TW_CUDA_CHECK(cudaMemsetAsync(C, 0xFF, size_t(rows) * N * 2, st));
-    TW_CUDA_CHECK(cudaMemsetAsync(wrong, 0, sizeof(*wrong), st));
-    grouped_gemm(gg, cfg, st);
-    count_wrong_async(C, ref, size_t(rows) * N, DType::kBFloat16, wrong, st);
-    TW_CUDA_CHECK(cudaMemcpyAsync(&r.gathered_wrong, wrong, sizeof(*wrong), cudaMemcpyDeviceToHost, st));
-    TW_CUDA_CHECK(cudaStreamSynchronize(st));
     std::vector<std::function<void()>> calls = {[&] { grouped_gemm(ga, cfg, st); }, [&] { loop(dense_out); },
-                                                [&] { dense.run(A, B, dense_out, ws, st); },
-                                                [&] { grouped_gemm(gg, cfg, st); }};
+                                                [&] { dense.run(A, B, dense_out, ws, st); }};
     if (grouped) calls.push_back([&] { grouped->run(st); });  // writes dense_out too
     const std::vector<double> t = time_all(a, st, calls);
-    r.tw_us = t[0], r.loop_us = t[1], r.dense_us = t[2], r.gathered_us = t[3];
-    r.cublas_us = grouped ? t[4] : 0;
+    r.tw_us = t[0], r.loop_us = t[1], r.dense_us = t[2];
+    r.cublas_us = grouped ? t[3] : 0;
     r.cublas_wrong = grouped_wrong;
     out.push_back(r);
   }
   cudaFree(A), cudaFree(B), cudaFree(C), cudaFree(ref), cudaFree(dense_out), cudaFree(ws), cudaFree(d_counts);
   cudaFree(d_offsets);
-  cudaFree(wrong), cudaFree(d_index), cudaFree(recv);
+  cudaFree(wrong);
   return out;
 }
 
@@ -352,10 +316,9 @@ int bench_grouped(const std::vector<std::string>& argv) {
   const lt::LtHandle lt;
   std::printf("# tilewire bench gemm --grouped: %s, %d SMs; bf16, B [L, N, K], top-%d, EP %d, routing %s\n",
               prop.name, prop.multiProcessorCount, kTopK, a.ep, a.routing.c_str());
-  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %6s %9s %6s %7s %7s %7s\n",
-              "model", "gemm", "tokens", "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF",
-              "dense_us", "dense_TF", "cublas_us", "cublasTF", "/loop", "/dense", "/cublas", "gath_us", "/gath", "#wrong",
-              "#wrongB", "#wrongG");
+  std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %6s %7s %7s\n", "model", "gemm",
+              "tokens", "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF", "dense_us", "dense_TF",
+              "cublas_us", "cublasTF", "/loop", "/dense", "/cublas", "#wrong", "#wrongB");
   bool ok = true;
   std::ostringstream rows_json;
   int n = 0;
@@ -364,14 +327,13 @@ int bench_grouped(const std::vector<std::string>& argv) {
       for (int t : a.tokens)
         for (const Row& r : bench_shape(a, *m, g, t, lt.get(), st)) {
           std::printf(
-              "%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %6.3f %9.1f "
-              "%6.3f %7llu %7llu %7llu\n",
+              "%-6s %-6s %6d %4d %6d %6d %6d %-20s %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %9.1f %8.1f %6.3f %6.3f %6.3f %7llu %7llu\n",
               r.model.c_str(), r.gemm.c_str(), r.tokens, r.groups, r.rows, r.N, r.K, r.tile.c_str(), r.tw_us,
               r.tflops(r.tw_us), r.loop_us, r.tflops(r.loop_us), r.dense_us, r.tflops(r.dense_us), r.cublas_us,
-              r.tflops(r.cublas_us), r.loop_us / r.tw_us, r.dense_us / r.tw_us, r.cublas_us / r.tw_us, r.gathered_us,
-              r.gathered_us / r.tw_us, r.wrong, r.cublas_wrong, r.gathered_wrong);
+              r.tflops(r.cublas_us), r.loop_us / r.tw_us, r.dense_us / r.tw_us, r.cublas_us / r.tw_us, r.wrong,
+              r.cublas_wrong);
           std::fflush(stdout);
-          ok = ok && r.wrong == 0 && r.cublas_wrong == 0 && r.gathered_wrong == 0;
+          ok = ok && r.wrong == 0 && r.cublas_wrong == 0;
           rows_json << (n++ ? "," : "") << "{\"model\":\"" << r.model << "\",\"gemm\":\"" << r.gemm
                     << "\",\"tokens\":" << r.tokens << ",\"groups\":" << r.groups << ",\"rows\":" << r.rows
                     << ",\"n\":" << r.N << ",\"k\":" << r.K << ",\"tile\":\"" << r.tile << "\",\"tw_us\":" << r.tw_us
@@ -379,12 +341,10 @@ int bench_grouped(const std::vector<std::string>& argv) {
                     << ",\"tw_tflops\":" << r.tflops(r.tw_us) << ",\"loop_tflops\":" << r.tflops(r.loop_us)
                     << ",\"dense_tflops\":" << r.tflops(r.dense_us) << ",\"cublas_grouped_us\":" << r.cublas_us
                     << ",\"cublas_grouped_tflops\":" << r.tflops(r.cublas_us) << ",\"wrong\":" << r.wrong
-                    << ",\"cublas_grouped_wrong\":" << r.cublas_wrong << ",\"tw_gathered_us\":" << r.gathered_us
-                    << ",\"gathered_wrong\":" << r.gathered_wrong << "}";
+                    << ",\"cublas_grouped_wrong\":" << r.cublas_wrong << "}";
         }
   std::printf("# /loop, /dense, /cublas: the baseline's time over tilewire's (above 1: tilewire faster; /cublas 0: n/a);\n"
-              "# #wrongB: cuBLAS's grouped C against the loop's, as #wrong; gath_us, /gath: tilewire's with A gathered row by row\n"
-              "# (a_index) over tilewire's plain time (above 1: the gather costs); #wrongG: its C against the loop's\n");
+              "# #wrongB: cuBLAS's grouped C against the loop's, as #wrong\n");
   cudaStreamDestroy(st);
   if (json.is_open()) {
     json << "{\"bench\":\"gemm --grouped\",\"device\":\"" << prop.name << "\",\"ep\":" << a.ep << ",\"routing\":\""

@@ -4,18 +4,17 @@
 //            layout with the rows each of this rank's experts receives in the measured routing
 //   ep       the EP's dispatch and combine alone (identity experts: the received rows go back)
 //   unfused  MoE::forward: dispatch, the GEMMs, combine, one after another on one stream
-//   fused    high throughput: MoE::forward with the fusions --fused names (default gather,combine):
+//   fused    high throughput: MoE::forward with the fusions --fused names (default overlap,combine):
 //            MoeConfig::overlap (the gate-up GEMM beside the dispatch, each tile waiting for its
-//            rows), MoeConfig::fused_gather (the gate-up GEMM reads the received rows in place: no
-//            copy per expert) and MoeConfig::fused_combine (the combine sums each row's experts as
-//            it sends it: no scatter), on the same inputs; its output must be the unfused call's
-//            bits (#diff: elements that differ, counted as wrong)
+//            rows) and MoeConfig::fused_combine (the combine sums each row's experts as it sends
+//            it: no scatter), on the same inputs; its output must be the unfused call's bits
+//            (#diff: elements that differ, counted as wrong)
 // and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence,
 // and fused / gemms, fused / unfused.
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
-//                      [--trace FILE] [--fused overlap,gather,combine] [--fused-ep-sms N]
+//                      [--trace FILE] [--fused overlap,combine] [--fused-ep-sms N]
 //
 // Ranks: one thread per local GPU (Comm::run_local), or --virtual P ranks on GPU 0 (each on its SM
 // budget; times are P ranks sharing one GPU, not NVLink figures). Shapes: hidden 7168 / 4096, expert
@@ -79,11 +78,11 @@ struct Options {
   std::string json_path;
   std::string trace_path;
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
-  bool fused_overlap = false, fused_gather = true, fused_combine = true;  // --fused: the fused row's fusions
+  bool fused_overlap = true, fused_combine = true;  // --fused: the fused row's fusions
   bool help = false;
   std::string fused_names() const {
     std::string n;
-    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_gather, "gather"}, {fused_combine, "combine"}})
+    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}})
       if (on) n += (n.empty() ? "" : ",") + std::string(name);
     return n;
   }
@@ -99,9 +98,9 @@ constexpr const char* kUsage =
     "  --iters N -R N            calls per repeat (10), repeats (5)\n"
     "  --json FILE               also write every row as JSON\n"
     "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n"
-    "  --fused F1,F2,..          the fused row's fusions (gather,combine): overlap (MoeConfig::overlap: the gate-up\n"
-    "                            GEMM beside the dispatch), gather (fused_gather: the GEMM reads the received rows\n"
-    "                            in place), combine (fused_combine: the combine sums each row's experts as it sends)\n"
+    "  --fused F1,F2             the fused row's fusions (overlap,combine): overlap (MoeConfig::overlap: the\n"
+    "                            gate-up GEMM beside the dispatch), combine (fused_combine: the combine sums each\n"
+    "                            row's experts as it sends them)\n"
     "  --fused-ep-sms N          the fused forward's dispatch CTAs, which also place the rows (default: the EP's,\n"
     "                            at most the SM budget - 1)\n";
 
@@ -151,14 +150,14 @@ Options parse(const std::vector<std::string>& argv) {
     else if (a == "--trace") o.trace_path = v;
     else if (a == "--fused-ep-sms") o.fused_ep_sms = positive(a, v);
     else if (a == "--fused") {
-      o.fused_overlap = o.fused_gather = o.fused_combine = false;
+      o.fused_overlap = o.fused_combine = false;
       std::stringstream list(v);
       for (std::string f; std::getline(list, f, ',');) {
-        TW_REQUIRE(f == "overlap" || f == "gather" || f == "combine", kInvalidArgument,
-                   "bench moe: --fused takes overlap, gather, combine separated by commas, got '" + v + "'");
-        (f == "overlap" ? o.fused_overlap : f == "gather" ? o.fused_gather : o.fused_combine) = true;
+        TW_REQUIRE(f == "overlap" || f == "combine", kInvalidArgument,
+                   "bench moe: --fused takes overlap, combine separated by a comma, got '" + v + "'");
+        (f == "overlap" ? o.fused_overlap : o.fused_combine) = true;
       }
-      TW_REQUIRE(o.fused_overlap || o.fused_gather || o.fused_combine, kInvalidArgument,
+      TW_REQUIRE(o.fused_overlap || o.fused_combine, kInvalidArgument,
                  "bench moe: --fused needs at least one fusion");
     }
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
@@ -495,7 +494,6 @@ void MoeBench::run(Comm& comm) {
           barrier_.arrive_and_wait("bench moe unfused done");
           moe_ptr.reset();
           cfg.overlap = o_.fused_overlap;
-          cfg.fused_gather = o_.fused_gather;
           cfg.fused_combine = o_.fused_combine;
           if (o_.fused_overlap) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);

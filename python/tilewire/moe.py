@@ -18,6 +18,7 @@ raises ValueError naming the argument, writing nothing.
 from __future__ import annotations
 
 from collections import namedtuple
+from typing import Optional
 
 from . import _C
 from . import _checks as chk
@@ -157,13 +158,17 @@ class MoE:
     w_gate_up [L, 2 ffn, hidden] (gate rows, then up rows), w_down [L, hidden, ffn], bf16."""
 
     def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, ffn: int, topk: int, num_experts: int,
-                 low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False):
+                 low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False,
+                 fused_combine: Optional[bool] = None):
         """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case).
         overlap: high throughput, the gate-up GEMM beside the dispatch, each tile starting once its
-        rows have landed (docs/moe.md, "Overlap"); the same bits as without it."""
+        rows have landed (docs/moe.md, "Overlap"). fused_combine: high throughput, the combine sums
+        each row's experts as it sends them (docs/moe.md, "Fused combine"); None: the library's
+        default. Every setting gives the same bits."""
         comm._live("MoE")
+        flag = lambda v: -1 if v is None else int(bool(v))  # noqa: E731
         self._m = _C.MoE(comm._c, max_tokens_per_rank, hidden, ffn, topk, num_experts, low_latency, max_expert_rows,
-                         num_sms, bool(overlap))
+                         num_sms, bool(overlap), flag(fused_combine))
         self._comm = comm
         self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device)
         self.low_latency = low_latency

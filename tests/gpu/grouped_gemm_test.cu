@@ -2,13 +2,11 @@
 // padded and packed layouts, both B layouts, both tiles, empty and full groups, groups of one
 // row, rows past the last group; every row outside the groups stays poisoned. Bad counts write
 // nothing and name the first bad group in the status; the next good call works. A captured graph
-// replays with the counts it finds. No rows at all is legal when every count is 0. A gathered row
-// by row from a larger A (a_index). The row gate
+// replays with the counts it finds. No rows at all is legal when every count is 0. The row gate
 // (src/ops/grouped_gemm/gate.hpp): a GEMM launched before its rows, counts and bounds exist computes
 // every group right once a kernel beside it writes them source by source, in reverse order.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -36,26 +34,12 @@ struct Problem {
   int group_rows;  // padded; 0: packed (firsts are the offsets)
   std::vector<int> counts, firsts;
   BLayout layout = BLayout::kNK;
-  std::vector<int> index;  // gathered A (GroupedGemmArgs::a_index, [rows]); empty: off
-  int a_rows = 0;          // rows A holds when gathered
-  int a_rows_held() const { return index.empty() ? rows : a_rows; }
   std::string name() const {
     return std::to_string(groups) + " groups N=" + std::to_string(N) + " K=" + std::to_string(K) +
            " rows=" + std::to_string(rows) + (group_rows ? " padded " + std::to_string(group_rows) : " packed") +
-           " B=" + tw::blayout_name(layout) + (index.empty() ? "" : " A gathered from " + std::to_string(a_rows));
+           " B=" + tw::blayout_name(layout);
   }
 };
-
-// A gathered from a_rows rows: seeded indices (repeats among them), one below 0 and one past
-// a_rows (both read zeros).
-Problem gathered(Problem p, int a_rows, uint64_t seed) {
-  p.a_rows = a_rows;
-  for (int m = 0; m < p.rows; ++m) p.index.push_back(int(tw_test::mix(seed, 2, m) % uint64_t(a_rows)));
-  const int g = int(std::max_element(p.counts.begin(), p.counts.end()) - p.counts.begin());  // 2 rows or more
-  p.index[size_t(p.firsts[g])] = -1;
-  p.index[size_t(p.firsts[g]) + 1] = a_rows + 7;
-  return p;
-}
 
 // Padded: counts drawn in [0, group_rows] with the ends forced in (an empty group, a full one, one row).
 Problem padded(int groups, int N, int K, int group_rows, uint64_t seed, BLayout l) {
@@ -90,20 +74,17 @@ Problem packed(int groups, int N, int K, int max_rows, uint64_t seed, BLayout l)
 
 struct Buffers {
   Problem p;
-  DeviceBuffer A, B, C, counts, offsets, status, index;
+  DeviceBuffer A, B, C, counts, offsets, status;
   explicit Buffers(const Problem& pr)
       : p(pr),
-        A(std::max<size_t>(16, size_t(pr.a_rows_held()) * pr.K * 2)),
+        A(std::max<size_t>(16, size_t(pr.rows) * pr.K * 2)),
         B(size_t(pr.groups) * pr.N * pr.K * 2),
         C(std::max<size_t>(16, size_t(pr.rows) * pr.N * 2)),
         counts(size_t(pr.groups) * 4),
         offsets(size_t(pr.groups) * 4),
-        status(4),
-        index(std::max<size_t>(16, pr.index.size() * 4)) {}
+        status(4) {}
   void fill_and_poison(cudaStream_t s) {
-    tw_test::fill(A.data(), kBf16, size_t(p.a_rows_held()) * p.K, Fill::kRandom, kSeedA, 0, s);
-    if (!p.index.empty())
-      TW_CUDA_CHECK(cudaMemcpyAsync(index.data(), p.index.data(), p.index.size() * 4, cudaMemcpyHostToDevice, s));
+    tw_test::fill(A.data(), kBf16, size_t(p.rows) * p.K, Fill::kRandom, kSeedA, 0, s);
     tw_test::fill(B.data(), kBf16, size_t(p.groups) * p.N * p.K, Fill::kRandom, kSeedB, 0, s);
     tw_test::poison(C.data(), C.bytes, s);
     set_counts(p.counts, s);
@@ -123,7 +104,6 @@ struct Buffers {
     a.groups = p.groups, a.N = p.N, a.K = p.K, a.rows = p.rows, a.group_rows = p.group_rows;
     a.b_layout = p.layout;
     a.status = static_cast<int*>(status.data());
-    if (!p.index.empty()) a.a_index = static_cast<const int*>(index.data()), a.a_rows = p.a_rows;
     return a;
   }
   int read_status(cudaStream_t s) const {
@@ -138,7 +118,7 @@ struct Buffers {
 // bf16, 2^-8 |ref|, plus the fp32 accumulation bound K 2^-24 sum |a b|) and every other row is
 // still poison (NaN); else the first problem. `counts` may differ from p.counts (a replay).
 std::string check(const Problem& p, const std::vector<int>& counts, const Bytes& c) {
-  const Bytes a_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.a_rows_held()) * p.K, kSeedA, 0);
+  const Bytes a_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.rows) * p.K, kSeedA, 0);
   const Bytes b_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.groups) * p.N * p.K, kSeedB, 0);
   std::vector<int> owner(size_t(p.rows), -1);
   for (int g = 0; g < p.groups; ++g)
@@ -162,10 +142,7 @@ std::string check(const Problem& p, const std::vector<int>& counts, const Bytes&
         }
       bt_group = g;
     }
-    const int src = p.index.empty() ? m : p.index[m];  // A's row (gathered: outside [0, a_rows) reads zeros)
-    for (int k = 0; k < p.K; ++k)
-      arow[k] = src < 0 || src >= p.a_rows_held() ? 0.0
-                                                  : tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(src) * p.K + k));
+    for (int k = 0; k < p.K; ++k) arow[k] = tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(m) * p.K + k));
     for (int n = 0; n < p.N; ++n) {
       const double* br = &bt[size_t(n) * p.K];
       double ref = 0, mag = 0;
@@ -215,17 +192,6 @@ TEST(GroupedGemm, PackedLayout) {
     for (GroupedTile t : kTiles) {
       run_and_check(packed(7, 264, 128, 150, 8, l), t);
       run_and_check(packed(40, 128, 64, 9, 9, l), t);  // more groups than a warp reads at once
-    }
-}
-
-// A gathered row by row (GroupedGemmArgs::a_index) from a larger A, both layouts, both B layouts,
-// both tiles: groups over several row tiles, a tail tile, an empty group, indices out of range.
-TEST(GroupedGemm, GatheredA) {
-  TW_SKIP_UNLESS_SM90();
-  for (BLayout l : {BLayout::kNK, BLayout::kKN})
-    for (GroupedTile t : kTiles) {
-      run_and_check(gathered(packed(7, 264, 128, 300, 21, l), 1500, 22), t);
-      run_and_check(gathered(padded(5, 136, 200, 150, 23, l), 333, 24), t);
     }
 }
 

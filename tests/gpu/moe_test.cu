@@ -5,9 +5,8 @@
 //   Moe.MatchesTheReference  uniform, skewed and all-to-rank-0 routing, ranks with 40, 0, 23 and 1
 //       tokens, some top-k slots -1; every element of the output against the reference below;
 //       a second call on the same inputs gives the same bits. High throughput runs four times: in
-//       sequence, with the overlap (MoeConfig::overlap), with the fused gather and combine
-//       (fused_gather, fused_combine), and with all three; the fused calls must give the
-//       sequential bits.
+//       sequence, with the overlap (MoeConfig::overlap), with the fused combine
+//       (MoeConfig::fused_combine) and with both; the fused calls must give the sequential bits.
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
 //       poisoned output: the eager call's bits each time (both modes, every fusion).
 //   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
@@ -184,20 +183,19 @@ struct CallBuffers {
 struct Variant {
   tw::EpMode mode;
   bool overlap = false;
-  bool fused_gather = false;
   bool fused_combine = false;
-  bool fused() const { return overlap || fused_gather || fused_combine; }
+  bool fused() const { return overlap || fused_combine; }
   std::string name() const {
     return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : "") +
-           (fused_gather ? " fused-gather" : "") + (fused_combine ? " fused-combine" : "");
+           (fused_combine ? " fused-combine" : "");
   }
 };
-constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false, false},
-                                   {tw::EpMode::kHighThroughput, true, false, false},
-                                   {tw::EpMode::kHighThroughput, false, true, true},
-                                   {tw::EpMode::kHighThroughput, true, true, true}};
+constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false},
+                                   {tw::EpMode::kHighThroughput, true, false},
+                                   {tw::EpMode::kHighThroughput, false, true},
+                                   {tw::EpMode::kHighThroughput, true, true}};
 constexpr Variant kVariants[] = {kHtVariants[0], kHtVariants[1], kHtVariants[2], kHtVariants[3],
-                                 {tw::EpMode::kLowLatency, false, false, false}};
+                                 {tw::EpMode::kLowLatency, false, false}};
 
 tw::MoeConfig moe_config(const Variant& v, int P) {
   tw::MoeConfig c;
@@ -205,7 +203,6 @@ tw::MoeConfig moe_config(const Variant& v, int P) {
   c.ep.num_experts = kL * P;
   c.ffn = kF;
   c.overlap = v.overlap;
-  c.fused_gather = v.fused_gather;
   c.fused_combine = v.fused_combine;
   return c;
 }

@@ -171,12 +171,9 @@ struct EpLowLatencyRecv {
 //   ready             [P]: reaches G once all of source q's pairs are in xg
 // layout_flag and ready must read 0 when the dispatch starts (the caller zeroes them, in stream
 // order before anything that waits for them). Every peer in the LSA team, bf16 payload.
-// copy_rows false: the places only (perm, pos_of, counts, ...); the rows stay where the receive
-// put them (EpRecv::x) for a GEMM that reads them through perm, and xg may be null.
 struct EpExpertMajor {
   void* xg = nullptr;  // [max_rows, H] bf16
   int max_rows = 0;
-  bool copy_rows = true;
   int* counts = nullptr;
   int* offsets = nullptr;
   int* bounds = nullptr;

@@ -55,12 +55,6 @@ struct GroupedGemmArgs {
   DType dtype = DType::kBFloat16;
   BLayout b_layout = BLayout::kNK;
   int* status = nullptr;         // device int or null: 0, or -(g + 1) for the first bad group g
-  // Gathered A (null: off). Row i of group g reads row a_index[first(g) + i] of A, which then holds
-  // a_rows rows (C keeps `rows`); an index outside [0, a_rows) reads zeros. Each row is its own
-  // TMA load (a 1-row box per K block), so a GEMM can read the rows where an EP receive left them
-  // instead of from a copy laid out per group.
-  const int* a_index = nullptr;  // device [rows]
-  int a_rows = 0;
 };
 
 // The CTA tile: rows x columns of C per tile (CUTLASS's kernels, grouped_sm90.cuh).
@@ -85,8 +79,8 @@ GroupedTile grouped_tile_for(const GroupedGemmArgs& a, const GroupedGemmConfig& 
 // Why a call cannot run; pure host logic (no GPU, counts unread). Rejects, each with its reason:
 // groups < 1; N, K <= 0; rows < 0; null A, B, C or counts; rows TMA cannot address (K and N
 // multiples of 8: 16-byte rows); pointers not 16-byte aligned; a padded layout whose groups do
-// not fit in rows; group_rows set with offsets; C overlapping A or B; a dtype other than bf16;
-// a_index with a_rows < 1; a bad config.
+// not fit in rows; group_rows set with offsets; C overlapping A or B; a dtype other than bf16; a
+// bad config.
 Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg = {});
 
 // Enqueue the grouped GEMM on `stream` (current device). Throws tw::Error(kInvalidArgument) with

@@ -67,11 +67,6 @@ struct MoeConfig {
   // combine reading them back. The same bits either way. Ranks may differ. Ignored in the
   // low-latency mode (its down GEMM already writes into the combine block).
   bool fused_combine = false;
-  // High throughput: the gate-up GEMM reads each expert's rows where the dispatch left them
-  // (GroupedGemmArgs::a_index, one TMA load per row), instead of from a copy laid out per expert
-  // (with the overlap: the dispatch's CTAs place the rows but copy none). The same bits either
-  // way. Ranks may differ. Ignored in the low-latency mode (its rows land per expert).
-  bool fused_gather = false;
 };
 
 // Host checks that need no GPU: the EP config (check_ep_config), F, the payload.

@@ -189,7 +189,7 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
       TW_REQUIRE(em->max_rows >= 0, kInvalidArgument, std::string(op) + ": EpExpertMajor::max_rows is negative");
       const char* null = !em->counts ? "counts" : !em->offsets ? "offsets" : !em->bounds ? "bounds" : !em->perm ? "perm"
                          : !em->pos_of ? "pos_of" : !em->overflow ? "overflow" : !em->layout_flag ? "layout_flag"
-                         : !em->ready ? "ready" : (!em->xg && em->max_rows > 0 && em->copy_rows) ? "xg" : nullptr;
+                         : !em->ready ? "ready" : (!em->xg && em->max_rows > 0) ? "xg" : nullptr;
       TW_REQUIRE(null == nullptr, kInvalidArgument, std::string(op) + ": EpExpertMajor::" + (null ? null : "") + " is null");
       TW_REQUIRE(reinterpret_cast<uintptr_t>(em->xg) % 16 == 0, kInvalidArgument,
                  std::string(op) + ": EpExpertMajor::xg is not 16-byte aligned");
@@ -241,7 +241,7 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
     // xg is never null on the device: a rank with max_rows 0 still gets a valid (unused) address.
     p.place = ops::ep::Place{em->xg ? static_cast<char*>(em->xg) : static_cast<char*>(st.win.data()), em->max_rows,
                              em->counts, em->offsets, em->bounds, em->perm, em->pos_of, em->overflow, em->layout_flag,
-                             em->ready, em->copy_rows && em->xg != nullptr};
+                             em->ready};
     smem = ops::ep::place_smem_bytes(st.g.L);
   }
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, smem, stream>>>(p);

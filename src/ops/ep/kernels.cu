@@ -256,8 +256,8 @@ __device__ void place_sources(const DispatchParams& p, uint64_t e, const char* m
       }
       __syncthreads();
     }
-    // The rows, a warp per pair (pos_of as this CTA just wrote it), unless the GEMM reads them in place.
-    for (long long x = pl.copy_rows ? e0 + warp : e1; x < e1; x += kWarps) {
+    // The rows, a warp per pair (pos_of as this CTA just wrote it).
+    for (long long x = e0 + warp; x < e1; x += kWarps) {
       const int pos = pl.pos_of[x];
       if (pos < 0) continue;
       const char* src = mine + g.off_rx + (size_t)(x / k) * g.row_bytes;
@@ -498,9 +498,25 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
   // by its own (fma with 1 is the plain add, bit for bit), so no flag has to agree across ranks.
   const bool rows = p.y != nullptr || p.yg != nullptr;
   if (blockIdx.x == 0 && threadIdx.x == 0) p.status->no_y_rows = rows ? 0 : n;  // this combine's, for check()
+  // EpExpertRows: before a warp sends row r, list_row(r) puts the row's slots with a place, in slot
+  // order, in the warp's list (lanes j < topk read slot j; a ballot orders them).
+  __shared__ int list_pos[kWarps][kEpMaxTopk];
+  __shared__ float list_w[kWarps][kEpMaxTopk];
+  int listed = 0;  // the list's length (the same in every lane)
+  const auto list_row = [&](int r) {
+    const int j = lane < g.topk ? lane : -1;
+    const int pos = j >= 0 ? p.pos_of[(size_t)r * g.topk + j] : -1;
+    const unsigned have = __ballot_sync(0xffffffffu, pos >= 0);
+    if (pos >= 0) {
+      const int at = __popc(have & ((1u << lane) - 1));
+      list_pos[warp][at] = pos;
+      list_w[warp][at] = p.pair_w[(size_t)r * g.topk + j];
+    }
+    __syncwarp();
+    listed = __popc(have);
+  };
   const auto row_vec = [&](int r, int c) {
-    if (p.yg)
-      return expert_rows_chunk(reinterpret_cast<const uint4*>(p.yg), p.pos_of, p.pair_w, g.topk, r, chunks, c);
+    if (p.yg) return expert_rows_listed(reinterpret_cast<const uint4*>(p.yg), list_pos[warp], list_w[warp], listed, chunks, c);
     return p.y ? ptx::ld_nc_v4(p.y + (size_t)r * g.hidden * 2 + (size_t)c * 16) : make_uint4(0, 0, 0, 0);
   };
   const auto row_weight = [&](int r) { return !rows ? 0.0f : p.weights ? p.weights[r] : 1.0f; };
@@ -510,6 +526,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
     if (!dev::is_lsa_peer(ctx, s)) continue;
     const size_t row = (size_t)g.me * g.max_tokens + (r - p.recv_base[s]);
     char* dst = at<char>(ctx, p.win, g.off_cy + row * g.hidden * 2, s);
+    if (p.yg) list_row(r);
     warp_copy_row(
         chunks, lane, [&](int c) { return row_vec(r, c); }, [&](int c, uint4 v) { ptx::st_v4(dst + (size_t)c * 16, v); });
     if (lane == 0) *at<float>(ctx, p.win, g.off_cw + row * 4, s) = row_weight(r);
@@ -526,6 +543,7 @@ __global__ void __launch_bounds__(kThreads) combine_push(const __grid_constant__
       share(s, lo, hi);
       for (int r = lo + warp; r < hi; r += kWarps) {
         char* to = mine + g.off_scy + (size_t)r * rb;
+        if (p.yg) list_row(r);
         warp_copy_row(
             chunks, lane, [&](int c) { return row_vec(r, c); }, [&](int c, uint4 v) { ptx::st_v4(to + (size_t)c * 16, v); });
         if (lane == 0) *reinterpret_cast<float*>(mine + g.off_scw + (size_t)r * 4) = row_weight(r);

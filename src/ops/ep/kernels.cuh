@@ -124,7 +124,6 @@ struct Place {
   int *counts, *offsets, *bounds, *perm, *pos_of, *overflow;
   uint64_t* layout_flag;
   uint64_t* ready;
-  bool copy_rows;  // false: places only, xg unused
 };
 constexpr size_t place_smem_bytes(int L) { return (size_t)(3 + kWarps) * L * sizeof(int); }
 

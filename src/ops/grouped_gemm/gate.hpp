@@ -44,20 +44,6 @@ struct RowGate {
   TW_HD bool on() const { return flags != nullptr; }
 };
 
-// The gathered A (GroupedGemmArgs::a_index): row i of group g is A row index[first(g) + i]. Each
-// row is one TMA load of a 1-row box per K block, 64 columns wide with the 128-byte swizzle, into
-// its row of the stage; the hardware applies the swizzle by shared-memory address, so the rows
-// land exactly where the whole-tile load would put them. `map` is A [a_rows, K] with that box.
-struct RowGather {
-  const int* index = nullptr;    // null: off
-  const int* counts = nullptr;   // the group sizes (the tail tile's rows past the count reuse a real row)
-  const int* offsets = nullptr;  // first(g): offsets[g], or g x group_rows when null
-  int group_rows = 0;
-  alignas(64) unsigned char map[128];  // a CUtensorMap
-
-  TW_HD bool on() const { return index != nullptr; }
-};
-
 // Whether source s has rows in rows [r0, r1) of a group with these bounds (S + 1 ascending
 // entries). The load warp walks s = 0, 1, ... and stops at the first source with bounds[s] >= r1.
 TW_HD inline bool source_meets_rows(const int* bounds, int s, int r0, int r1) {

@@ -1,6 +1,5 @@
 // tw::grouped_gemm(): the argument checks, the tile rule and the launch of the instantiated kernel
 // (launch.hpp), found in one table keyed by (B layout, tile).
-#include <cuda.h>  // the tensor map's types only; the driver is reached through cudaGetDriverEntryPoint
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -79,12 +78,8 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
   if (!aligned16(a.A)) return fail("A is not 16-byte aligned (TMA needs 16-byte aligned bases)");
   if (!aligned16(a.B)) return fail("B is not 16-byte aligned (TMA needs 16-byte aligned bases)");
   if (!aligned16(a.C)) return fail("C is not 16-byte aligned");
-  if (a.a_index != nullptr && a.a_rows < 1)
-    return fail("a_rows=" + std::to_string(a.a_rows) + " with a_index: the gathered A needs at least one row");
-  if (a.a_index == nullptr && a.a_rows != 0)
-    return fail("a_rows=" + std::to_string(a.a_rows) + " without a_index: A holds `rows` rows unless gathered");
   const size_t es = 2;
-  const size_t bytes_a = size_t(a.a_index ? a.a_rows : a.rows) * a.K * es, bytes_c = size_t(a.rows) * a.N * es;
+  const size_t bytes_a = size_t(a.rows) * a.K * es, bytes_c = size_t(a.rows) * a.N * es;
   const size_t bytes_b = size_t(a.groups) * a.N * a.K * es;
   if (overlap(a.C, bytes_c, a.A, bytes_a)) return fail("C overlaps A (the kernel reads A while tiles of C land)");
   if (overlap(a.C, bytes_c, a.B, bytes_b)) return fail("C overlaps B (the kernel reads B while tiles of C land)");
@@ -95,33 +90,6 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
 }
 
 namespace grouped_impl {
-
-// Through the runtime's driver entry point, as the rest of the library reaches the driver: no link
-// against libcuda.
-void encode_row_map(void* map, const void* A, int a_rows, int K) {
-  using Encode = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                              const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                              CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  static Encode encode = [] {
-    void* fn = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    TW_REQUIRE(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
-                       cudaSuccess &&
-                   fn != nullptr,
-               kCuda, "grouped_gemm: the driver has no cuTensorMapEncodeTiled");
-    return reinterpret_cast<Encode>(fn);
-  }();
-  static_assert(sizeof(CUtensorMap) == 128, "RowGather::map holds one CUtensorMap");
-  const cuuint64_t dims[2] = {cuuint64_t(K), cuuint64_t(a_rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(K) * 2};
-  const cuuint32_t box[2] = {64, 1};
-  const cuuint32_t elem[2] = {1, 1};
-  const CUresult r = encode(static_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(A),
-                            dims, strides, box, elem, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  TW_REQUIRE(r == CUDA_SUCCESS, kCuda, "grouped_gemm: the gathered A's tensor map was refused (CUresult " +
-                                           std::to_string(int(r)) + ")");
-}
 
 void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,
                         cudaStream_t stream) {

@@ -68,16 +68,14 @@ template <class Base, int kTileM>
 struct GatedMainloop : Base {
   struct Arguments : Base::Arguments {
     RowGate gate;
-    RowGather gather;
   };
   struct Params : Base::Params {
     RowGate gate;
-    RowGather gather;
   };
 
   template <class ProblemShape>
   static Params to_underlying_arguments(ProblemShape shapes, Arguments const& args, void* workspace) {
-    return Params{Base::to_underlying_arguments(shapes, args, workspace), args.gate, args.gather};
+    return Params{Base::to_underlying_arguments(shapes, args, workspace), args.gate};
   }
 
   template <class InputTensors, class P, class ProblemShapeMNKL>
@@ -92,83 +90,12 @@ struct GatedMainloop : Base {
                            BlockCoord const& blk, KIter k_iter, int k_count, int thread_idx, uint32_t rank_in_cluster,
                            Storage& smem) {
     if (p.gate.on()) wait_rows(p.gate, int(cute::get<0>(blk)));
-    if (p.gather.on()) load_gathered(p, pipeline, state, in, maps, blk, k_iter, k_count, rank_in_cluster, smem);
-    else Base::load(p, pipeline, state, in, maps, blk, k_iter, k_count, thread_idx, rank_in_cluster, smem);
+    Base::load(p, pipeline, state, in, maps, blk, k_iter, k_count, thread_idx, rank_in_cluster, smem);
   }
 
  private:
   static constexpr uint32_t kPollNs = 256;
   int group_ = 0;
-
-  // Base::load with A gathered (RowGather): the whole warp issues A's row loads, lane l the tile's
-  // rows l, l + 32, ...; in a 1 x n cluster (the CTAs of one row block), CTA c loads the rows i
-  // with i % n == c and multicasts each to every CTA of the cluster, as Base splits A's box. One
-  // lane acquires the stage (its expect_tx counts the whole A tile and B's box) and loads B as Base.
-  template <class Pipeline, class State, class LoadInputs, class TensorMaps, class BlockCoord, class KIter, class Storage>
-  CUTLASS_DEVICE void load_gathered(Params const& p, Pipeline pipeline, State state, LoadInputs const& in,
-                                    TensorMaps const& maps, BlockCoord const& blk, KIter k_iter, int k_count,
-                                    uint32_t rank_in_cluster, Storage& smem) {
-#if defined(__CUDA_ARCH__)
-    using namespace cute;
-    using Cluster = typename Base::DispatchPolicy::ClusterShape;
-    constexpr int kClusterN = size<1>(Cluster{});
-    static_assert(size<0>(Cluster{}) == 1, "the gathered A is loaded per row block: 1 x n clusters");
-    static_assert(size<2>(typename Base::TileShape{}) == 64, "one 64-column box of 128 bytes per row and K block");
-    constexpr int kRowBytes = 128;
-    // K-major, 128-byte swizzle, one 64-column K block per stage: 8-row atoms of 1 KiB stacked along
-    // M, then stages; so row i of a stage starts i x 128 bytes in, before the swizzle.
-    static_assert(cute::cosize_v<typename Base::SmemLayoutA> == kTileM * 64 * Base::DispatchPolicy::Stages,
-                  "stages of kTileM rows of 64 columns, back to back");
-    constexpr int kLaneRows = kTileM / 32;
-    static_assert(kTileM % 32 == 0, "rows spread over the warp's lanes");
-    const int lane = cutlass::canonical_lane_idx();
-    const RowGather& g = p.gather;
-    const int tm = int(get<0>(blk));
-    const int count = g.counts[group_];
-    const long long first = g.offsets ? (long long)g.offsets[group_] : (long long)group_ * g.group_rows;
-    int row[kLaneRows];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < kLaneRows; ++j) {
-      const int m = min(tm * kTileM + j * 32 + lane, count - 1);  // rows past the count: any real row (C clips them)
-      row[j] = g.index[first + m];
-    }
-    const uint16_t mcast = uint16_t((1u << kClusterN) - 1);
-    const int cn = int(rank_in_cluster);  // 1 x n: the rank in the cluster is the column
-    constexpr uint64_t kEvictNormal = uint64_t(TMA::CacheHintSm90::EVICT_NORMAL);
-
-    Tensor sB = make_tensor(make_smem_ptr(smem.smem_B.data()), typename Base::SmemLayoutB{});
-    auto block_tma_b = p.tma_load_b.get_slice(0);
-    Tensor gB = get<1>(in)(_, _, get<1>(blk), _, get<3>(blk));
-    Tensor tBgB = block_tma_b.partition_S(gB);
-    Tensor tBsB = block_tma_b.partition_D(sB);
-    char* const sA = reinterpret_cast<char*>(smem.smem_A.data());
-
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (; k_count > 0; --k_count) {
-      if (lane == 0) pipeline.producer_acquire(state);
-      __syncwarp();
-      uint64_t* bar = reinterpret_cast<uint64_t*>(pipeline.producer_get_barrier(state));
-      const int stage = state.index();
-      const int k0 = int(*k_iter) * 64;
-      char* const stage_a = sA + (size_t)stage * kTileM * kRowBytes;
-      CUTLASS_PRAGMA_UNROLL
-      for (int j = 0; j < kLaneRows; ++j) {
-        const int i = j * 32 + lane;
-        if constexpr (kClusterN == 1) {
-          SM90_TMA_LOAD_2D::copy(g.map, bar, kEvictNormal, stage_a + i * kRowBytes, k0, row[j]);
-        } else {
-          if (i % kClusterN == cn)
-            SM90_TMA_LOAD_MULTICAST_2D::copy(g.map, bar, mcast, kEvictNormal, stage_a + i * kRowBytes, k0, row[j]);
-        }
-      }
-      if (lane == 0)
-        copy(p.tma_load_b.with(get<1>(maps), *pipeline.producer_get_barrier(state), uint16_t(0)), tBgB(_, _, _, *k_iter),
-             tBsB(_, _, _, stage));
-      ++k_iter;
-      ++state;
-    }
-#endif
-  }
 
   CUTLASS_DEVICE void wait_rows(RowGate const& g, int tm) const {
 #if defined(__CUDA_ARCH__)
@@ -301,9 +228,8 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
     const int c = refuse ? 0 : a.counts[g];
     const long long f = a.offsets ? a.offsets[g] : (long long)g * a.group_rows;
     out.shapes[g] = cute::make_shape(c, a.N, a.K);
-    // A refused group, or a gathered A (its rows are read through RowGather, never this pointer),
-    // points at A's start: a valid address.
-    out.a[g] = refuse || a.a_index ? static_cast<const E*>(a.A) : static_cast<const E*>(a.A) + f * a.K;
+    // A refused group points at the arrays' own start: never read (no tiles), always a valid address.
+    out.a[g] = refuse ? static_cast<const E*>(a.A) : static_cast<const E*>(a.A) + f * a.K;
     out.b[g] = static_cast<const E*>(a.B) + (long long)g * a.N * a.K;
     out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * a.N;
     out.sa[g] = typename G::StrideA{int64_t(a.K), cute::_1{}, cute::_0{}};
@@ -339,11 +265,6 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   args.mainloop.ptr_B = arr.b;
   args.mainloop.dB = arr.sb;
   args.mainloop.gate = gate;
-  if (a.a_index != nullptr) {
-    RowGather& g = args.mainloop.gather;
-    g.index = a.a_index, g.counts = a.counts, g.offsets = a.offsets, g.group_rows = a.group_rows;
-    encode_row_map(g.map, a.A, a.a_rows, a.K);
-  }
   args.epilogue.ptr_C = nullptr;
   args.epilogue.dC = nullptr;
   args.epilogue.ptr_D = arr.d;

@@ -18,10 +18,6 @@ void launch_bf16_kn_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_cou
 void launch_bf16_nk_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_kn_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 
-// The gathered A's tensor map (RowGather::map, 128 bytes): A [a_rows, K] bf16, a 1-row box of 64
-// columns, 128-byte swizzle. Throws kCuda when the driver refuses it.
-void encode_row_map(void* map, const void* A, int a_rows, int K);
-
 // grouped_gemm() with a row gate: the same checks and tile rule; throws as grouped_gemm() does.
 void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,
                         cudaStream_t stream);

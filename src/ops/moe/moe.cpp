@@ -230,17 +230,12 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   const EpRecv r = ep_->dispatch(d, stream);
   ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
                        b.perm, b.pos_of, b.overflow, stream);
+  ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
     g->rows = b.rows;
   }
-  if (cfg_.fused_gather) {  // the GEMM reads row perm[place] of the receive for each place
-    up.A = r.x, up.a_index = b.perm, up.a_rows = r.capacity;
-  } else {
-    ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
-    up.A = b.xg;
-  }
-  down.C = b.yg;
+  up.A = b.xg, down.C = b.yg;
   grouped_gemm(up, gemm_, stream);
   ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
@@ -270,16 +265,13 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
   EpExpertMajor em;
   em.xg = b.xg, em.max_rows = b.rows, em.counts = b.counts, em.offsets = b.offsets, em.bounds = b.bounds;
   em.perm = b.perm, em.pos_of = b.pos_of, em.overflow = b.overflow, em.layout_flag = b.flags, em.ready = b.flags + 1;
-  em.copy_rows = !cfg_.fused_gather;  // fused: the GEMM reads row perm[place] of the receive itself
   const EpRecv r = ep_->dispatch(d, em, stream);
 
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
     g->rows = b.rows;
   }
-  if (cfg_.fused_gather) up.A = r.x, up.a_index = b.perm, up.a_rows = r.capacity;
-  else up.A = b.xg;
-  down.C = b.yg;
+  up.A = b.xg, down.C = b.yg;
   grouped_impl::RowGate gate;
   gate.flags = b.flags + 1, gate.bounds = b.bounds, gate.sources = P;
   gate.want = uint64_t(ep_->num_sms()), gate.layout_flag = b.flags;
