@@ -9,7 +9,7 @@
 //
 //   tilewire bench gemm --grouped [--sweep moe] [--model dsv3|qwen3] [--gemm gateup|down]
 //                                 [--tokens 128,512,2048,8192] [--ep 8] [--routing uniform|skewed]
-//                                 [--tiles auto;64x128pp;128x256coop] [--iters 20] [--warmup 5] [-R 5]
+//                                 [--tiles auto;64x128pp;64x256pp;128x256coop] [--iters 20] [--warmup 5] [-R 5]
 //                                 [--json FILE]
 //
 // Shapes: DeepSeek-V3 (hidden 7168, expert FFN 2048, 256 experts) and Qwen3-MoE (4096, 1536, 128),
@@ -74,7 +74,7 @@ constexpr const char* kUsage =
     "  --tokens T1,T2,..         tokens per rank (128,512,2048,8192); rows per rank: T x 8\n"
     "  --ep N                    expert-parallel ranks: groups = experts / N (8)\n"
     "  --routing uniform|skewed  rows per group (uniform)\n"
-    "  --tiles T1;T2;..          tilewire's tiles timed: auto, 64x128pp, 128x256coop (auto)\n"
+    "  --tiles T1;T2;..          tilewire's tiles timed: auto, 64x128pp, 64x256pp, 128x256coop (auto)\n"
     "  --iters N --warmup N -R N timed calls per repeat (20), untimed first (5), repeats (5)\n"
     "  --json FILE               also write every row as JSON\n";
 
@@ -127,7 +127,7 @@ Args parse(const std::vector<std::string>& argv) {
       for (const std::string& t : split(v, ';')) {
         const std::optional<GroupedTile> g = parse_grouped_tile(t);
         TW_REQUIRE(g.has_value(), kInvalidArgument,
-                   "bench gemm --grouped: --tiles takes auto, 64x128pp, 128x256coop; got '" + t + "'");
+                   "bench gemm --grouped: --tiles takes auto, 64x128pp, 64x256pp, 128x256coop; got '" + t + "'");
         a.tiles.push_back(*g);
       }
       TW_REQUIRE(!a.tiles.empty(), kInvalidArgument, "bench gemm --grouped: --tiles needs a tile");

@@ -48,7 +48,7 @@ void bind_moe(nb::module_& m) {
           a.status = ptr<int>(status);
           tw::GroupedGemmConfig cfg;
           const std::optional<tw::GroupedTile> t = tw::parse_grouped_tile(tile);
-          TW_REQUIRE(t.has_value(), kInvalidArgument, "tile '" + tile + "' is not one of auto, 64x128pp, 128x256coop");
+          TW_REQUIRE(t.has_value(), kInvalidArgument, "tile '" + tile + "' is not one of auto, 64x128pp, 64x256pp, 128x256coop");
           cfg.tile = *t, cfg.rows_hint = rows_hint;
           nb::gil_scoped_release unlocked;
           tw::grouped_gemm(a, cfg, stream_of(stream));

@@ -24,7 +24,7 @@ from . import _C
 from . import _checks as chk
 from .comm import Comm, _stream
 
-_TILES = ("auto", "64x128pp", "128x256coop")
+_TILES = ("auto", "64x128pp", "64x256pp", "128x256coop")
 
 
 def _int32_vector(op: str, name: str, t, n: int, device) -> None:

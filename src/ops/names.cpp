@@ -44,7 +44,7 @@ constexpr Spelling<GemmAllReducePath> kGemmAllReducePath[] = {
 constexpr Spelling<TpPath> kTpPath[] = {{"auto", TpPath::kAuto}, {"sequential", TpPath::kSequential}, {"fused", TpPath::kFused}};
 
 constexpr Spelling<GroupedTile> kGroupedTile[] = {
-    {"auto", GroupedTile::kAuto}, {"64x128pp", GroupedTile::k64x128pp}, {"128x256coop", GroupedTile::k128x256coop}};
+    {"auto", GroupedTile::kAuto}, {"64x128pp", GroupedTile::k64x128pp}, {"64x256pp", GroupedTile::k64x256pp}, {"128x256coop", GroupedTile::k128x256coop}};
 
 // Expert parallelism.
 constexpr Spelling<EpPayload> kEpPayload[] = {

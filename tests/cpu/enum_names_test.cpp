@@ -118,7 +118,7 @@ TEST(EnumNames, TpPath) {
 
 TEST(EnumNames, GroupedTile) {
   using tw::GroupedTile;
-  expect_round_trip("GroupedTile", {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k128x256coop},
+  expect_round_trip("GroupedTile", {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k64x256pp, GroupedTile::k128x256coop},
                     tw::grouped_tile_name, tw::parse_grouped_tile);
 }
 

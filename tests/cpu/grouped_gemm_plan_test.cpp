@@ -121,7 +121,7 @@ TEST(GroupedGemmPlan, TileRule) {
 }
 
 TEST(GroupedGemmPlan, TileNamesRoundTrip) {
-  for (GroupedTile t : {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k128x256coop})
+  for (GroupedTile t : {GroupedTile::kAuto, GroupedTile::k64x128pp, GroupedTile::k64x256pp, GroupedTile::k128x256coop})
     EXPECT_EQ(tw::parse_grouped_tile(tw::grouped_tile_name(t)), t);
   EXPECT_FALSE(tw::parse_grouped_tile("128x256").has_value());
 }

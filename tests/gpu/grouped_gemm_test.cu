@@ -175,7 +175,7 @@ void run_and_check(const Problem& p, GroupedTile tile) {
   EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
 }
 
-constexpr GroupedTile kTiles[] = {GroupedTile::k64x128pp, GroupedTile::k128x256coop};
+constexpr GroupedTile kTiles[] = {GroupedTile::k64x128pp, GroupedTile::k64x256pp, GroupedTile::k128x256coop};
 
 TEST(GroupedGemm, PaddedLayout) {
   TW_SKIP_UNLESS_SM90();

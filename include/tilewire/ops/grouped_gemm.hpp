@@ -61,9 +61,10 @@ struct GroupedGemmArgs {
 enum class GroupedTile {
   kAuto,         // by the rows a group is expected to hold (GroupedGemmConfig::rows_hint)
   k64x128pp,     // ping-pong: one consumer warpgroup per 64 x 128 tile; groups of a few rows (decode)
+  k64x256pp,     // ping-pong on 64 x 256 tiles: twice the weights' columns per stage and tile
   k128x256coop,  // cooperative: two consumer warpgroups on a 128 x 256 tile, 1 x 2 clusters (A multicast)
 };
-const char* grouped_tile_name(GroupedTile t);                        // "auto", "64x128pp", "128x256coop"
+const char* grouped_tile_name(GroupedTile t);                        // "auto", "64x128pp", "64x256pp", "128x256coop"
 std::optional<GroupedTile> parse_grouped_tile(const std::string& s);  // exactly those names
 
 struct GroupedGemmConfig {

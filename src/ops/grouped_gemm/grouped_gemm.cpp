@@ -40,6 +40,8 @@ struct KernelEntry {
 constexpr KernelEntry kKernels[] = {
     {BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp},
     {BLayout::kKN, GroupedTile::k64x128pp, grouped_impl::launch_bf16_kn_pp},
+    {BLayout::kNK, GroupedTile::k64x256pp, grouped_impl::launch_bf16_nk_pp256},
+    {BLayout::kKN, GroupedTile::k64x256pp, grouped_impl::launch_bf16_kn_pp256},
     {BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop},
     {BLayout::kKN, GroupedTile::k128x256coop, grouped_impl::launch_bf16_kn_coop},
 };

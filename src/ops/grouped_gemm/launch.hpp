@@ -15,6 +15,8 @@ using Launch = void (*)(const GroupedGemmArgs& a, const RowGate& gate, int sm_co
 
 void launch_bf16_nk_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_kn_pp(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_pp256(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_kn_pp256(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_nk_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_kn_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 
