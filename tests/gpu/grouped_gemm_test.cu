@@ -1,5 +1,5 @@
 // The grouped GEMM (ops/grouped_gemm.hpp) against an fp64 host reference, on every element of C:
-// padded and packed layouts, both B layouts, both tiles, empty and full groups, groups of one
+// padded and packed layouts, both B layouts, every tile, empty and full groups, groups of one
 // row, rows past the last group; every row outside the groups stays poisoned. Bad counts write
 // nothing and name the first bad group in the status; the next good call works. A captured graph
 // replays with the counts it finds. No rows at all is legal when every count is 0. The row gate

@@ -27,7 +27,7 @@
 // Implementation: CUTLASS 4.2's sm90 grouped GEMM (the ptr-array TMA warp-specialized kernels with
 // GroupProblemShape and no host problem shapes: each persistent CTA reads the group sizes on the
 // device and replaces its TMA descriptors per group), behind a small kernel that turns counts and
-// offsets into CUTLASS's per-group sizes, pointers and strides. Two tiles (GroupedTile below).
+// offsets into CUTLASS's per-group sizes, pointers and strides. Three tiles (GroupedTile below).
 // Design, measurements and what is still missing: docs/grouped_gemm.md.
 #pragma once
 #include <cuda_runtime.h>

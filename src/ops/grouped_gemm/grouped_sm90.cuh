@@ -1,7 +1,7 @@
 // src/ops/grouped_gemm/grouped_sm90.cuh — the grouped GEMM's kernels (tilewire/ops/grouped_gemm.hpp)
 // for one B layout: CUTLASS's sm90 grouped GEMM behind a one-CTA kernel that turns the device
 // counts into CUTLASS's per-group arguments. Instantiated per (B layout, tile) in
-// grouped_sm90_bf16_{nk,kn}_{pp,coop}.cu, so a 2-core build compiles them in parallel.
+// grouped_sm90_bf16_{nk,kn}_{pp,pp256,coop}.cu, so a 2-core build compiles them in parallel.
 //
 // All CUTLASS 4.2, nothing copied:
 //   mainloop   CollectiveBuilder with KernelPtrArrayTmaWarpSpecialized{Pingpong,Cooperative} and

@@ -1,7 +1,7 @@
 // src/ops/grouped_gemm/launch.hpp — the grouped GEMM kernels this build instantiates, one
-// translation unit each (grouped_sm90_bf16_{nk,kn}_{pp,coop}.cu; grouped_sm90.cuh): bf16, B as
-// [N, K] or [K, N], on the 64 x 128 ping-pong tile or the 128 x 256 cooperative tile in 1 x 2
-// clusters. Arguments already checked (grouped_gemm.cpp); sm_count: the CTAs of the persistent grid;
+// translation unit each (grouped_sm90_bf16_{nk,kn}_{pp,pp256,coop}.cu; grouped_sm90.cuh): bf16, B as
+// [N, K] or [K, N], on the 64 x 128 or 64 x 256 ping-pong tiles or the 128 x 256 cooperative tile
+// in 1 x 2 clusters. Arguments already checked (grouped_gemm.cpp); sm_count: the CTAs of the persistent grid;
 // gate: the row gate (gate.hpp), off by default.
 #pragma once
 #include <cuda_runtime.h>
