@@ -13,8 +13,9 @@
 
 namespace tw::ops::ep {
 
-// acc += wj x the 8 bf16 of raw (one fma each), and the rounding at the end: the two steps every
-// caller shares, so the sums agree bit for bit.
+// acc += wj x the 8 bf16 of raw (one fma each), and the rounding at the end (8 fp32 to 8 bf16,
+// round to nearest even; also the MoE activation's): the two steps every caller shares, so the
+// sums agree bit for bit.
 __device__ __forceinline__ void expert_rows_fma(float (&acc)[8], float wj, const uint4& raw) {
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
 #pragma unroll
@@ -24,7 +25,7 @@ __device__ __forceinline__ void expert_rows_fma(float (&acc)[8], float wj, const
     acc[2 * i + 1] = __fmaf_rn(wj, v.y, acc[2 * i + 1]);
   }
 }
-__device__ __forceinline__ uint4 expert_rows_round(const float (&acc)[8]) {
+__device__ __forceinline__ uint4 pack_bf16x8(const float (&acc)[8]) {
   uint4 out;
   auto* o = reinterpret_cast<__nv_bfloat162*>(&out);
 #pragma unroll
@@ -41,7 +42,7 @@ __device__ __forceinline__ uint4 expert_rows_chunk(const uint4* yg, const int* p
     if (pos < 0) continue;
     expert_rows_fma(acc, w[r * topk + j], ptx::ld_nc_v4(reinterpret_cast<const char*>(yg + (long long)pos * vecs + c)));
   }
-  return expert_rows_round(acc);
+  return pack_bf16x8(acc);
 }
 
 // A warp per row (the combine): the row's n slots with a place, ascending, already in a list
@@ -51,7 +52,7 @@ __device__ __forceinline__ uint4 expert_rows_listed(const uint4* yg, const int* 
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   for (int i = 0; i < n; ++i)
     expert_rows_fma(acc, w[i], ptx::ld_nc_v4(reinterpret_cast<const char*>(yg + (long long)pos[i] * vecs + c)));
-  return expert_rows_round(acc);
+  return pack_bf16x8(acc);
 }
 
 }  // namespace tw::ops::ep

@@ -16,7 +16,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 8 bf16 <-> 8 fp32.
+// 8 bf16 -> 8 fp32 (the way back, 8 fp32 rounded to 8 bf16, is ep::pack_bf16x8).
 __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   const auto* h = reinterpret_cast<const __nv_bfloat162*>(&v);
 #pragma unroll
@@ -24,13 +24,6 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
     const float2 p = __bfloat1622float2(h[i]);
     f[2 * i] = p.x, f[2 * i + 1] = p.y;
   }
-}
-__device__ __forceinline__ uint4 pack8(const float (&f)[8]) {
-  uint4 v;
-  auto* h = reinterpret_cast<__nv_bfloat162*>(&v);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-  return v;
 }
 
 // The placement, in three steps over chunks of kChunk entries (each step parallel over chunks;
@@ -157,7 +150,7 @@ __global__ void silu_mul_kernel(const uint4* h, const int* counts, const int* of
     unpack8(h[row * 2 * vecs + vecs + c], up);
 #pragma unroll
     for (int k = 0; k < 8; ++k) out[k] = gate[k] / (1.0f + expf(-gate[k])) * up[k];
-    act[row * vecs + c] = pack8(out);
+    act[row * vecs + c] = ep::pack_bf16x8(out);
   }
 }
 
