@@ -268,9 +268,10 @@ class EpBuffer {
  private:
   struct State;       // src/ops/ep/state.cuh
   struct LowLatency;  // src/ops/ep/state.cuh
-  friend struct EpAccess;
+  friend struct EpAccess;  // src/ops/ep/state.cuh: the EP sources' and tests' access to the state
+  // Both combines: rows null sends y (weights per row), else each row made from rows' expert rows.
   void combine_impl(const char* op, const void* y, const float* weights, const EpExpertRows* rows, void* out,
-                    cudaStream_t stream);  // src/ops/ep/state.cuh: the EP sources' and tests' access to the state
+                    cudaStream_t stream);
   Comm& comm_;
   EpConfig cfg_;
   int sms_ = 0;
