@@ -101,8 +101,8 @@ constexpr const char* kUsage =
     "  --fused F1,F2             the fused row's fusions (overlap,combine): overlap (MoeConfig::overlap: the\n"
     "                            gate-up GEMM beside the dispatch), combine (fused_combine: the combine sums each\n"
     "                            row's experts as it sends them)\n"
-    "  --fused-ep-sms N          the fused forward's dispatch CTAs, which also place the rows (default: the EP's,\n"
-    "                            at most the SM budget - 1)\n";
+    "  --fused-ep-sms N          the fused forward's EP CTAs (EpConfig::num_sms; with overlap they also place the\n"
+    "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n";
 
 int positive(const std::string& opt, const std::string& v) {
   size_t used = 0;
@@ -495,7 +495,7 @@ void MoeBench::run(Comm& comm) {
           moe_ptr.reset();
           cfg.overlap = o_.fused_overlap;
           cfg.fused_combine = o_.fused_combine;
-          if (o_.fused_overlap) cfg.ep.num_sms = o_.fused_ep_sms;
+          if (o_.fused_overlap || o_.fused_ep_sms > 0) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);
           row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
           if (!o_.trace_path.empty() && !traced_[me]) trace_fused(comm, fused, a, s);

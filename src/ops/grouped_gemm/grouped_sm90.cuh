@@ -22,9 +22,19 @@
 // The row gate (gate.hpp): the mainloop is CUTLASS's, derived (GatedMainloop) so that its load()
 // first waits for the sources of the tile's rows. With the gate off (no flags) that is one test
 // per tile in the load warp; the kernels are the same for gated and plain calls.
+//
+// The launch: the GEMM kernel goes out with programmatic dependent launch right behind `prepare`,
+// whose first act (after the layout wait, when gated) is griddepcontrol.launch_dependents. So the
+// GEMM's CTAs are placed, and their launch hidden, while `prepare` runs; `gemm_kernel` (CUTLASS's
+// device_kernel with griddepcontrol.wait ahead of it) then holds every thread until `prepare` has
+// completed and its arrays are visible. CUTLASS's ptr-array kernels have no such wait of their
+// own. Measured on one H200 at 128 tokens (docs/grouped_gemm.md), the preparation, the launch
+// between the kernels and the host's work per call took ~11 us of a ~69 us call; the launch and
+// the per-call cudaFuncSetAttribute (now once per device) are what this removes.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -190,7 +200,9 @@ struct GroupArrays {
   }
 };
 
-inline constexpr int kPrepareThreads = 1024;
+// A few warps: the groups are a handful to a few hundred, and a small CTA leaves room beside it
+// for the GEMM's CTA that waits on its SM.
+inline constexpr int kPrepareThreads = 256;
 
 // One CTA. Group g (thread g, then g + 1024, ...): count c = counts[g], first row f (offsets[g] or
 // g * group_rows). Good when 0 <= c, f >= 0, f + c <= rows, and c <= group_rows (padded) or
@@ -208,6 +220,10 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
           [&](uint64_t x) { return x >= gate.want; });
     __syncthreads();
   }
+  // The GEMM behind may be placed now: its CTAs wait (gemm_kernel) for this grid to complete. Not
+  // before the layout wait: gated, no GEMM CTA may take an SM before every rank's dispatch CTAs
+  // run (docs/moe.md, why the overlap cannot hang).
+  ptx::griddep_launch_dependents();
   int bad = a.groups;  // the first bad group, or groups
   for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
     const long long c = a.counts[g];
@@ -240,6 +256,30 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
   if (threadIdx.x == 0 && a.status) *a.status = refuse ? -(first_bad + 1) : 0;
 }
 
+// CUTLASS's device_kernel with the programmatic-launch wait first: no thread reads the arrays
+// (the tile scheduler's constructor reads the group sizes) before `prepare` has completed. Without a
+// programmatic launch the wait returns at once.
+template <class Kernel>
+__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
+    gemm_kernel(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
+  ptx::griddep_wait();
+  extern __shared__ char smem[];
+  Kernel op;
+  op(params, smem);
+}
+
+// cudaFuncSetAttribute for the kernel's shared memory, once per device (it is per context; a few
+// microseconds of host time per call otherwise).
+template <class Kernel>
+void allow_smem_once(int device) {
+  static std::atomic<uint64_t> done{0};
+  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
+  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
+  TW_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     int(Kernel::SharedStorageSize)));
+  done.fetch_or(bit, std::memory_order_acq_rel);
+}
+
 template <class G>
 void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream) {
   using Kernel = typename G::Kernel;
@@ -270,23 +310,33 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   args.epilogue.ptr_D = arr.d;
   args.epilogue.dD = arr.sd;
 
-  typename G::Device op;
-  cutlass::Status st = op.can_implement(args);
+  cutlass::Status st = G::Device::can_implement(args);
   TW_REQUIRE(st == cutlass::Status::kSuccess, kInvalidArgument,
              std::string("grouped_gemm: CUTLASS rejects the problem: ") + cutlassGetStatusString(st));
   lease.overwritten();  // the arrays and descriptors go where a stream-K GEMM keeps its counters
   prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, gate, arr);
   TW_CUDA_CHECK(cudaGetLastError());
   if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
-    st = op.initialize(args, workspace, stream);
+    st = Kernel::initialize_workspace(args, workspace, stream);
     TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
-               std::string("grouped_gemm: kernel parameters: ") + cutlassGetStatusString(st));
-    TW_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       int(Kernel::SharedStorageSize)));
-    st = op.run(stream);
-    TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
-               std::string("grouped_gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
-                   cudaGetErrorString(cudaGetLastError()) + ")");
+               std::string("grouped_gemm: kernel workspace: ") + cutlassGetStatusString(st));
+    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+    allow_smem_once<Kernel>(args.hw_info.device_id);
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = Kernel::get_grid_shape(params);
+    cfg.blockDim = Kernel::get_block_shape();
+    cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[2];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cute::size<0>(typename G::ClusterShape{});
+    attr[0].val.clusterDim.y = cute::size<1>(typename G::ClusterShape{});
+    attr[0].val.clusterDim.z = cute::size<2>(typename G::ClusterShape{});
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 2;
+    TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_kernel<Kernel>, params));
   }
 }
 
