@@ -8,7 +8,10 @@
 //            MoeConfig::overlap (the gate-up GEMM beside the dispatch, each tile waiting for its
 //            rows) and MoeConfig::fused_combine (the combine sums each row's experts as it sends
 //            it: no scatter), on the same inputs; its output must be the unfused call's bits
-//            (#diff: elements that differ, counted as wrong)
+//            (#diff: elements that differ, counted as wrong); with swiglu (MoeConfig::gate_up
+//            kInterleaved8: the SwiGLU in the gate-up GEMM's epilogue, weights interleaved once before
+//            timing) the output is checked against the reference instead, and sgemms times the GEMMs
+//            it runs alone
 // and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence,
 // and fused / gemms, fused / unfused.
 //
@@ -79,10 +82,11 @@ struct Options {
   std::string trace_path;
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
   bool fused_overlap = true, fused_combine = true;  // --fused: the fused row's fusions
+  bool fused_swiglu = false;
   bool help = false;
   std::string fused_names() const {
     std::string n;
-    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}})
+    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}, {fused_swiglu, "swiglu"}})
       if (on) n += (n.empty() ? "" : ",") + std::string(name);
     return n;
   }
@@ -100,7 +104,8 @@ constexpr const char* kUsage =
     "  --trace FILE              the first high-throughput shape's fused forward traced (Perfetto JSON)\n"
     "  --fused F1,F2             the fused row's fusions (overlap,combine): overlap (MoeConfig::overlap: the\n"
     "                            gate-up GEMM beside the dispatch), combine (fused_combine: the combine sums each\n"
-    "                            row's experts as it sends them)\n"
+    "                            row's experts as it sends them), swiglu (MoeConfig::gate_up kInterleaved8: the\n"
+    "                            SwiGLU in the gate-up GEMM's epilogue)\n"
     "  --fused-ep-sms N          the fused forward's EP CTAs (EpConfig::num_sms; with overlap they also place the\n"
     "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n";
 
@@ -150,14 +155,14 @@ Options parse(const std::vector<std::string>& argv) {
     else if (a == "--trace") o.trace_path = v;
     else if (a == "--fused-ep-sms") o.fused_ep_sms = positive(a, v);
     else if (a == "--fused") {
-      o.fused_overlap = o.fused_combine = false;
+      o.fused_overlap = o.fused_combine = o.fused_swiglu = false;
       std::stringstream list(v);
       for (std::string f; std::getline(list, f, ',');) {
-        TW_REQUIRE(f == "overlap" || f == "combine", kInvalidArgument,
-                   "bench moe: --fused takes overlap, combine separated by a comma, got '" + v + "'");
-        (f == "overlap" ? o.fused_overlap : o.fused_combine) = true;
+        TW_REQUIRE(f == "overlap" || f == "combine" || f == "swiglu", kInvalidArgument,
+                   "bench moe: --fused takes overlap, combine, swiglu separated by commas, got '" + v + "'");
+        (f == "overlap" ? o.fused_overlap : f == "combine" ? o.fused_combine : o.fused_swiglu) = true;
       }
-      TW_REQUIRE(o.fused_overlap || o.fused_combine, kInvalidArgument,
+      TW_REQUIRE(o.fused_overlap || o.fused_combine || o.fused_swiglu, kInvalidArgument,
                  "bench moe: --fused needs at least one fusion");
     }
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
@@ -205,7 +210,9 @@ struct Row {
   int tokens = 0, ranks = 0;
   long long pairs_max = 0, pairs_total = 0;
   double gemms_us = 0, ep_us = 0, unfused_us = 0, fused_us = 0;  // fused: 0 where not run (low latency)
+  double sgemms_us = 0;  // --fused swiglu: the GEMMs alone with the SwiGLU epilogue (0: not run)
   unsigned long long wrong = 0, diff = 0;
+  bool diff_checked = false;  // the fused output's bits against unfused's (not with swiglu: other roundings)
   double flops = 0;
 };
 
@@ -252,7 +259,8 @@ class MoeBench {
   double time(Comm& comm, cudaStream_t s, Op op);
   double slowest(Comm& comm, double mine);  // max over ranks
   unsigned long long check(const Model& m, int me, int T, const std::vector<std::vector<int64_t>>& idx,
-                           const std::vector<std::vector<float>>& w, const std::vector<uint16_t>& out0);
+                           const std::vector<std::vector<float>>& w, const std::vector<uint16_t>& out0,
+                           bool swiglu = false);
   // One fused forward traced on every rank (collective); rank 0 writes the file and the summary.
   void trace_fused(Comm& comm, MoE& moe, const MoeArgs& a, cudaStream_t s);
   std::vector<uint8_t> traced_;  // per rank: its first high-throughput shape was traced
@@ -351,8 +359,10 @@ double MoeBench::slowest(Comm& comm, double mine) {
 }
 
 // Token 0 of rank me against the fp64 reference (header); the number of columns outside it.
+// swiglu: the gate and up values are not rounded to bf16 before the activation (MoeGateUp::kInterleaved8).
 unsigned long long MoeBench::check(const Model& m, int me, int T, const std::vector<std::vector<int64_t>>& idx,
-                                   const std::vector<std::vector<float>>& w, const std::vector<uint16_t>& out0) {
+                                   const std::vector<std::vector<float>>& w, const std::vector<uint16_t>& out0,
+                                   bool swiglu) {
   if (T == 0) return 0;
   const int H = m.hidden, F = m.ffn, L = m.experts / P_;
   std::vector<double> x(H), h(2 * F), act(F), gu(F), ref(H, 0.0), tol(H, 0.0);
@@ -365,7 +375,7 @@ unsigned long long MoeBench::check(const Model& m, int me, int T, const std::vec
     for (int r = 0; r < 2 * F; ++r) {
       double s = 0;
       for (int c = 0; c < H; ++c) s += double(fill_value(4000 + d, w1 + size_t(r) * H + c)) * x[c];
-      h[r] = round_bf16(s);
+      h[r] = swiglu ? s : round_bf16(s);
     }
     for (int f = 0; f < F; ++f) {
       act[f] = round_bf16(h[f] / (1.0 + std::exp(-h[f])) * h[F + f]);
@@ -447,6 +457,19 @@ void MoeBench::run(Comm& comm) {
           ops::moe::silu_mul(gh.p, gcounts.as<int>(), goffsets.as<int>(), 0, L, F, int(pairs), gact.p, s);
           grouped_gemm(down, gc, s);
         });
+        // --fused swiglu: the gate-up weights in MoeGateUp::kInterleaved8 (made once, as a user would at
+        // load), and the GEMMs alone with the SwiGLU in the gate-up GEMM's epilogue.
+        const bool swiglu = o_.fused_swiglu && mode == EpMode::kHighThroughput;
+        Dev w1i(swiglu ? size_t(L) * 2 * F * H * 2 : 16);
+        if (swiglu) {
+          interleave_gate_up(w1.p, w1i.p, L, F, H, s);
+          GroupedGemmArgs sup = up;
+          sup.B = w1i.p, sup.C = gact.p, sup.epilogue = GroupedEpilogue::kSwiGlu;
+          row.sgemms_us = time(comm, s, [&] {
+            grouped_gemm(sup, gc, s);
+            grouped_gemm(down, gc, s);
+          });
+        }
 
         auto moe_ptr = std::make_unique<MoE>(comm, cfg);
         MoE& moe = *moe_ptr;
@@ -495,6 +518,7 @@ void MoeBench::run(Comm& comm) {
           moe_ptr.reset();
           cfg.overlap = o_.fused_overlap;
           cfg.fused_combine = o_.fused_combine;
+          if (swiglu) cfg.gate_up = MoeGateUp::kInterleaved8, a.w_gate_up = w1i.p;
           if (o_.fused_overlap || o_.fused_ep_sms > 0) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);
           row.fused_us = time(comm, s, [&] { fused.forward(a, s); });
@@ -506,10 +530,18 @@ void MoeBench::run(Comm& comm) {
             wrong += 1;
           }
           TW_CUDA_CHECK(cudaMemsetAsync(bad.p, 0, 8, s));
-          count_diff<<<256, 256, 0, s>>>(out.as<uint16_t>(), out_seq.as<uint16_t>(), size_t(T) * H,
-                                         bad.as<unsigned long long>());
-          TW_CUDA_CHECK(cudaMemcpyAsync(&diff, bad.p, 8, cudaMemcpyDeviceToHost, s));
+          if (swiglu) {  // other roundings than unfused: checked against the reference instead
+            count_bad<<<256, 256, 0, s>>>(out.as<__nv_bfloat16>(), size_t(T) * H, bad.as<unsigned long long>());
+            TW_CUDA_CHECK(cudaMemcpyAsync(out0.data(), out.p, size_t(H) * 2, cudaMemcpyDeviceToHost, s));
+          } else {
+            count_diff<<<256, 256, 0, s>>>(out.as<uint16_t>(), out_seq.as<uint16_t>(), size_t(T) * H,
+                                           bad.as<unsigned long long>());
+          }
+          unsigned long long n = 0;
+          TW_CUDA_CHECK(cudaMemcpyAsync(&n, bad.p, 8, cudaMemcpyDeviceToHost, s));
           comm.sync(s);
+          if (swiglu) wrong += n + check(m, me, T, idx, w, out0, true);
+          else diff = n;
           barrier_.arrive_and_wait("bench moe fused done");  // no rank frees the MoE while a peer's kernel reads it
         }
         {
@@ -525,12 +557,15 @@ void MoeBench::run(Comm& comm) {
             row.diff += sh_.diff[q];
           }
           row.flops = 2.0 * double(row.pairs_total) * 3.0 * F * H;
+          row.diff_checked = mode == EpMode::kHighThroughput && !swiglu;
           rows.push_back(row);
-          std::printf("%-6s %-3s %6d %3d %8lld %10.1f %10.1f %11.1f %8.3f %8.3f %10.1f %8.3f %8.3f %8.1f %7llu %6llu\n",
+          std::printf("%-6s %-3s %6d %3d %8lld %10.1f %10.1f %11.1f %8.3f %8.3f %10.1f %8.3f %8.3f %10.1f %8.3f %8.1f %7llu %6s\n",
                       row.model.c_str(), row.mode.c_str(), T, P_, row.pairs_max, row.gemms_us, row.ep_us,
                       row.unfused_us, row.unfused_us / row.gemms_us, row.unfused_us / (row.gemms_us + row.ep_us),
-                      row.fused_us, row.fused_us / row.gemms_us, row.fused_us / row.unfused_us,
-                      row.flops / (row.unfused_us * 1e-6) / 1e12, row.wrong, row.diff);
+                      row.fused_us, row.fused_us / row.gemms_us, row.fused_us / row.unfused_us, row.sgemms_us,
+                      row.sgemms_us > 0 ? row.fused_us / row.sgemms_us : 0.0,
+                      row.flops / (row.unfused_us * 1e-6) / 1e12, row.wrong,
+                      row.diff_checked ? std::to_string(row.diff).c_str() : "-");
           std::fflush(stdout);
         }
         comm.sync(s);
@@ -559,9 +594,9 @@ int bench_moe(const std::vector<std::string>& argv) {
               prop.name, P, o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform",
               o.fused_names().c_str(),
               o.fused_ep_sms > 0 ? std::to_string(o.fused_ep_sms).c_str() : "default");
-  std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %8s %7s %6s\n", "model", "ep", "tokens", "P",
-              "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus", "TF/s",
-              "#wrong", "#diff");
+  std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %10s %8s %8s %7s %6s\n", "model", "ep", "tokens",
+              "P", "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus",
+              "sgemms_us", "f/sgemm", "TF/s", "#wrong", "#diff");
   MoeBench bench(o, P);
   const auto fn = [&](Comm& comm) { bench.run(comm); };
   if (o.virtual_ranks > 0) Comm::run_virtual(0, P, fn);
@@ -569,7 +604,10 @@ int bench_moe(const std::vector<std::string>& argv) {
   std::printf("# pairs: the most (token, expert) rows a rank's experts received; /gemms, /g+ep: unfused over the\n"
               "# GEMMs alone and over GEMMs + EP alone; fused (high throughput): the forward with --fused's fusions, f/gemms and\n"
               "# f/unfus its time over the GEMMs alone and over unfused; TF/s: the team's expert FLOPs over the unfused\n"
-              "# time; #diff: elements of the fused output that differ from the unfused one's bits (counted in #wrong)\n");
+              "# time; #diff: elements of the fused output that differ from the unfused one's bits (counted in #wrong);\n"
+              "# swiglu (MoeGateUp::kInterleaved8): sgemms_us, its GEMMs alone (gate-up with the SwiGLU epilogue, down),\n"
+              "# f/sgemm the fused time over them; its output is checked against the reference, not against unfused's\n"
+              "# bits (#diff -: the activation is rounded once from unrounded gate and up values)\n");
   bool ok = true;
   std::ostringstream j;
   for (size_t i = 0; i < bench.rows.size(); ++i) {
@@ -578,8 +616,9 @@ int bench_moe(const std::vector<std::string>& argv) {
     j << (i ? "," : "") << "{\"model\":\"" << r.model << "\",\"mode\":\"" << r.mode << "\",\"tokens\":" << r.tokens
       << ",\"ranks\":" << r.ranks << ",\"pairs_max\":" << r.pairs_max << ",\"pairs_total\":" << r.pairs_total
       << ",\"gemms_us\":" << r.gemms_us << ",\"ep_us\":" << r.ep_us << ",\"unfused_us\":" << r.unfused_us
-      << ",\"fused_us\":" << r.fused_us << ",\"tflops\":" << r.flops / (r.unfused_us * 1e-6) / 1e12
-      << ",\"wrong\":" << r.wrong << ",\"diff\":" << r.diff << "}";
+      << ",\"fused_us\":" << r.fused_us << ",\"sgemms_us\":" << r.sgemms_us
+      << ",\"tflops\":" << r.flops / (r.unfused_us * 1e-6) / 1e12 << ",\"wrong\":" << r.wrong << ",\"diff\":"
+      << (r.diff_checked ? std::to_string(r.diff) : std::string("null")) << "}";
   }
   if (!o.json_path.empty()) {
     std::ofstream f(o.json_path, std::ios::out | std::ios::trunc);

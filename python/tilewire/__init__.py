@@ -46,7 +46,7 @@ def info() -> dict:
 from .comm import Comm, gemm, shard_rows  # noqa: E402  (after the NCCL check)
 from .comm import init as _init_comm  # noqa: E402
 from .ep import EpBuffer  # noqa: E402
-from .moe import MoE, grouped_mm  # noqa: E402
+from .moe import MoE, grouped_mm, interleave_gate_up  # noqa: E402
 from . import torch_ops as _torch_ops  # noqa: E402
 
 
@@ -64,4 +64,4 @@ def init(group=None, device: int | None = None, **config) -> Comm:
 if "torch" in __import__("sys").modules:
     _torch_ops.register()
 
-__all__ = ["Comm", "EpBuffer", "MoE", "gemm", "grouped_mm", "init", "info", "shard_rows", "__version__"]
+__all__ = ["Comm", "EpBuffer", "MoE", "gemm", "grouped_mm", "init", "info", "interleave_gate_up", "shard_rows", "__version__"]

@@ -106,7 +106,22 @@ def grouped_mm(a, b, counts, offsets=None, out=None, b_layout: str = "nk", tile:
     return out
 
 
-MoeDims = namedtuple("MoeDims", "hidden ffn topk local_experts max_tokens device")
+MoeDims = namedtuple("MoeDims", "hidden ffn topk local_experts max_tokens device gate_up_interleaved")
+
+
+def interleave_gate_up(w):
+    """w [L, 2F, H] with each expert's gate rows [0, F) then up rows [F, 2F) -> a new tensor with
+    them interleaved in blocks of 8 rows (row 16j + i: gate row 8j + i; row 16j + 8 + i: up row
+    8j + i), the layout MoE(..., gate_up_interleaved=True) takes: the SwiGLU then runs in the gate-up
+    GEMM's epilogue. Made once (at load), not per call. Any device and dtype."""
+    op = "interleave_gate_up"
+    chk.tensor(op, "w", w)
+    if len(w.shape) != 3:
+        chk._fail(op, f"w has {len(w.shape)} dimensions; expected 3 ([L, 2 x ffn, hidden])")
+    L, two_f, H = (int(v) for v in w.shape)
+    if two_f % 16 != 0:
+        chk._fail(op, f"w has {two_f} rows per expert; expected 2 x ffn with ffn a multiple of 8")
+    return w.reshape(L, 2, two_f // 16, 8, H).transpose(1, 2).reshape(L, two_f, H).contiguous()
 
 _MOES = {}  # MoE.id -> MoE, while open (torch.ops.tilewire.moe_ffn names its MoE by id)
 
@@ -144,7 +159,9 @@ def moe_args(op: str, d: MoeDims, x, topk_idx, topk_weights, w_gate_up, w_down, 
         chk.dtype(op, name, t, chk.BF16)
         chk.on_gpu(op, name, t, d.device)
         if tuple(t.shape) != shape:
-            what = "[L, 2 x ffn, hidden]: gate rows, then up rows" if name == "w_gate_up" else "[L, hidden, ffn]"
+            what = ("[L, hidden, ffn]" if name == "w_down" else
+                    "[L, 2 x ffn, hidden]: gate and up rows in blocks of 8 (interleave_gate_up)" if d.gate_up_interleaved
+                    else "[L, 2 x ffn, hidden]: gate rows, then up rows")
             chk._fail(op, f"{name} has shape {list(t.shape)}; expected {list(shape)} ({what}, L = this rank's experts)")
         chk.row_major(op, name, t)
     if out is not None:
@@ -155,22 +172,27 @@ def moe_args(op: str, d: MoeDims, x, topk_idx, topk_weights, w_gate_up, w_down, 
 class MoE:
     """An expert-parallel MoE FFN over a communicator (docs/moe.md). Rank d holds experts
     [d L, (d + 1) L), L = num_experts / nranks, and passes their weights to each call:
-    w_gate_up [L, 2 ffn, hidden] (gate rows, then up rows), w_down [L, hidden, ffn], bf16."""
+    w_gate_up [L, 2 ffn, hidden] (gate rows, then up rows; with gate_up_interleaved, in blocks of 8:
+    interleave_gate_up), w_down [L, hidden, ffn], bf16."""
 
     def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, ffn: int, topk: int, num_experts: int,
                  low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False,
-                 fused_combine: Optional[bool] = None):
+                 fused_combine: Optional[bool] = None, gate_up_interleaved: bool = False):
         """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case).
         overlap: high throughput, the gate-up GEMM beside the dispatch, each tile starting once its
         rows have landed (docs/moe.md, "Overlap"). fused_combine: high throughput, the combine sums
         each row's experts as it sends them (docs/moe.md, "Fused combine"); None: the library's
-        default. Every setting gives the same bits."""
+        default. Every setting of these gives the same bits. gate_up_interleaved: w_gate_up comes
+        interleaved (interleave_gate_up) and the SwiGLU runs in the gate-up GEMM's epilogue on its
+        fp32 sums (docs/moe.md, "SwiGLU in the epilogue"): one pass over memory fewer, no [R, 2F]
+        buffer, and other bits than the plain layout (gate and up are not rounded first)."""
         comm._live("MoE")
         flag = lambda v: -1 if v is None else int(bool(v))  # noqa: E731
         self._m = _C.MoE(comm._c, max_tokens_per_rank, hidden, ffn, topk, num_experts, low_latency, max_expert_rows,
-                         num_sms, bool(overlap), flag(fused_combine))
+                         num_sms, bool(overlap), flag(fused_combine), bool(gate_up_interleaved))
         self._comm = comm
-        self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device)
+        self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device,
+                            bool(gate_up_interleaved))
         self.low_latency = low_latency
         self._closed = False
         self.id = id(self)  # for torch.ops.tilewire.moe_ffn (torch_ops.py)

@@ -45,6 +45,7 @@ constexpr Spelling<TpPath> kTpPath[] = {{"auto", TpPath::kAuto}, {"sequential", 
 
 constexpr Spelling<GroupedTile> kGroupedTile[] = {
     {"auto", GroupedTile::kAuto}, {"64x128pp", GroupedTile::k64x128pp}, {"64x256pp", GroupedTile::k64x256pp}, {"128x256coop", GroupedTile::k128x256coop}};
+constexpr Spelling<GroupedEpilogue> kGroupedEpilogue[] = {{"store", GroupedEpilogue::kStore}, {"swiglu", GroupedEpilogue::kSwiGlu}};
 
 // Expert parallelism.
 constexpr Spelling<EpPayload> kEpPayload[] = {
@@ -82,6 +83,8 @@ std::optional<TpPath> parse_tp_path(const std::string& s) { return parse_in(kTpP
 
 const char* grouped_tile_name(GroupedTile t) { return name_in(kGroupedTile, t); }
 std::optional<GroupedTile> parse_grouped_tile(const std::string& s) { return parse_in(kGroupedTile, s); }
+const char* grouped_epilogue_name(GroupedEpilogue e) { return name_in(kGroupedEpilogue, e); }
+std::optional<GroupedEpilogue> parse_grouped_epilogue(const std::string& s) { return parse_in(kGroupedEpilogue, s); }
 
 const char* ep_payload_name(EpPayload p) { return name_in(kEpPayload, p); }
 std::optional<EpPayload> parse_ep_payload(const std::string& s) { return parse_in(kEpPayload, s); }

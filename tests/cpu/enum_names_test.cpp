@@ -122,6 +122,12 @@ TEST(EnumNames, GroupedTile) {
                     tw::grouped_tile_name, tw::parse_grouped_tile);
 }
 
+TEST(EnumNames, GroupedEpilogue) {
+  using tw::GroupedEpilogue;
+  expect_round_trip("GroupedEpilogue", {GroupedEpilogue::kStore, GroupedEpilogue::kSwiGlu}, tw::grouped_epilogue_name,
+                    tw::parse_grouped_epilogue);
+}
+
 TEST(EnumNames, EpPayload) {
   using tw::EpPayload;
   expect_round_trip("EpPayload", {EpPayload::kBFloat16, EpPayload::kFp8E4M3}, tw::ep_payload_name,

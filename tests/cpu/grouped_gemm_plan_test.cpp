@@ -1,7 +1,8 @@
 // Grouped GEMM argument checks and tile rule without a GPU (ops/grouped_gemm.hpp): each refusal
 // names what was wrong; valid layouts (padded, packed, no rows) pass; grouped_gemm() throws
-// kInvalidArgument before touching the device; tile names round-trip; the row gate waits for
-// exactly the sources whose rows a tile holds.
+// kInvalidArgument before touching the device; the SwiGLU epilogue takes B [N, K] with N % 16 == 0
+// and a C of [rows, N / 2]; tile names round-trip; the row gate waits for exactly the sources
+// whose rows a tile holds.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 
 namespace {
 using tw::BLayout;
+using tw::GroupedEpilogue;
 using tw::GroupedGemmArgs;
 using tw::GroupedGemmConfig;
 using tw::GroupedTile;
@@ -53,6 +55,23 @@ TEST(GroupedGemmPlan, AcceptsBothLayoutsAndNoRows) {
   EXPECT_TRUE(tw::can_implement(none).ok) << tw::can_implement(none).reason;
 }
 
+// kSwiGlu: both layouts with B [N, K]; C is [rows, N / 2], so a C that ends where B begins, which
+// the full [rows, N] of kStore would overlap, does not.
+TEST(GroupedGemmPlan, SwiGluAcceptsHalfWidthC) {
+  for (GroupedGemmArgs a : {padded(), packed()}) {
+    a.epilogue = GroupedEpilogue::kSwiGlu;
+    EXPECT_TRUE(tw::can_implement(a).ok) << tw::can_implement(a).reason;
+    a.N = 16;
+    EXPECT_TRUE(tw::can_implement(a).ok) << tw::can_implement(a).reason;
+    a.N = 4096;
+    a.C = at(kB - size_t(a.rows) * (a.N / 2) * 2);
+    EXPECT_TRUE(tw::can_implement(a).ok) << tw::can_implement(a).reason;
+    a.epilogue = GroupedEpilogue::kStore;
+    EXPECT_FALSE(tw::can_implement(a).ok);
+    EXPECT_TRUE(contains(tw::can_implement(a).reason, "C overlaps B")) << tw::can_implement(a).reason;
+  }
+}
+
 TEST(GroupedGemmPlan, RefusesWithTheReason) {
   struct Case {
     std::string want;
@@ -83,6 +102,12 @@ TEST(GroupedGemmPlan, RefusesWithTheReason) {
   with("C is not 16-byte aligned", [](GroupedGemmArgs& a) { a.C = at(kC + 4); });
   with("C overlaps A", [](GroupedGemmArgs& a) { a.C = at(kA + 4096); });
   with("C overlaps B", [](GroupedGemmArgs& a) { a.C = at(kB + 16); });
+  // kSwiGlu: N in whole gate-up blocks of 16 (24 passes the N % 8 check), B [N, K] only.
+  with("N=24 with the swiglu epilogue", [](GroupedGemmArgs& a) { a.N = 24, a.epilogue = GroupedEpilogue::kSwiGlu; });
+  with("N=24 with the swiglu epilogue", [](GroupedGemmArgs& a) { a.N = 24, a.epilogue = GroupedEpilogue::kSwiGlu; },
+       packed());
+  with("swiglu epilogue is built for B [N, K] only, not B kn",
+       [](GroupedGemmArgs& a) { a.b_layout = BLayout::kKN, a.epilogue = GroupedEpilogue::kSwiGlu; });
   Case neg{"rows_hint=-1", padded()};
   neg.cfg.rows_hint = -1;
   cases.push_back(neg);

@@ -5,6 +5,9 @@
 // replays with the counts it finds. No rows at all is legal when every count is 0. The row gate
 // (src/ops/grouped_gemm/gate.hpp): a GEMM launched before its rows, counts and bounds exist computes
 // every group right once a kernel beside it writes them source by source, in reverse order.
+// The SwiGLU epilogue (GroupedEpilogue::kSwiGlu): every element of C [rows, N / 2] against
+// silu(g) u from fp64 g and u, padded and packed, every tile, partial row and column tiles;
+// nothing written outside the groups' rows of [rows, N / 2]; bad counts write nothing.
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -18,6 +21,7 @@
 namespace {
 using tw::BLayout;
 using tw::DType;
+using tw::GroupedEpilogue;
 using tw::GroupedTile;
 using tw_test::Bytes;
 using tw_test::DeviceBuffer;
@@ -34,16 +38,18 @@ struct Problem {
   int group_rows;  // padded; 0: packed (firsts are the offsets)
   std::vector<int> counts, firsts;
   BLayout layout = BLayout::kNK;
+  GroupedEpilogue epilogue = GroupedEpilogue::kStore;
+  int a_shift = 0;  // A's values are the seeded ones times 2^-a_shift (exact in bf16)
   std::string name() const {
     return std::to_string(groups) + " groups N=" + std::to_string(N) + " K=" + std::to_string(K) +
            " rows=" + std::to_string(rows) + (group_rows ? " padded " + std::to_string(group_rows) : " packed") +
-           " B=" + tw::blayout_name(layout);
+           " B=" + tw::blayout_name(layout) + " epilogue " + tw::grouped_epilogue_name(epilogue);
   }
 };
 
 // Padded: counts drawn in [0, group_rows] with the ends forced in (an empty group, a full one, one row).
 Problem padded(int groups, int N, int K, int group_rows, uint64_t seed, BLayout l) {
-  Problem p{groups, N, K, groups * group_rows, group_rows, {}, {}, l};
+  Problem p{groups, N, K, groups * group_rows, group_rows, {}, {}, l, GroupedEpilogue::kStore, 0};
   for (int g = 0; g < groups; ++g) {
     int c = int(tw_test::mix(seed, 0, g) % uint64_t(group_rows + 1));
     if (g == 0) c = 0;
@@ -57,7 +63,7 @@ Problem padded(int groups, int N, int K, int group_rows, uint64_t seed, BLayout 
 
 // Packed: groups one after another with seeded gaps (rows no group owns), and spare rows at the end.
 Problem packed(int groups, int N, int K, int max_rows, uint64_t seed, BLayout l) {
-  Problem p{groups, N, K, 0, 0, {}, {}, l};
+  Problem p{groups, N, K, 0, 0, {}, {}, l, GroupedEpilogue::kStore, 0};
   int row = 0;
   for (int g = 0; g < groups; ++g) {
     row += int(tw_test::mix(seed, 1, g) % 3);  // 0-2 rows between groups
@@ -70,6 +76,21 @@ Problem packed(int groups, int N, int K, int max_rows, uint64_t seed, BLayout l)
   }
   p.rows = row + 5;
   return p;
+}
+
+// The same layout with the SwiGLU epilogue. A scaled by 2^-8: the seeded values (|x| in [2^-4, 32))
+// make g in the hundreds, where silu(g) is max(g, 0) to the last bit; scaled, g spreads over a few
+// units either side of 0, across silu's curve.
+Problem swiglu(Problem p) {
+  p.epilogue = GroupedEpilogue::kSwiGlu;
+  p.a_shift = 8;
+  return p;
+}
+
+// p[i] *= 2^-shift, exact for bf16 values that stay normal (the seeded ones are >= 2^-4).
+__global__ void scale_down(__nv_bfloat16* p, size_t n, int shift) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+    p[i] = __float2bfloat16_rn(ldexpf(__bfloat162float(p[i]), -shift));
 }
 
 struct Buffers {
@@ -85,6 +106,10 @@ struct Buffers {
         status(4) {}
   void fill_and_poison(cudaStream_t s) {
     tw_test::fill(A.data(), kBf16, size_t(p.rows) * p.K, Fill::kRandom, kSeedA, 0, s);
+    if (p.a_shift != 0 && p.rows > 0) {
+      scale_down<<<256, 256, 0, s>>>(static_cast<__nv_bfloat16*>(A.data()), size_t(p.rows) * p.K, p.a_shift);
+      TW_CUDA_CHECK(cudaGetLastError());
+    }
     tw_test::fill(B.data(), kBf16, size_t(p.groups) * p.N * p.K, Fill::kRandom, kSeedB, 0, s);
     tw_test::poison(C.data(), C.bytes, s);
     set_counts(p.counts, s);
@@ -103,6 +128,7 @@ struct Buffers {
     a.offsets = p.group_rows ? nullptr : static_cast<const int*>(offsets.data());
     a.groups = p.groups, a.N = p.N, a.K = p.K, a.rows = p.rows, a.group_rows = p.group_rows;
     a.b_layout = p.layout;
+    a.epilogue = p.epilogue;
     a.status = static_cast<int*>(status.data());
     return a;
   }
@@ -114,10 +140,13 @@ struct Buffers {
   }
 };
 
+std::string check_swiglu(const Problem& p, const std::vector<int>& counts, const Bytes& c);
+
 // "" when every row of a group matches the fp64 reference (C = round(fp32 sum): half an ulp of
 // bf16, 2^-8 |ref|, plus the fp32 accumulation bound K 2^-24 sum |a b|) and every other row is
 // still poison (NaN); else the first problem. `counts` may differ from p.counts (a replay).
 std::string check(const Problem& p, const std::vector<int>& counts, const Bytes& c) {
+  if (p.epilogue == GroupedEpilogue::kSwiGlu) return check_swiglu(p, counts, c);
   const Bytes a_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.rows) * p.K, kSeedA, 0);
   const Bytes b_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.groups) * p.N * p.K, kSeedB, 0);
   std::vector<int> owner(size_t(p.rows), -1);
@@ -142,7 +171,8 @@ std::string check(const Problem& p, const std::vector<int>& counts, const Bytes&
         }
       bt_group = g;
     }
-    for (int k = 0; k < p.K; ++k) arow[k] = tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(m) * p.K + k));
+    for (int k = 0; k < p.K; ++k)
+      arow[k] = std::ldexp(tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(m) * p.K + k)), -p.a_shift);
     for (int n = 0; n < p.N; ++n) {
       const double* br = &bt[size_t(n) * p.K];
       double ref = 0, mag = 0;
@@ -155,6 +185,69 @@ std::string check(const Problem& p, const std::vector<int>& counts, const Bytes&
       if (!(std::fabs(got - ref) <= tol))
         return "C[" + std::to_string(m) + "," + std::to_string(n) + "] (group " + std::to_string(g) + ") = " +
                std::to_string(got) + ", reference " + std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
+    }
+  }
+  return "";
+}
+
+// check() for kSwiGlu: C is [rows, N / 2] with C[m][8j + i] = silu(g) u, g = (A B)[m][16j + i],
+// u = (A B)[m][16j + 8 + i]; the reference takes g and u as fp64 dot products of the bf16 inputs.
+// Tolerance: the kernel's fp32 sums g~, u~ are within eg = K 2^-24 sum |a b| of g (and eu of u), as
+// in check(); silu is 1.1-Lipschitz (max |silu'| = 1.0998), so
+//   |silu(g~) u~ - silu(g) u| <= err = 1.1 eg (|u| + eu) + |silu(g)| eu,
+// and the fp32 silu and product (a few ulps of fp32, __expf's included) and the rounding to bf16
+// (half an ulp, 2^-9) stay under 2^-8 (|ref| + err): tol = err + 2^-8 (|ref| + err). In practice
+// err is tiny and the bound is check()'s one bf16 ulp; err matters where silu(g) u is near 0.
+// Rows outside every group, and the buffer's elements past [rows, N / 2] (it holds rows x N), must
+// still be poison.
+std::string check_swiglu(const Problem& p, const std::vector<int>& counts, const Bytes& c) {
+  const int H = p.N / 2;  // C's columns
+  const Bytes a_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.rows) * p.K, kSeedA, 0);
+  const Bytes b_bits = tw_test::host_inputs(Fill::kRandom, kBf16, size_t(p.groups) * p.N * p.K, kSeedB, 0);
+  auto c_at = [&](size_t i) { return tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)); };
+  for (size_t i = size_t(p.rows) * H; i < c.size() / 2; ++i)
+    if (!std::isnan(c_at(i))) return "C element " + std::to_string(i) + " (past [rows, N / 2]) was written";
+  std::vector<int> owner(size_t(p.rows), -1);
+  for (int g = 0; g < p.groups; ++g)
+    for (int r = 0; r < counts[g]; ++r) owner[size_t(p.firsts[g] + r)] = g;
+  std::vector<double> arow(p.K), bt(size_t(p.N) * p.K);  // B_g [N][K] (kNK only)
+  int bt_group = -1;
+  for (int m = 0; m < p.rows; ++m) {
+    const int g = owner[m];
+    if (g < 0) {
+      for (int n = 0; n < H; ++n)
+        if (!std::isnan(c_at(size_t(m) * H + n)))
+          return "C[" + std::to_string(m) + "," + std::to_string(n) + "] (no group's row) was written";
+      continue;
+    }
+    if (g != bt_group) {
+      const size_t base = size_t(g) * p.N * p.K;
+      for (size_t i = 0; i < size_t(p.N) * p.K; ++i) bt[i] = tw_test::from_bits(kBf16, tw_test::elem(b_bits, kBf16, base + i));
+      bt_group = g;
+    }
+    for (int k = 0; k < p.K; ++k)
+      arow[k] = std::ldexp(tw_test::from_bits(kBf16, tw_test::elem(a_bits, kBf16, size_t(m) * p.K + k)), -p.a_shift);
+    for (int n = 0; n < H; ++n) {
+      const int gate = (n / 8) * 16 + n % 8, up = gate + 8;  // B_g's rows
+      const double* bg = &bt[size_t(gate) * p.K];
+      const double* bu = &bt[size_t(up) * p.K];
+      double gv = 0, gmag = 0, uv = 0, umag = 0;
+      for (int k = 0; k < p.K; ++k) {
+        gv += arow[k] * bg[k];
+        gmag += std::fabs(arow[k] * bg[k]);
+        uv += arow[k] * bu[k];
+        umag += std::fabs(arow[k] * bu[k]);
+      }
+      const double sg = gv / (1.0 + std::exp(-gv));  // -0 where exp overflows (g < -709)
+      const double ref = sg * uv;
+      const double eg = p.K * std::ldexp(gmag, -24), eu = p.K * std::ldexp(umag, -24);
+      const double err = 1.1 * eg * (std::fabs(uv) + eu) + std::fabs(sg) * eu;
+      const double tol = err + std::ldexp(std::fabs(ref) + err, -8);
+      const double got = c_at(size_t(m) * H + n);
+      if (!(std::fabs(got - ref) <= tol))
+        return "C[" + std::to_string(m) + "," + std::to_string(n) + "] (group " + std::to_string(g) +
+               ", g=" + std::to_string(gv) + ", u=" + std::to_string(uv) + ") = " + std::to_string(got) +
+               ", reference " + std::to_string(ref) + " (tolerance " + std::to_string(tol) + ")";
     }
   }
   return "";
@@ -213,6 +306,51 @@ TEST(GroupedGemm, BadCountsWriteNothing) {
     EXPECT_EQ(b.read_status(s), -(3 + 1));
     const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
     for (size_t i = 0; i < size_t(p.rows) * p.N; ++i)
+      ASSERT_TRUE(std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)))) << "C element " << i << " written";
+    b.set_counts(p.counts, s);
+    tw::grouped_gemm(b.args(), {}, s);
+    EXPECT_EQ(b.read_status(s), 0);
+    EXPECT_EQ(check(p, p.counts, tw_test::to_host(b.C.data(), b.C.bytes, s)), "");
+  }
+}
+
+// SwiGLU: ragged groups (empty, full, one row; group_rows and counts not multiples of the tile's
+// rows), N / 2 not a multiple of any tile's N / 2 (partial last column tile), K not a multiple of
+// the tile's K. Only B [N, K] is built for it.
+TEST(GroupedGemm, SwiGluPaddedLayout) {
+  TW_SKIP_UNLESS_SM90();
+  for (GroupedTile t : kTiles) {
+    run_and_check(swiglu(padded(6, 400, 72, 40, 5, BLayout::kNK)), t);    // C 200 wide
+    run_and_check(swiglu(padded(5, 528, 264, 200, 6, BLayout::kNK)), t);  // groups over one 128-row tile
+    run_and_check(swiglu(padded(3, 16, 64, 8, 7, BLayout::kNK)), t);      // one gate-up block
+  }
+}
+
+TEST(GroupedGemm, SwiGluPackedLayout) {
+  TW_SKIP_UNLESS_SM90();
+  for (GroupedTile t : kTiles) {
+    run_and_check(swiglu(packed(7, 400, 128, 150, 8, BLayout::kNK)), t);
+    run_and_check(swiglu(packed(40, 144, 64, 9, 9, BLayout::kNK)), t);
+  }
+}
+
+// BadCountsWriteNothing with the SwiGLU epilogue: no element of the C buffer written.
+TEST(GroupedGemm, SwiGluBadCountsWriteNothing) {
+  TW_SKIP_UNLESS_SM90();
+  Stream s;
+  for (bool pack : {false, true}) {
+    const Problem p = swiglu(pack ? packed(6, 144, 64, 30, 3, BLayout::kNK) : padded(6, 144, 64, 30, 3, BLayout::kNK));
+    SCOPED_TRACE(p.name());
+    Buffers b(p);
+    b.fill_and_poison(s);
+    std::vector<int> bad = p.counts;
+    bad[3] = pack ? p.firsts[4] - p.firsts[3] + 1 : p.group_rows + 1;  // into the next group / block
+    bad[5] = -1;
+    b.set_counts(bad, s);
+    tw::grouped_gemm(b.args(), {}, s);
+    EXPECT_EQ(b.read_status(s), -(3 + 1));
+    const Bytes c = tw_test::to_host(b.C.data(), b.C.bytes, s);
+    for (size_t i = 0; i < c.size() / 2; ++i)
       ASSERT_TRUE(std::isnan(tw_test::from_bits(kBf16, tw_test::elem(c, kBf16, i)))) << "C element " << i << " written";
     b.set_counts(p.counts, s);
     tw::grouped_gemm(b.args(), {}, s);

@@ -7,6 +7,11 @@
 //       a second call on the same inputs gives the same bits. High throughput runs four times: in
 //       sequence, with the overlap (MoeConfig::overlap), with the fused combine
 //       (MoeConfig::fused_combine) and with both; the fused calls must give the sequential bits.
+//       With the gate-up weights interleaved (MoeGateUp::kInterleaved8: the SwiGLU in the gate-up
+//       GEMM's epilogue) in both modes, in sequence and with both fusions (which must give its
+//       sequential bits), against the reference without h's rounding.
+//   Moe.InterleaveGateUp  interleave_gate_up's reorder against the host's, bit for bit, and its
+//       refusals (F % 8, overlap, null).
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
 //       poisoned output: the eager call's bits each time (both modes, every fusion).
 //   Moe.TooManyExpertRowsIsReported  high throughput with room for 3 (row, expert) pairs: a rank
@@ -23,7 +28,8 @@
 // sum |x w| against bf16's half ulp 2^-9): that moves act_f by up to 2^-7 |g_f u_f|. Tolerance per
 // output element: 2^-7 sum_j |w_j| sum_f |W2_e[c][f]| |g_f u_f| (those moves, act's and y's
 // roundings) + 2^-8 |ref| (the output's rounding). Wrong routing, a lost slot or gate and up
-// swapped move an element by about |ref|, far outside it.
+// swapped move an element by about |ref|, far outside it. With kInterleaved8 h is not rounded
+// (the epilogue forms act from the fp32 sums); the same tolerance holds.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -93,7 +99,8 @@ Expert expert_weights(uint64_t seed, int e) {
 }
 
 // out [N, H] reference and tolerance (header).
-void reference(const Tokens& t, const std::vector<Expert>& experts, std::vector<double>* ref, std::vector<double>* tol) {
+void reference(const Tokens& t, const std::vector<Expert>& experts, std::vector<double>* ref, std::vector<double>* tol,
+               bool swiglu = false) {
   ref->assign(size_t(t.N) * kH, 0.0), tol->assign(size_t(t.N) * kH, 0.0);
   std::vector<double> h(2 * kF), act(kF), gu(kF);
   for (int n = 0; n < t.N; ++n)
@@ -105,7 +112,7 @@ void reference(const Tokens& t, const std::vector<Expert>& experts, std::vector<
       for (int r = 0; r < 2 * kF; ++r) {
         double s = 0;
         for (int c = 0; c < kH; ++c) s += double(x.w1[size_t(r) * kH + c]) * bf16_to_f32(t.x[size_t(n) * kH + c]);
-        h[r] = bf16_to_f32(f32_to_bf16(float(s)));
+        h[r] = swiglu ? s : bf16_to_f32(f32_to_bf16(float(s)));
       }
       for (int f = 0; f < kF; ++f) {
         const double g = h[f], u = h[kF + f];
@@ -142,13 +149,27 @@ std::vector<Expert> team_experts(uint64_t seed, int P) {
   return experts;
 }
 
-// This rank's weights on the device (the host bits kept until the object goes).
+// [L, 2F, H] rows reordered from gate-then-up to kInterleaved8 on the host (moe.hpp's formula).
+std::vector<uint16_t> interleaved(const std::vector<uint16_t>& w1, int L, int F, int H) {
+  std::vector<uint16_t> out(w1.size());
+  for (int l = 0; l < L; ++l)
+    for (int r = 0; r < 2 * F; ++r) {
+      const int j = r / 16, half = (r / 8) % 2, i = r % 8;
+      const size_t from = (size_t(l) * 2 * F + size_t(half) * F + 8 * j + i) * H, to = (size_t(l) * 2 * F + r) * H;
+      std::copy(w1.begin() + long(from), w1.begin() + long(from) + H, out.begin() + long(to));
+    }
+  return out;
+}
+
+// This rank's weights on the device (the host bits kept until the object goes); w1i: the gate-up
+// weights interleaved (kInterleaved8) on the host.
 struct RankWeights {
   std::vector<uint16_t> h1, h2;
-  DeviceBuffer w1, w2;
+  DeviceBuffer w1, w2, w1i;
   RankWeights(const std::vector<Expert>& experts, int rank, cudaStream_t s)
-      : h1(bits(experts, rank, true)), h2(bits(experts, rank, false)), w1(h1.size() * 2), w2(h2.size() * 2) {
-    upload(w1.data(), h1, s), upload(w2.data(), h2, s);
+      : h1(bits(experts, rank, true)), h2(bits(experts, rank, false)), w1(h1.size() * 2), w2(h2.size() * 2),
+        w1i(h1.size() * 2) {
+    upload(w1.data(), h1, s), upload(w2.data(), h2, s), upload(w1i.data(), interleaved(h1, kL, kF, kH), s);
   }
 
  private:
@@ -170,32 +191,41 @@ struct CallBuffers {
     upload(x.data(), t.x, s), upload(idx.data(), topk, s), upload(w.data(), t.w, s);
   }
   CallBuffers(const Tokens& t, cudaStream_t s) : CallBuffers(t, t.idx, s) {}
-  tw::MoeArgs args(const Tokens& t, const RankWeights& rw) const {
+  tw::MoeArgs args(const Tokens& t, const RankWeights& rw, bool swiglu = false) const {
     tw::MoeArgs a;
     a.x = x.data(), a.num_tokens = t.N, a.topk_idx = idx.data(), a.topk_weights = static_cast<const float*>(w.data());
-    a.w_gate_up = rw.w1.data(), a.w_down = rw.w2.data(), a.out = out.data();
+    a.w_gate_up = swiglu ? rw.w1i.data() : rw.w1.data(), a.w_down = rw.w2.data(), a.out = out.data();
     return a;
   }
 };
 
 // The configurations the tests run: high throughput in sequence, with the overlap, with the fused
-// combine, with both; low latency.
+// combine, with both; low latency; and with the gate-up weights interleaved (swiglu), in sequence and
+// with both fusions, in both modes.
 struct Variant {
   tw::EpMode mode;
   bool overlap = false;
   bool fused_combine = false;
+  bool swiglu = false;  // MoeGateUp::kInterleaved8
   bool fused() const { return overlap || fused_combine; }
   std::string name() const {
     return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : "") +
-           (fused_combine ? " fused-combine" : "");
+           (fused_combine ? " fused-combine" : "") + (swiglu ? " swiglu" : "");
   }
 };
 constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false},
                                    {tw::EpMode::kHighThroughput, true, false},
                                    {tw::EpMode::kHighThroughput, false, true},
                                    {tw::EpMode::kHighThroughput, true, true}};
-constexpr Variant kVariants[] = {kHtVariants[0], kHtVariants[1], kHtVariants[2], kHtVariants[3],
-                                 {tw::EpMode::kLowLatency, false, false}};
+// A sequential variant before the fused ones of the same swiglu: their bits are checked against it.
+constexpr Variant kVariants[] = {kHtVariants[0],
+                                 kHtVariants[1],
+                                 kHtVariants[2],
+                                 kHtVariants[3],
+                                 {tw::EpMode::kLowLatency, false, false},
+                                 {tw::EpMode::kHighThroughput, false, false, true},
+                                 {tw::EpMode::kHighThroughput, true, true, true},
+                                 {tw::EpMode::kLowLatency, false, false, true}};
 
 tw::MoeConfig moe_config(const Variant& v, int P) {
   tw::MoeConfig c;
@@ -204,6 +234,7 @@ tw::MoeConfig moe_config(const Variant& v, int P) {
   c.ffn = kF;
   c.overlap = v.overlap;
   c.fused_combine = v.fused_combine;
+  c.gate_up = v.swiglu ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
   return c;
 }
 
@@ -227,16 +258,17 @@ TEST(Moe, MatchesTheReference) {
     const int me = comm.rank();
     Stream s;
     const RankWeights rw(experts, me, s);
-    std::vector<std::vector<uint16_t>> sequential(3);  // high throughput's bits per routing
+    std::vector<std::vector<uint16_t>> sequential(6);  // high throughput's bits per routing and swiglu
     for (const Variant& v : kVariants) {
       tw::MoE moe(comm, moe_config(v, P));
       for (Routing routing : {Routing::kUniform, Routing::kSkewed, Routing::kAllToRank0}) {
         const std::string at = v.name() + " " + name(routing) + ": ";
         const Tokens t = make_tokens(seed + int(routing), routing, me, P);
         std::vector<double> ref, tol;
-        reference(t, experts, &ref, &tol);
+        reference(t, experts, &ref, &tol, v.swiglu);
         const CallBuffers cb(t, s);
-        tw::MoeArgs a = cb.args(t, rw);
+        tw::MoeArgs a = cb.args(t, rw, v.swiglu);
+        const size_t seq = size_t(routing) + (v.swiglu ? 3 : 0);
         std::vector<uint16_t> first;
         for (int call = 0; call < 2; ++call) {
           poison(cb.out.data(), cb.out.bytes, s);
@@ -249,8 +281,8 @@ TEST(Moe, MatchesTheReference) {
             first = got;
             const std::string why = compare(got, ref, tol);
             if (!why.empty()) wrong[me].push_back(at + why);
-            if (v.mode == tw::EpMode::kHighThroughput && !v.fused()) sequential[int(routing)] = got;
-            if (v.fused() && got != sequential[int(routing)])
+            if (v.mode == tw::EpMode::kHighThroughput && !v.fused()) sequential[seq] = got;
+            if (v.fused() && got != sequential[seq])
               wrong[me].push_back(at + "the bits differ from the sequential high-throughput call's");
           } else if (got != first) {
             wrong[me].push_back(at + "the second call's bits differ from the first's");
@@ -279,7 +311,7 @@ TEST(Moe, GraphReplayIsBitIdentical) {
       tw::MoE moe(comm, moe_config(v, P));
       const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
       const CallBuffers cb(t, s);
-      tw::MoeArgs a = cb.args(t, rw);
+      tw::MoeArgs a = cb.args(t, rw, v.swiglu);
       poison(cb.out.data(), cb.out.bytes, s);  // as before each replay (a rank with no tokens writes none of it)
       comm.sync(s);
       comm.barrier();
@@ -419,6 +451,31 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
     }
   });
   for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+TEST(Moe, InterleaveGateUp) {
+  TW_SKIP_UNLESS_SM90();
+  const int L = 3, F = 40, H = 24;  // F: 5 blocks of 8 per half, so the last interleaved block of 16 is whole
+  std::vector<uint16_t> w(size_t(L) * 2 * F * H);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = f32_to_bf16(random_exact(7, 0, i, tw::DType::kBFloat16));
+  Stream s;
+  DeviceBuffer dw(w.size() * 2), dout(w.size() * 2);
+  upload(dw.data(), w, s);
+  poison(dout.data(), dout.bytes, s);
+  tw::interleave_gate_up(dw.data(), dout.data(), L, F, H, s);
+  EXPECT_TRUE(download<uint16_t>(dout.data(), w.size(), s) == interleaved(w, L, F, H)) << "the rows differ from the host's";
+  auto refused = [&](const void* in, void* out, int f, const std::string& want) {
+    try {
+      tw::interleave_gate_up(in, out, L, f, H, s);
+      ADD_FAILURE() << "no error; wanted one naming " << want;
+    } catch (const tw::Error& e) {
+      EXPECT_EQ(e.code(), tw::Errc::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  refused(dw.data(), dout.data(), 12, "F 12");
+  refused(dw.data(), static_cast<char*>(dw.data()) + 16, F, "overlaps");
+  refused(nullptr, dout.data(), F, "w is null");
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ import pytest
 from tilewire import _checks as chk
 from tilewire.comm import Comm, gemm
 from tilewire.ep import EpBuffer
-from tilewire.moe import MoE, MoeDims, grouped_mm
+from tilewire.moe import MoE, MoeDims, grouped_mm, interleave_gate_up
 
 
 class Dev:
@@ -239,7 +239,7 @@ def test_grouped_mm_refusals():
 def fake_moe(comm, low_latency=False):
     m = object.__new__(MoE)
     m._comm, m._m, m._closed, m.low_latency = comm, FakeC(), False, low_latency
-    m.dims = MoeDims(hidden=256, ffn=128, topk=4, local_experts=8, max_tokens=32, device=0)
+    m.dims = MoeDims(hidden=256, ffn=128, topk=4, local_experts=8, max_tokens=32, device=0, gate_up_interleaved=False)
     return m
 
 
@@ -272,3 +272,19 @@ def test_custom_ops_name_only_open_objects():
         comm_of(12345)
     with pytest.raises(ValueError, match="no open MoE with id 12345"):
         moe_of(12345)
+
+
+def test_interleave_gate_up_refusals():
+    refused(lambda: interleave_gate_up(T((8, 64))), "interleave_gate_up: w has 2 dimensions", "expected 3")
+    refused(lambda: interleave_gate_up(T((8, 24, 64))), "w has 24 rows per expert", "ffn a multiple of 8")
+
+
+def test_interleave_gate_up_reorders():
+    torch = pytest.importorskip("torch")
+    L, F, H = 2, 24, 5
+    w = torch.randn(L, 2 * F, H)
+    got = interleave_gate_up(w)
+    for l in range(L):
+        for r in range(2 * F):
+            j, half, i = r // 16, (r // 8) % 2, r % 8
+            assert torch.equal(got[l, r], w[l, half * F + 8 * j + i]), (l, r)

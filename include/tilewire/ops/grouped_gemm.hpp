@@ -41,10 +41,23 @@
 
 namespace tw {
 
+// What the epilogue writes.
+//   kStore   C = A B: [rows, N].
+//   kSwiGlu  the SwiGLU of a gate-up projection, fused: B's N rows hold the gate's and the up
+//            projection's rows interleaved in blocks of 8 (rows 16j .. 16j+7 of B_g are gate rows
+//            8j .. 8j+7, rows 16j+8 .. 16j+15 are up rows 8j .. 8j+7: interleave_gate_up(),
+//            ops/moe.hpp), and C is [rows, N / 2]:
+//              C[r][8j + i] = bf16(silu(g) u),  g = (A B)[r][16j + i],  u = (A B)[r][16j + 8 + i]
+//            in fp32 (g and u are not rounded to bf16 first), silu(g) = g / (1 + e^-g).
+//            N % 16 == 0; B [N, K] (kNK) only. Saves writing A B and reading it back.
+enum class GroupedEpilogue { kStore, kSwiGlu };
+const char* grouped_epilogue_name(GroupedEpilogue e);                        // "store", "swiglu"
+std::optional<GroupedEpilogue> parse_grouped_epilogue(const std::string& s);  // exactly those names
+
 struct GroupedGemmArgs {
   const void* A = nullptr;       // [rows, K]
   const void* B = nullptr;       // [groups, N, K] (kNK) or [groups, K, N] (kKN)
-  void* C = nullptr;             // [rows, N]; must not overlap A or B
+  void* C = nullptr;             // [rows, N] ([rows, N / 2] with kSwiGlu); must not overlap A or B
   const int* counts = nullptr;   // device [groups]: the rows of each group
   const int* offsets = nullptr;  // device [groups]: packed layout's first rows; null: padded layout
   int groups = 0;                // L >= 1
@@ -55,6 +68,7 @@ struct GroupedGemmArgs {
   DType dtype = DType::kBFloat16;
   BLayout b_layout = BLayout::kNK;
   int* status = nullptr;         // device int or null: 0, or -(g + 1) for the first bad group g
+  GroupedEpilogue epilogue = GroupedEpilogue::kStore;
 };
 
 // The CTA tile: rows x columns of C per tile (CUTLASS's kernels, grouped_sm90.cuh).
@@ -81,7 +95,7 @@ GroupedTile grouped_tile_for(const GroupedGemmArgs& a, const GroupedGemmConfig& 
 // groups < 1; N, K <= 0; rows < 0; null A, B, C or counts; rows TMA cannot address (K and N
 // multiples of 8: 16-byte rows); pointers not 16-byte aligned; a padded layout whose groups do
 // not fit in rows; group_rows set with offsets; C overlapping A or B; a dtype other than bf16; a
-// bad config.
+// bad config; kSwiGlu with N % 16 != 0 or B [K, N].
 Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg = {});
 
 // Enqueue the grouped GEMM on `stream` (current device). Throws tw::Error(kInvalidArgument) with

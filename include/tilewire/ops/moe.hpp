@@ -5,7 +5,9 @@
 //
 // Experts are split as EpBuffer splits them: rank d holds experts [d L, (d + 1) L), L = E / P,
 // with this rank's weights
-//   w_gate_up  [L, 2F, H] bf16   rows [0, F) of expert l: the gate projection, rows [F, 2F): up
+//   w_gate_up  [L, 2F, H] bf16   MoeGateUp::kGateThenUp: rows [0, F) of expert l are the gate
+//                                projection, rows [F, 2F) up; kInterleaved8: blocks of 8 rows in
+//                                turn (interleave_gate_up below)
 //   w_down     [L, H, F]  bf16
 // (both [N, K] for their GEMM: the weights' usual layout, as torch's Linear keeps them).
 //
@@ -25,10 +27,13 @@
 //
 // Rounding: the gate-up output, the activation and the down output are bf16 (fp32 inside each
 // step); the combine sums in fp32 and rounds once (high throughput: the per-rank sum of a row's
-// experts is rounded to bf16 before it travels).
+// experts is rounded to bf16 before it travels). With kInterleaved8 the SwiGLU runs in the gate-up
+// GEMM's epilogue on its fp32 sums (GroupedEpilogue::kSwiGlu): no gate-up output in memory, and the
+// activation is rounded once from unrounded gate and up values, so its bits differ from
+// kGateThenUp's.
 //
-// Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] and the activation
-// [R, F] bf16, with R = L x capacity (low latency) or max_expert_rows (high throughput; by
+// Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] (kGateThenUp only)
+// and the activation [R, F] bf16, with R = L x capacity (low latency) or max_expert_rows (high throughput; by
 // default capacity x topk, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
 // and output [R, H] bf16 and the combine rows [capacity, H]. MoE::bytes() says how much.
 #pragma once
@@ -43,6 +48,13 @@
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw {
+
+// How w_gate_up holds each expert's gate and up projections (its 2F rows of H).
+enum class MoeGateUp {
+  kGateThenUp,   // rows [0, F): gate, rows [F, 2F): up (torch's two Linears stacked)
+  kInterleaved8, // rows 16j .. 16j+7: gate rows 8j .. 8j+7, rows 16j+8 .. 16j+15: up rows 8j .. 8j+7
+                 // (interleave_gate_up makes it once, at load): the SwiGLU runs in the gate-up GEMM
+};
 
 struct MoeConfig {
   EpConfig ep;    // hidden = H, topk, num_experts, max_tokens_per_rank, mode; payload bf16 only
@@ -67,7 +79,15 @@ struct MoeConfig {
   // combine reading them back. The same bits either way. Ranks may differ. Ignored in the
   // low-latency mode (its down GEMM already writes into the combine block).
   bool fused_combine = false;
+  // w_gate_up's layout. kInterleaved8 fuses SiLU(gate) x up into the gate-up GEMM's epilogue (one
+  // pass over memory fewer, no [R, 2F] buffer; "Rounding" above). Ranks may differ.
+  MoeGateUp gate_up = MoeGateUp::kGateThenUp;
 };
+
+// out[l] = w[l] with its 2F rows of H reordered from kGateThenUp to kInterleaved8, on `stream`:
+// out row 16j + i = w row 8j + i (gate), out row 16j + 8 + i = w row F + 8j + i (up), i < 8. bf16,
+// F % 8 == 0, out and w 16-byte aligned and disjoint. Throws kInvalidArgument on bad arguments.
+void interleave_gate_up(const void* w, void* out, int L, int F, int H, cudaStream_t stream);
 
 // Host checks that need no GPU: the EP config (check_ep_config), F, the payload.
 Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget);

@@ -34,19 +34,24 @@ bool overlap(const void* p, size_t pn, const void* q, size_t qn) {
 constexpr int kSmallTileMaxRows = 64;
 constexpr int kMidTileMaxRows = 1024;
 
-// The kernels this build instantiates (launch.hpp), keyed by (B layout, tile).
+// The kernels this build instantiates (launch.hpp), keyed by (epilogue, B layout, tile).
 struct KernelEntry {
+  GroupedEpilogue epilogue;
   BLayout b;
   GroupedTile tile;
   grouped_impl::Launch launch;
 };
+constexpr GroupedEpilogue kStore = GroupedEpilogue::kStore, kSwiGlu = GroupedEpilogue::kSwiGlu;
 constexpr KernelEntry kKernels[] = {
-    {BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp},
-    {BLayout::kKN, GroupedTile::k64x128pp, grouped_impl::launch_bf16_kn_pp},
-    {BLayout::kNK, GroupedTile::k64x256pp, grouped_impl::launch_bf16_nk_pp256},
-    {BLayout::kKN, GroupedTile::k64x256pp, grouped_impl::launch_bf16_kn_pp256},
-    {BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop},
-    {BLayout::kKN, GroupedTile::k128x256coop, grouped_impl::launch_bf16_kn_coop},
+    {kStore, BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp},
+    {kStore, BLayout::kKN, GroupedTile::k64x128pp, grouped_impl::launch_bf16_kn_pp},
+    {kStore, BLayout::kNK, GroupedTile::k64x256pp, grouped_impl::launch_bf16_nk_pp256},
+    {kStore, BLayout::kKN, GroupedTile::k64x256pp, grouped_impl::launch_bf16_kn_pp256},
+    {kStore, BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop},
+    {kStore, BLayout::kKN, GroupedTile::k128x256coop, grouped_impl::launch_bf16_kn_coop},
+    {kSwiGlu, BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp_swiglu},
+    {kSwiGlu, BLayout::kNK, GroupedTile::k64x256pp, grouped_impl::launch_bf16_nk_pp256_swiglu},
+    {kSwiGlu, BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop_swiglu},
 };
 
 }  // namespace
@@ -73,6 +78,13 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
     return fail("K=" + std::to_string(a.K) + ": rows of A (and of B [N, K]) must be 16-byte multiples (K % 8 == 0)");
   if (a.N % 8 != 0)
     return fail("N=" + std::to_string(a.N) + ": rows of C (and of B [K, N]) must be 16-byte multiples (N % 8 == 0)");
+  if (a.epilogue != GroupedEpilogue::kStore && a.epilogue != GroupedEpilogue::kSwiGlu)
+    return fail("epilogue " + std::to_string(int(a.epilogue)) + " is not a GroupedEpilogue");
+  const bool swiglu = a.epilogue == GroupedEpilogue::kSwiGlu;
+  if (swiglu && a.N % 16 != 0)
+    return fail("N=" + std::to_string(a.N) + " with the swiglu epilogue: B's rows are gate-up blocks of 16 (N % 16 == 0)");
+  if (swiglu && a.b_layout != BLayout::kNK)
+    return fail(std::string("the swiglu epilogue is built for B [N, K] only, not B ") + blayout_name(a.b_layout));
   if (a.offsets != nullptr && a.group_rows != 0)
     return fail("group_rows=" + std::to_string(a.group_rows) + " with offsets: the packed layout takes no group_rows");
   if (a.offsets == nullptr) {
@@ -86,7 +98,7 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
   if (!aligned16(a.B)) return fail("B is not 16-byte aligned (TMA needs 16-byte aligned bases)");
   if (!aligned16(a.C)) return fail("C is not 16-byte aligned");
   const size_t es = 2;
-  const size_t bytes_a = size_t(a.rows) * a.K * es, bytes_c = size_t(a.rows) * a.N * es;
+  const size_t bytes_a = size_t(a.rows) * a.K * es, bytes_c = size_t(a.rows) * (swiglu ? a.N / 2 : a.N) * es;
   const size_t bytes_b = size_t(a.groups) * a.N * a.K * es;
   if (overlap(a.C, bytes_c, a.A, bytes_a)) return fail("C overlaps A (the kernel reads A while tiles of C land)");
   if (overlap(a.C, bytes_c, a.B, bytes_b)) return fail("C overlaps B (the kernel reads B while tiles of C land)");
@@ -115,10 +127,10 @@ void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, 
   const GroupedTile tile = grouped_tile_for(a, cfg);
   grouped_impl::Launch launch = nullptr;
   for (const KernelEntry& k : kKernels)
-    if (k.b == a.b_layout && k.tile == tile) launch = k.launch;
+    if (k.epilogue == a.epilogue && k.b == a.b_layout && k.tile == tile) launch = k.launch;
   TW_REQUIRE(launch != nullptr, kInvalidArgument,
              std::string("grouped_gemm: no kernel built for tile ") + grouped_tile_name(tile) + ", B " +
-                 blayout_name(a.b_layout));
+                 blayout_name(a.b_layout) + ", epilogue " + grouped_epilogue_name(a.epilogue));
   // An even grid: the cooperative tile runs in 1 x 2 clusters.
   launch(a, gate, (num_sms - cfg.reserved_sms) & ~1, stream);
 }

@@ -50,6 +50,7 @@
 #include "../gemm/scratch.hpp"
 #include "gate.hpp"
 #include "launch.hpp"
+#include "swiglu_epilogue.cuh"
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/wait.cuh"
 #include "tilewire/runtime/errors.hpp"
@@ -132,10 +133,11 @@ struct GatedMainloop : Base {
   }
 };
 
-template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong>
+template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong, bool kSwiGlu = false>
 struct GroupedGemm {
   using E = cutlass::bfloat16_t;
   static constexpr BLayout kLayout = kB;
+  static constexpr bool kSwiGluEpilogue = kSwiGlu;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M_g, N, K) per group
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::Int<kClusterN>, cute::_1>;  // along N: A multicast
@@ -145,11 +147,17 @@ struct GroupedGemm {
   using LayoutD = cutlass::layout::RowMajor;                                   // C_g [M_g, N]
   static constexpr int kAlign = 8;  // 16-byte rows (can_implement: K, N multiples of 8)
 
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using StoreEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, E, LayoutD*, kAlign,
       typename Schedules<kPingpong>::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
+  // kSwiGlu: D = silu(gate) x up from the registers (swiglu_epilogue.cuh), stored by each thread.
+  using Epilogue = std::conditional_t<
+      kSwiGlu,
+      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
+          SwiGluEpilogueArray<cutlass::detail::TagToStrideC_t<LayoutD*>>>,
+      StoreEpilogue>;
   using Mainloop = GatedMainloop<
       typename cutlass::gemm::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA*, kAlign, E, LayoutB*, kAlign, float,
@@ -247,11 +255,12 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
     // A refused group points at the arrays' own start: never read (no tiles), always a valid address.
     out.a[g] = refuse ? static_cast<const E*>(a.A) : static_cast<const E*>(a.A) + f * a.K;
     out.b[g] = static_cast<const E*>(a.B) + (long long)g * a.N * a.K;
-    out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * a.N;
+    const long long ldc = G::kSwiGluEpilogue ? a.N / 2 : a.N;  // C's columns
+    out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * ldc;
     out.sa[g] = typename G::StrideA{int64_t(a.K), cute::_1{}, cute::_0{}};
     if constexpr (G::kLayout == BLayout::kNK) out.sb[g] = typename G::StrideB{int64_t(a.K), cute::_1{}, cute::_0{}};
     else out.sb[g] = typename G::StrideB{cute::_1{}, int64_t(a.N), cute::_0{}};
-    out.sd[g] = typename G::StrideD{int64_t(a.N), cute::_1{}, cute::_0{}};
+    out.sd[g] = typename G::StrideD{int64_t(ldc), cute::_1{}, cute::_0{}};
   }
   if (threadIdx.x == 0 && a.status) *a.status = refuse ? -(first_bad + 1) : 0;
 }
@@ -287,8 +296,6 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   args.mode = cutlass::gemm::GemmUniversalMode::kGrouped;
   args.hw_info.sm_count = sm_count;
   TW_CUDA_CHECK(cudaGetDevice(&args.hw_info.device_id));
-  args.epilogue.thread.alpha = 1.0f;
-  args.epilogue.thread.beta = 0.0f;
 
   // The arrays' size, then CUTLASS's workspace size: it depends on the SM count, not on pointers.
   const size_t arrays = GroupArrays<G>::carve(nullptr, a.groups, nullptr);
@@ -305,8 +312,12 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   args.mainloop.ptr_B = arr.b;
   args.mainloop.dB = arr.sb;
   args.mainloop.gate = gate;
-  args.epilogue.ptr_C = nullptr;
-  args.epilogue.dC = nullptr;
+  if constexpr (!G::kSwiGluEpilogue) {
+    args.epilogue.thread.alpha = 1.0f;
+    args.epilogue.thread.beta = 0.0f;
+    args.epilogue.ptr_C = nullptr;
+    args.epilogue.dC = nullptr;
+  }
   args.epilogue.ptr_D = arr.d;
   args.epilogue.dD = arr.sd;
 

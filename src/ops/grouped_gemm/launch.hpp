@@ -19,6 +19,10 @@ void launch_bf16_nk_pp256(const GroupedGemmArgs& a, const RowGate& gate, int sm_
 void launch_bf16_kn_pp256(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_nk_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_kn_coop(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+// GroupedEpilogue::kSwiGlu (B [N, K] only: the gate-up weights of an MoE FFN)
+void launch_bf16_nk_pp_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_pp256_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_coop_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 
 // grouped_gemm() with a row gate: the same checks and tile rule; throws as grouped_gemm() does.
 void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,

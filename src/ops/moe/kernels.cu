@@ -154,6 +154,16 @@ __global__ void silu_mul_kernel(const uint4* h, const int* counts, const int* of
   }
 }
 
+// One 16-byte vector per thread: out row 16j + 8h + i of expert l <- w row h F + 8j + i.
+__global__ void interleave_gate_up_kernel(const uint4* w, int F, int vecs, long long n, uint4* out) {
+  for (long long v = (long long)blockIdx.x * blockDim.x + threadIdx.x; v < n; v += (long long)gridDim.x * blockDim.x) {
+    const long long row = v / vecs, c = v % vecs;  // out's row over all experts
+    const long long l = row / (2 * F), r = row % (2 * F);
+    const long long j = r / 16, h = (r / 8) % 2, i = r % 8;
+    out[v] = w[(l * 2 * F + h * F + 8 * j + i) * vecs + c];
+  }
+}
+
 int grid_for(long long work, int cap) {
   return (int)std::max<long long>(1, std::min<long long>((work + kThreads - 1) / kThreads, cap));
 }
@@ -198,6 +208,15 @@ void silu_mul(const void* h, const int* counts, const int* offsets, int group_ro
   const dim3 grid(grid_for((long long)max_count * vecs, std::max(1, 4096 / L)), L);
   silu_mul_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const uint4*>(h), counts, offsets, group_rows, vecs,
                                                  static_cast<uint4*>(act));
+  TW_CUDA_CHECK(cudaGetLastError());
+}
+
+void interleave_gate_up(const void* w, void* out, int L, int F, int H, cudaStream_t stream) {
+  const int vecs = H / 8;
+  const long long n = (long long)L * 2 * F * vecs;
+  if (n == 0) return;
+  interleave_gate_up_kernel<<<grid_for(n, 4096), kThreads, 0, stream>>>(static_cast<const uint4*>(w), F, vecs, n,
+                                                                      static_cast<uint4*>(out));
   TW_CUDA_CHECK(cudaGetLastError());
 }
 

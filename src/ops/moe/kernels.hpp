@@ -43,4 +43,8 @@ void scatter_rows(const void* yg, const int* pos_of, const float* w, const int* 
 void silu_mul(const void* h, const int* counts, const int* offsets, int group_rows, int L, int F, int max_count,
               void* act, cudaStream_t stream);
 
+// out [L, 2F, H] = w with each expert's gate rows and up rows interleaved in blocks of 8
+// (tw::interleave_gate_up, tilewire/ops/moe.hpp). H % 8 == 0, F % 8 == 0.
+void interleave_gate_up(const void* w, void* out, int L, int F, int H, cudaStream_t stream);
+
 }  // namespace tw::ops::moe

@@ -43,6 +43,10 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
   if (c.ffn <= 0 || c.ffn % 8 != 0)
     return fail("ffn " + std::to_string(c.ffn) + " must be a positive multiple of 8 (16-byte rows of bf16)");
   if (c.ep.hidden % 8 != 0) return fail("hidden " + std::to_string(c.ep.hidden) + " must be a multiple of 8");
+  if (c.gate_up != MoeGateUp::kGateThenUp && c.gate_up != MoeGateUp::kInterleaved8)
+    return fail("gate_up " + std::to_string(int(c.gate_up)) + " is not a MoeGateUp");
+  if (c.gate_up == MoeGateUp::kInterleaved8 && c.ffn % 8 != 0)
+    return fail("gate_up kInterleaved8 needs ffn % 8 == 0 (ffn " + std::to_string(c.ffn) + ")");
   if (c.max_expert_rows < 0)
     return fail("max_expert_rows " + std::to_string(c.max_expert_rows) + " is negative (0: the worst case)");
   // The overlap's dispatch CTAs (a whole SM each: their registers) and the GEMM's preparation,
@@ -63,7 +67,7 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
 struct MoE::Buffers {
   int rows = 0;       // R
   int capacity = 0;   // high throughput: rows the receive can hold (P x max_tokens)
-  void* h = nullptr;    // [R, 2F] gate-up output
+  void* h = nullptr;    // [R, 2F] gate-up output (MoeGateUp::kGateThenUp only)
   void* act = nullptr;  // [R, F]
   // High throughput only:
   void* xg = nullptr;   // [R, H] received rows in expert-major order
@@ -135,7 +139,7 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
              "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
              "max_tokens_per_rank");
   b.rows = int(rows), b.capacity = int(capacity);
-  b.h = alloc<uint16_t>(size_t(rows) * 2 * F, &b.bytes);
+  if (cfg.gate_up == MoeGateUp::kGateThenUp) b.h = alloc<uint16_t>(size_t(rows) * 2 * F, &b.bytes);
   b.act = alloc<uint16_t>(size_t(rows) * F, &b.bytes);
   if (cfg.ep.mode == EpMode::kHighThroughput) {
     b.xg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
@@ -166,6 +170,23 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
 }
 
 MoE::~MoE() = default;
+
+void interleave_gate_up(const void* w, void* out, int L, int F, int H, cudaStream_t stream) {
+  TW_REQUIRE(L >= 0 && F >= 0 && H >= 0, kInvalidArgument,
+             "interleave_gate_up: L " + std::to_string(L) + ", F " + std::to_string(F) + ", H " + std::to_string(H) +
+                 " must not be negative");
+  TW_REQUIRE(F % 8 == 0 && H % 8 == 0, kInvalidArgument,
+             "interleave_gate_up: F " + std::to_string(F) + " and H " + std::to_string(H) + " must be multiples of 8");
+  const size_t bytes = size_t(L) * 2 * F * H * 2;
+  if (bytes == 0) return;
+  TW_REQUIRE(w && out, kInvalidArgument, std::string("interleave_gate_up: ") + (w ? "out" : "w") + " is null");
+  TW_REQUIRE(aligned16(w) && aligned16(out), kInvalidArgument,
+             std::string("interleave_gate_up: ") + (aligned16(w) ? "out" : "w") + " is not 16-byte aligned");
+  const auto a = reinterpret_cast<uintptr_t>(w), o = reinterpret_cast<uintptr_t>(out);
+  TW_REQUIRE(a + bytes <= o || o + bytes <= a, kInvalidArgument,
+             "interleave_gate_up: out overlaps w (the reorder is out of place)");
+  ops::moe::interleave_gate_up(w, out, L, F, H, stream);
+}
 
 void MoE::check(cudaStream_t stream) {
   ep_->check(stream);  // synchronizes the stream
@@ -202,7 +223,13 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   up.groups = down.groups = L;
   up.B = a.w_gate_up, up.N = 2 * F, up.K = H;
   down.B = a.w_down, down.N = H, down.K = F;
-  up.C = b.h, down.A = b.act;
+  // kInterleaved8: the gate-up GEMM writes the activation itself (GroupedEpilogue::kSwiGlu).
+  const bool swiglu = cfg_.gate_up == MoeGateUp::kInterleaved8;
+  up.C = swiglu ? b.act : b.h, down.A = b.act;
+  up.epilogue = swiglu ? GroupedEpilogue::kSwiGlu : GroupedEpilogue::kStore;
+  auto activation = [&](const int* counts, const int* offsets, int group_rows, int max_count) {
+    if (!swiglu) ops::moe::silu_mul(b.h, counts, offsets, group_rows, L, F, max_count, b.act, stream);
+  };
 
   if (cfg_.ep.mode == EpMode::kLowLatency) {
     ep_->dispatch_send(EpLowLatencyArgs{a.x, N, a.topk_idx, a.index_type}, stream);
@@ -214,7 +241,7 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
     }
     up.A = r.x, down.C = r.y;
     grouped_gemm(up, gemm_, stream);
-    ops::moe::silu_mul(b.h, r.count, nullptr, r.capacity, L, F, r.capacity, b.act, stream);
+    activation(r.count, nullptr, r.capacity, r.capacity);
     grouped_gemm(down, gemm_, stream);
     ep_->combine_send(r.y, stream);
     ep_->combine_recv(a.topk_weights, a.out, stream);
@@ -237,7 +264,7 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   }
   up.A = b.xg, down.C = b.yg;
   grouped_gemm(up, gemm_, stream);
-  ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
+  activation(b.counts, b.offsets, 0, b.rows);
   grouped_gemm(down, gemm_, stream);
   combine_ht(a, r, stream);
 }
@@ -292,7 +319,7 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
     grouped_impl::grouped_gemm_gated(up, gemm_, gate, b.side);
   }
   TW_CUDA_CHECK(cudaGetLastError());
-  ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
+  if (up.epilogue == GroupedEpilogue::kStore) ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
   combine_ht(a, r, stream);
 }
