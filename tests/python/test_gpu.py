@@ -319,8 +319,10 @@ def test_grouped_mm_matches_torch_per_group(comm):
         tilewire.grouped_mm(a, b, bad.cuda(), validate=True)
 
 
-@pytest.mark.parametrize("low_latency,overlap", [(False, False), (False, True), (True, False)])
-def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap):
+@pytest.mark.parametrize("low_latency,overlap,interleaved",
+                         [(False, False, False), (False, True, False), (True, False, False), (False, False, True),
+                          (True, False, True)])
+def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap, interleaved):
     P, me = comm.nranks, comm.rank
     H, F, k, L = 256, 128, 4, 8
     E = L * P
@@ -333,10 +335,13 @@ def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap):
     idx = torch.stack([torch.randperm(E, generator=gx)[:k] for _ in range(n)]) if n else torch.empty((0, k), dtype=torch.int64)
     idx[::5, 1] = -1  # some empty slots
     w = torch.rand(n, k, generator=gx).cuda()
-    moe = tilewire.MoE(comm, 48, H, F, k, E, low_latency=low_latency, overlap=overlap)
-    out = moe(x, idx.cuda(), w, w1[me * L:(me + 1) * L].contiguous(), w2[me * L:(me + 1) * L].contiguous())
+    moe = tilewire.MoE(comm, 48, H, F, k, E, low_latency=low_latency, overlap=overlap, gate_up_interleaved=interleaved)
+    mine = w1[me * L:(me + 1) * L].contiguous()
+    if interleaved:  # the SwiGLU in the gate-up GEMM's epilogue, on the weights reordered once
+        mine = tilewire.interleave_gate_up(mine)
+    out = moe(x, idx.cuda(), w, mine, w2[me * L:(me + 1) * L].contiguous())
     moe.check()
-    again = moe(x, idx.cuda(), w, w1[me * L:(me + 1) * L].contiguous(), w2[me * L:(me + 1) * L].contiguous())
+    again = moe(x, idx.cuda(), w, mine, w2[me * L:(me + 1) * L].contiguous())
     assert torch.equal(out, again)  # deterministic
     ref = torch.zeros(n, H, dtype=torch.float32, device="cuda")
     for t in range(n):
