@@ -23,14 +23,15 @@
 // first waits for the sources of the tile's rows. With the gate off (no flags) that is one test
 // per tile in the load warp; the kernels are the same for gated and plain calls.
 //
-// The launch: the GEMM kernel goes out with programmatic dependent launch right behind `prepare`,
-// whose first act (after the layout wait, when gated) is griddepcontrol.launch_dependents. So the
-// GEMM's CTAs are placed, and their launch hidden, while `prepare` runs; `gemm_kernel` (CUTLASS's
-// device_kernel with griddepcontrol.wait ahead of it) then holds every thread until `prepare` has
-// completed and its arrays are visible. CUTLASS's ptr-array kernels have no such wait of their
-// own. Measured on one H200 at 128 tokens (docs/grouped_gemm.md), the preparation, the launch
-// between the kernels and the host's work per call took ~11 us of a ~69 us call; the launch and
-// the per-call cudaFuncSetAttribute (now once per device) are what this removes.
+// The launch: CUTLASS's adapter (initialize, run) behind `prepare`. With TILEWIRE_GROUPED_PDL=1 the
+// GEMM kernel goes out instead with programmatic dependent launch right behind `prepare`, whose
+// first act (after the layout wait, when gated) is griddepcontrol.launch_dependents, through
+// `gemm_kernel` (CUTLASS's device_kernel with griddepcontrol.wait ahead of it: CUTLASS's ptr-array
+// kernels have no such wait of their own). It is off by default: measured once on an H200, it took
+// Qwen3's decode down GEMM from about 64-69 to 62.8 us, but the 64 x 256 ping-pong tile ran 25-55%
+// slower at 512-2048 tokens per rank in the same run, and the cause (PDL, or the 1 x 1 x 1 cluster
+// attribute that launch then carried and CUTLASS's adapter does not set) is not isolated yet
+// (docs/grouped_gemm.md).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -53,6 +54,7 @@
 #include "swiglu_epilogue.cuh"
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/wait.cuh"
+#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::grouped_impl {
@@ -228,7 +230,8 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
           [&](uint64_t x) { return x >= gate.want; });
     __syncthreads();
   }
-  // The GEMM behind may be placed now: its CTAs wait (gemm_kernel) for this grid to complete. Not
+  // With TILEWIRE_GROUPED_PDL the GEMM behind may be placed now: its CTAs wait (gemm_kernel) for
+  // this grid to complete (without a programmatic launch behind it this does nothing). Not
   // before the layout wait: gated, no GEMM CTA may take an SM before every rank's dispatch CTAs
   // run (docs/moe.md, why the overlap cannot hang).
   ptx::griddep_launch_dependents();
@@ -328,6 +331,18 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, gate, arr);
   TW_CUDA_CHECK(cudaGetLastError());
   if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
+    static const bool pdl = env::get_bool("TILEWIRE_GROUPED_PDL");
+    if (!pdl) {
+      typename G::Device op;
+      st = op.initialize(args, workspace, stream);
+      TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+                 std::string("grouped_gemm: kernel parameters: ") + cutlassGetStatusString(st));
+      st = op.run(stream);
+      TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+                 std::string("grouped_gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
+                     cudaGetErrorString(cudaGetLastError()) + ")");
+      return;
+    }
     st = Kernel::initialize_workspace(args, workspace, stream);
     TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
                std::string("grouped_gemm: kernel workspace: ") + cutlassGetStatusString(st));
@@ -339,14 +354,17 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
     cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
     cfg.stream = stream;
     cudaLaunchAttribute attr[2];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cute::size<0>(typename G::ClusterShape{});
-    attr[0].val.clusterDim.y = cute::size<1>(typename G::ClusterShape{});
-    attr[0].val.clusterDim.z = cute::size<2>(typename G::ClusterShape{});
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    int n = 0;
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    if constexpr (decltype(cute::size(typename G::ClusterShape{}))::value > 1) {  // as CUTLASS's adapter: none for 1 x 1 x 1
+      attr[n].id = cudaLaunchAttributeClusterDimension;
+      attr[n].val.clusterDim.x = cute::size<0>(typename G::ClusterShape{});
+      attr[n].val.clusterDim.y = cute::size<1>(typename G::ClusterShape{});
+      attr[n++].val.clusterDim.z = cute::size<2>(typename G::ClusterShape{});
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = 2;
+    cfg.numAttrs = n;
     TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_kernel<Kernel>, params));
   }
 }
