@@ -214,7 +214,7 @@ struct GroupArrays {
 // for the GEMM's CTA that waits on its SM.
 inline constexpr int kPrepareThreads = 256;
 
-// One CTA. Group g (thread g, then g + 1024, ...): count c = counts[g], first row f (offsets[g] or
+// One CTA. Group g (thread g, then g + kPrepareThreads, ...): count c = counts[g], first row f (offsets[g] or
 // g * group_rows). Good when 0 <= c, f >= 0, f + c <= rows, and c <= group_rows (padded) or
 // f + c <= offsets[g + 1] (packed: ascending, disjoint). Then every thread writes its groups'
 // arguments, sizes zeroed when any group was bad; thread 0 writes the status.
