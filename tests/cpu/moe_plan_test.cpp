@@ -40,6 +40,7 @@ TEST(MoePlan, RefusesWithTheReason) {
   with("topk 0", [](tw::MoeConfig& c) { c.ep.topk = 0; });
   with("rows_hint -1", [](tw::MoeConfig& c) { c.gemm.rows_hint = -1; });
   with("max_expert_rows -5 is negative", [](tw::MoeConfig& c) { c.max_expert_rows = -5; });
+  with("gate_up 7 is not a MoeGateUp", [](tw::MoeConfig& c) { c.gate_up = tw::MoeGateUp(7); });
   for (const Case& k : cases) {
     const tw::Status s = tw::check_moe_config(k.c, 8, 16);
     EXPECT_FALSE(s.ok) << k.want;
@@ -73,9 +74,10 @@ TEST(MoePlan, OverlapLeavesTheGemmPreparationAnSm) {
 // Every combination of the fusions is a valid config, in both modes (low latency ignores them).
 TEST(MoePlan, EveryFusionCombinationIsValid) {
   for (tw::EpMode m : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency})
-    for (int bits = 0; bits < 4; ++bits) {
+    for (int bits = 0; bits < 8; ++bits) {
       tw::MoeConfig c = valid(m);
       c.overlap = bits & 1, c.fused_combine = bits & 2;
+      c.gate_up = bits & 4 ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
       const tw::Status s = tw::check_moe_config(c, 8, 16);
       EXPECT_TRUE(s.ok) << "fusions " << bits << ": " << s.reason;
     }
