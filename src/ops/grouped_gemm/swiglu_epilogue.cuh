@@ -7,9 +7,11 @@
 // 8 (rows 16j .. 16j+7 are gate rows 8j .. 8j+7, rows 16j+8 .. 16j+15 the up rows), and a wgmma
 // accumulator gives each thread whole 8-column blocks of a row: the thread that holds (r, 16j + i)
 // also holds (r, 16j + 8 + i), and (r, 16j + i + 1) beside it. So each thread forms its outputs
-// alone, two adjacent columns at a time (one 4-byte store), with no shared memory and no exchange.
-// The loop below checks that pairing on the tile's own partition; the checks fold to constants at
-// compile time on Hopper's layouts and trap on any other.
+// alone, two adjacent columns at a time, with no shared memory. The 4 lanes that share a row then
+// trade them by shuffles, so that each lane stores one whole 8-column output block (16 bytes) where
+// it held four 4-byte pairs of four blocks: a quarter of the store instructions, and each warp's
+// store covers whole 32-byte sectors. The loop below checks the pairing on the tile's own
+// partition; the checks fold to constants at compile time on Hopper's layouts and trap on any other.
 //
 // The collective has the interface of CUTLASS's thread-store epilogue for ptr-array kernels
 // (epilogue::collective::DefaultEpilogueArray, schedule PtrArrayNoSmemWarpSpecialized) and runs
@@ -105,22 +107,56 @@ class SwiGluEpilogueArray {
     constexpr int kFrag = decltype(size(acc))::value;
     const int c0 = get<1>(tCc(0));
     if (c0 % 16 >= 8 || c0 % 2 != 0) __trap();  // the first accumulator opens a gate column pair
+    // The quad's 4 lanes hold the same rows, lane q columns 2q, 2q + 1 of each 8-column block.
+    const int lane = int(threadIdx.x) & 31, q = lane & 3;
+    const int r0 = get<0>(tCc(0)), quad = lane & ~3;
+    if (__shfl_sync(0xffffffffu, r0, quad) != r0 || __shfl_sync(0xffffffffu, c0, quad) + 2 * q != c0) __trap();
 
     __nv_bfloat16* d = reinterpret_cast<__nv_bfloat16*>(params_.ptr_D[l]);
     const int64_t ld = get<0>(params_.dD[l]);
+    // Fragment index of the gate pair (r, 16 j + 2 q) of row half h and output block j:
+    // i = 2 h + 8 j (the partners (r, c + 1), (r, c + 8), (r, c + 9) at i + 1, i + 4, i + 5). Checked
+    // below against the partition; the checks fold to constants.
+    static_assert(kFrag % 32 == 0, "whole groups of 4 output blocks per thread (BLK_N % 64 == 0)");
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < kFrag; ++i) {
-      const int r = get<0>(tCc(i)), dc = get<1>(tCc(i)) - c0;  // dc: a constant once unrolled
-      if (dc % 16 >= 8 || dc % 2 != 0) continue;                // taken with the gate pair it belongs to
-      // The partners: (r, c + 1) gate, (r, c + 8) and (r, c + 9) up, at i + 1, i + 4, i + 5.
-      if (i + 5 >= kFrag || get<1>(tCc(i + 1)) - c0 != dc + 1 || get<1>(tCc(i + 4)) - c0 != dc + 8 ||
-          get<1>(tCc(i + 5)) - c0 != dc + 9 || get<0>(tCc(i + 1)) != r || get<0>(tCc(i + 4)) != r ||
-          get<0>(tCc(i + 5)) != r)
-        __trap();
-      const int gr = row0 + r, gc = col0 + c0 + dc;  // A B's row and gate column
-      if (gr >= M || gc >= N) continue;              // N % 16 == 0: the pair's up columns are in range too
-      const __nv_bfloat162 v = __floats2bfloat162_rn(swiglu(acc(i), acc(i + 4)), swiglu(acc(i + 1), acc(i + 5)));
-      *reinterpret_cast<__nv_bfloat162*>(d + gr * ld + (gc / 16) * 8 + gc % 8) = v;
+    for (int g = 0; g < kFrag / 32; ++g) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const int i0 = 32 * g + 2 * h, r = get<0>(tCc(i0));
+        // v[t]: output block j = 4 g + t, this lane's columns 2q, 2q + 1 of it.
+        uint32_t v[4];
+        CUTLASS_PRAGMA_UNROLL
+        for (int t = 0; t < 4; ++t) {
+          const int i = i0 + 8 * t, dc = 16 * (4 * g + t);
+          if (get<1>(tCc(i)) - c0 != dc || get<1>(tCc(i + 1)) - c0 != dc + 1 || get<1>(tCc(i + 4)) - c0 != dc + 8 ||
+              get<1>(tCc(i + 5)) - c0 != dc + 9 || get<0>(tCc(i)) != r || get<0>(tCc(i + 1)) != r ||
+              get<0>(tCc(i + 4)) != r || get<0>(tCc(i + 5)) != r)
+            __trap();
+          const __nv_bfloat162 p =
+              __floats2bfloat162_rn(swiglu(acc(i), acc(i + 4)), swiglu(acc(i + 1), acc(i + 5)));
+          v[t] = reinterpret_cast<const uint32_t&>(p);
+        }
+        // A 4 x 4 transpose across the quad, in place: lane q ends with output block 4 g + q whole
+        // (v[s]: lane s's columns 2s, 2s + 1 of it), so it stores 16 bytes where it held four 4-byte
+        // pairs. Two butterfly rounds: in round m a lane swaps with lane q ^ 2^m the two entries whose
+        // bit m differs from its own q's. Why by hand: it needs no shared memory, which the mainloop's
+        // stages hold; CUTLASS's thread-store epilogue stores each pair alone. The entries' indices
+        // depend on the lane, so 2-way selects keep v in registers.
+        CUTLASS_PRAGMA_UNROLL
+        for (int m = 0; m < 2; ++m) {
+          const int flip = ((q >> m) & 1) ^ 1;
+          CUTLASS_PRAGMA_UNROLL
+          for (int k = 0; k < 2; ++k) {
+            const int lo = m == 0 ? 2 * k : k, hi = lo + (1 << m);  // v[lo], v[hi]: bit m 0 and 1
+            const uint32_t got = __shfl_xor_sync(0xffffffffu, flip ? v[hi] : v[lo], 1 << m);
+            if (flip) v[hi] = got;
+            else v[lo] = got;
+          }
+        }
+        const int gr = row0 + r, gc = col0 + c0 - 2 * q + 16 * (4 * g + q);  // row and gate column 0 of the block
+        if (gr >= M || gc >= N) continue;  // N % 16 == 0: the block's up columns are in range too
+        *reinterpret_cast<uint4*>(d + gr * ld + gc / 2) = make_uint4(v[0], v[1], v[2], v[3]);
+      }
     }
   }
 
