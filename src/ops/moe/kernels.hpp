@@ -26,10 +26,11 @@ void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int ma
                 const PlaceScratch& w, int* counts, int* offsets, int* perm, int* pos_of, int* overflow,
                 cudaStream_t stream);
 
-// xg[pos] = x[perm[pos]] for pos < offsets[L - 1] + counts[L - 1]: rows of H bf16 (H % 8 == 0).
-// max_rows: the rows xg holds (the grid covers them; the count decides).
-void gather_rows(const void* x, const int* perm, const int* counts, const int* offsets, int L, int H, int max_rows,
-                 void* xg, cudaStream_t stream);
+// xg[pos_of[r x topk + j]] = x[r] for every received row r < *num_recv and slot j with a place
+// (pos_of >= 0; place_rows): every place of xg gets its row, each row read once. Rows of H bf16
+// (H % 8 == 0). max_recv: the rows the receive holds (the grid covers them; the count decides).
+void gather_rows(const void* x, const int* pos_of, const int* num_recv, int topk, int H, int max_recv, void* xg,
+                 cudaStream_t stream);
 
 // y[r] = sum over slots j (ascending) with pos_of[r x topk + j] >= 0 of w[r x topk + j] x yg[pos],
 // fp32, rounded once to bf16, for r < *num_recv: each received row's experts, weighted.

@@ -255,7 +255,7 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   const EpRecv r = ep_->dispatch(d, stream);
   ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
                        b.perm, b.pos_of, b.overflow, stream);
-  ops::moe::gather_rows(r.x, b.perm, b.counts, b.offsets, L, H, b.rows, b.xg, stream);
+  ops::moe::gather_rows(r.x, b.pos_of, r.num_recv, k, H, b.capacity, b.xg, stream);
   for (GroupedGemmArgs* g : {&up, &down}) {
     g->counts = b.counts, g->offsets = b.offsets;
     g->rows = b.rows;
