@@ -112,11 +112,6 @@ static const Var kVars[] = {
     {"TILEWIRE_PDL", Type::kBool, "1",
      "Launch tilewire kernels with programmatic dependent launch (they start while the previous kernel "
      "drains and wait for it on the device)."},
-    {"TILEWIRE_GROUPED_PDL", Type::kBool, "0",
-     "Grouped GEMM: 1: launch the GEMM kernel with programmatic dependent launch behind its preparation kernel "
-     "(a cluster attribute only for 1 x 2 clusters); 0: CUTLASS's adapter launch. Off: measured once with "
-     "the ping-pong tiles 25-55% slower at 512-2048 tokens per rank, cause not isolated (docs/grouped_gemm.md). "
-     "Read once per process."},
     {"TILEWIRE_EP_LL_TMA", Type::kBool, "1",
      "Low-latency EP: the send stores rows with each CTA's bulk copies where a call fits (all-LSA teams, few "
      "tokens per CTA); 0: always with warps (for measurement). Read when a buffer is made."},

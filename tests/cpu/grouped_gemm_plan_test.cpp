@@ -131,18 +131,19 @@ TEST(GroupedGemmPlan, RefusesWithTheReason) {
 
 TEST(GroupedGemmPlan, TileRule) {
   GroupedGemmArgs a = padded();  // 256 rows per group by the layout
-  EXPECT_EQ(tw::grouped_tile_for(a), GroupedTile::k64x256pp);
+  EXPECT_EQ(tw::grouped_tile_for(a), GroupedTile::k128x256coop);
   GroupedGemmConfig cfg;
   cfg.rows_hint = 4;  // a decode step: a few rows per expert in a large padded block
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x128pp);
   cfg.rows_hint = 64;
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x128pp);
-  cfg.rows_hint = 65;
-  EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x256pp);
-  cfg.rows_hint = 1024;
-  EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x256pp);
-  cfg.rows_hint = 1025;  // prefill: thousands of rows per expert
+  cfg.rows_hint = 65;  // from here on the cooperative tile (64x256pp only when asked for)
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k128x256coop);
+  cfg.rows_hint = 1024;
+  EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k128x256coop);
+  cfg.tile = GroupedTile::k64x256pp;
+  EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x256pp);
+  cfg.tile = GroupedTile::kAuto;
   cfg.tile = GroupedTile::k64x128pp;  // an explicit tile wins
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x128pp);
   a.rows = 0, a.group_rows = 0;

@@ -27,12 +27,11 @@ bool overlap(const void* p, size_t pn, const void* q, size_t qn) {
 // The tile rule. A group's rows are streamed against its whole B_g either way, so what a tile
 // costs is the rows it computes beyond the group's: a 64-row tile wastes least on the few rows
 // per expert of a decode step (128 tokens x top-8 over 256 experts: 4 per expert and source),
-// the 128 x 256 tile reads B_g half as often per row where groups hold thousands of rows. Between
-// them the 64 x 256 ping-pong tile measured best on one H200 (docs/grouped_gemm.md: up to 12%
-// faster than 128x256coop at 512-1024 rows per group, within 6% either way at 128-256 and at
-// 2048-4096, where the gate-up GEMMs ran 0-6% slower on it).
+// the 128 x 256 tile reads B_g half as often per row where groups hold hundreds of rows or more.
+// The 64 x 256 ping-pong tile is not in the rule: at the real rank it came within about 10% of
+// 128x256coop either way at 256-1024 rows per group (H200 and H100), but a virtual team's MoE
+// GEMMs ran 2-3x slower on it than on 128x256coop (docs/grouped_gemm.md). An explicit choice only.
 constexpr int kSmallTileMaxRows = 64;
-constexpr int kMidTileMaxRows = 1024;
 
 // The kernels this build instantiates (launch.hpp), keyed by (epilogue, B layout, tile).
 struct KernelEntry {
@@ -59,9 +58,7 @@ constexpr KernelEntry kKernels[] = {
 GroupedTile grouped_tile_for(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
   if (cfg.tile != GroupedTile::kAuto) return cfg.tile;
   const long long hint = cfg.rows_hint > 0 ? cfg.rows_hint : (a.groups > 0 ? (long long)a.rows / a.groups : 0);
-  return hint <= kSmallTileMaxRows ? GroupedTile::k64x128pp
-         : hint <= kMidTileMaxRows ? GroupedTile::k64x256pp
-                                   : GroupedTile::k128x256coop;
+  return hint <= kSmallTileMaxRows ? GroupedTile::k64x128pp : GroupedTile::k128x256coop;
 }
 
 Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {

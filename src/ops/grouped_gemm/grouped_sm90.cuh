@@ -23,19 +23,13 @@
 // first waits for the sources of the tile's rows. With the gate off (no flags) that is one test
 // per tile in the load warp; the kernels are the same for gated and plain calls.
 //
-// The launch: CUTLASS's adapter (initialize, run) behind `prepare`. With TILEWIRE_GROUPED_PDL=1 the
-// GEMM kernel goes out instead with programmatic dependent launch right behind `prepare`, whose
-// first act (after the layout wait, when gated) is griddepcontrol.launch_dependents, through
-// `gemm_kernel` (CUTLASS's device_kernel with griddepcontrol.wait ahead of it: CUTLASS's ptr-array
-// kernels have no such wait of their own). It is off by default: measured once on an H200, it took
-// Qwen3's decode down GEMM from about 64-69 to 62.8 us, but the 64 x 256 ping-pong tile ran 25-55%
-// slower at 512-2048 tokens per rank in the same run, and the cause (PDL, or the 1 x 1 x 1 cluster
-// attribute that launch then carried and CUTLASS's adapter does not set) is not isolated yet
-// (docs/grouped_gemm.md).
+// The launch: CUTLASS's adapter (initialize, run) behind `prepare`. A programmatic dependent
+// launch of the GEMM behind `prepare` was built and measured against it in one run (one H100,
+// docs/grouped_gemm.md): 0-5% faster at 128 tokens per rank (within the spread between runs), 3-14%
+// slower at 2048. Not kept.
 #pragma once
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -54,7 +48,6 @@
 #include "swiglu_epilogue.cuh"
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/wait.cuh"
-#include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 
 namespace tw::grouped_impl {
@@ -210,8 +203,7 @@ struct GroupArrays {
   }
 };
 
-// A few warps: the groups are a handful to a few hundred, and a small CTA leaves room beside it
-// for the GEMM's CTA that waits on its SM.
+// A few warps: the groups are a handful to a few hundred.
 inline constexpr int kPrepareThreads = 256;
 
 // One CTA. Group g (thread g, then g + kPrepareThreads, ...): count c = counts[g], first row f (offsets[g] or
@@ -230,11 +222,6 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
           [&](uint64_t x) { return x >= gate.want; });
     __syncthreads();
   }
-  // With TILEWIRE_GROUPED_PDL the GEMM behind may be placed now: its CTAs wait (gemm_kernel) for
-  // this grid to complete (without a programmatic launch behind it this does nothing). Not
-  // before the layout wait: gated, no GEMM CTA may take an SM before every rank's dispatch CTAs
-  // run (docs/moe.md, why the overlap cannot hang).
-  ptx::griddep_launch_dependents();
   int bad = a.groups;  // the first bad group, or groups
   for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
     const long long c = a.counts[g];
@@ -266,30 +253,6 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
     out.sd[g] = typename G::StrideD{int64_t(ldc), cute::_1{}, cute::_0{}};
   }
   if (threadIdx.x == 0 && a.status) *a.status = refuse ? -(first_bad + 1) : 0;
-}
-
-// CUTLASS's device_kernel with the programmatic-launch wait first: no thread reads the arrays
-// (the tile scheduler's constructor reads the group sizes) before `prepare` has completed. Without a
-// programmatic launch the wait returns at once.
-template <class Kernel>
-__global__ void __launch_bounds__(Kernel::MaxThreadsPerBlock, Kernel::MinBlocksPerMultiprocessor)
-    gemm_kernel(CUTLASS_GRID_CONSTANT typename Kernel::Params const params) {
-  ptx::griddep_wait();
-  extern __shared__ char smem[];
-  Kernel op;
-  op(params, smem);
-}
-
-// cudaFuncSetAttribute for the kernel's shared memory, once per device (it is per context; a few
-// microseconds of host time per call otherwise).
-template <class Kernel>
-void allow_smem_once(int device) {
-  static std::atomic<uint64_t> done{0};
-  const uint64_t bit = device < 64 ? uint64_t(1) << device : 0;
-  if (bit != 0 && (done.load(std::memory_order_acquire) & bit)) return;
-  TW_CUDA_CHECK(cudaFuncSetAttribute(gemm_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(Kernel::SharedStorageSize)));
-  done.fetch_or(bit, std::memory_order_acq_rel);
 }
 
 template <class G>
@@ -331,41 +294,14 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   prepare<G><<<1, kPrepareThreads, 0, stream>>>(a, gate, arr);
   TW_CUDA_CHECK(cudaGetLastError());
   if (a.rows > 0) {  // no rows: the verdict only (every count must be 0)
-    static const bool pdl = env::get_bool("TILEWIRE_GROUPED_PDL");
-    if (!pdl) {
-      typename G::Device op;
-      st = op.initialize(args, workspace, stream);
-      TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
-                 std::string("grouped_gemm: kernel parameters: ") + cutlassGetStatusString(st));
-      st = op.run(stream);
-      TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
-                 std::string("grouped_gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
-                     cudaGetErrorString(cudaGetLastError()) + ")");
-      return;
-    }
-    st = Kernel::initialize_workspace(args, workspace, stream);
+    typename G::Device op;
+    st = op.initialize(args, workspace, stream);
     TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
-               std::string("grouped_gemm: kernel workspace: ") + cutlassGetStatusString(st));
-    typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
-    allow_smem_once<Kernel>(args.hw_info.device_id);
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = Kernel::get_grid_shape(params);
-    cfg.blockDim = Kernel::get_block_shape();
-    cfg.dynamicSmemBytes = Kernel::SharedStorageSize;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[2];
-    int n = 0;
-    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[n++].val.programmaticStreamSerializationAllowed = 1;
-    if constexpr (decltype(cute::size(typename G::ClusterShape{}))::value > 1) {  // as CUTLASS's adapter: none for 1 x 1 x 1
-      attr[n].id = cudaLaunchAttributeClusterDimension;
-      attr[n].val.clusterDim.x = cute::size<0>(typename G::ClusterShape{});
-      attr[n].val.clusterDim.y = cute::size<1>(typename G::ClusterShape{});
-      attr[n++].val.clusterDim.z = cute::size<2>(typename G::ClusterShape{});
-    }
-    cfg.attrs = attr;
-    cfg.numAttrs = n;
-    TW_CUDA_CHECK(cudaLaunchKernelEx(&cfg, gemm_kernel<Kernel>, params));
+               std::string("grouped_gemm: kernel parameters: ") + cutlassGetStatusString(st));
+    st = op.run(stream);
+    TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
+               std::string("grouped_gemm: launch failed: ") + cutlassGetStatusString(st) + " (" +
+                   cudaGetErrorString(cudaGetLastError()) + ")");
   }
 }
 

@@ -28,8 +28,12 @@
 
 namespace tw::grouped_impl {
 
-// silu(g) x u in fp32, the formula of the MoE's own activation kernel (src/ops/moe/kernels.cu).
-__device__ __forceinline__ float swiglu(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+// silu(g) x u in fp32 with the hardware's exp2 and reciprocal approximations (__expf, __fdividef:
+// a few ulp in fp32, far below the output's bf16 rounding). The MoE's activation kernel
+// (src/ops/moe/kernels.cu) uses expf and IEEE division, which cost several times the instructions:
+// here they sit on the tile's critical path (the cooperative tile's epilogue runs after its
+// mainloop, not under the next one). For g below about -88, 1 + e^-g is inf and the quotient 0.
+__device__ __forceinline__ float swiglu(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
 
 // StrideD_: CUTLASS's per-group stride pointer type for D (cute::Stride<int64_t, _1, _0>*).
 template <class StrideD_>
