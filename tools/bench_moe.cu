@@ -17,7 +17,7 @@
 //
 //   tilewire bench moe [--virtual P] [--model dsv3|qwen3|all] [--tokens 128,512,2048,8192]
 //                      [--mode ll|ht|both] [--routing uniform|skewed] [--iters 10] [-R 5] [--json FILE]
-//                      [--trace FILE] [--fused overlap,combine] [--fused-ep-sms N]
+//                      [--trace FILE] [--fused overlap,combine] [--fused-ep-sms N] [--tile T]
 //
 // Ranks: one thread per local GPU (Comm::run_local), or --virtual P ranks on GPU 0 (each on its SM
 // budget; times are P ranks sharing one GPU, not NVLink figures). Shapes: hidden 7168 / 4096, expert
@@ -81,6 +81,7 @@ struct Options {
   std::string json_path;
   std::string trace_path;
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
+  GroupedTile tile = GroupedTile::kAuto;  // every grouped GEMM's tile (GroupedGemmConfig::tile)
   bool fused_overlap = true, fused_combine = true;  // --fused: the fused row's fusions
   bool fused_swiglu = false;
   bool help = false;
@@ -107,7 +108,8 @@ constexpr const char* kUsage =
     "                            row's experts as it sends them), swiglu (MoeConfig::gate_up kInterleaved8: the\n"
     "                            SwiGLU in the gate-up GEMM's epilogue)\n"
     "  --fused-ep-sms N          the fused forward's EP CTAs (EpConfig::num_sms; with overlap they also place the\n"
-    "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n";
+    "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n"
+    "  --tile T                  every grouped GEMM's tile: auto (the tile rule), 64x128pp, 64x256pp, 128x256coop\n";
 
 int positive(const std::string& opt, const std::string& v) {
   size_t used = 0;
@@ -154,6 +156,12 @@ Options parse(const std::vector<std::string>& argv) {
     else if (a == "--json") o.json_path = v;
     else if (a == "--trace") o.trace_path = v;
     else if (a == "--fused-ep-sms") o.fused_ep_sms = positive(a, v);
+    else if (a == "--tile") {
+      const std::optional<GroupedTile> t = parse_grouped_tile(v);
+      TW_REQUIRE(t.has_value(), kInvalidArgument,
+                 "bench moe: --tile auto|64x128pp|64x256pp|128x256coop, got '" + v + "'");
+      o.tile = *t;
+    }
     else if (a == "--fused") {
       o.fused_overlap = o.fused_combine = o.fused_swiglu = false;
       std::stringstream list(v);
@@ -427,6 +435,7 @@ void MoeBench::run(Comm& comm) {
         cfg.ep.mode = mode, cfg.ep.max_tokens_per_rank = T, cfg.ep.hidden = H, cfg.ep.topk = kTopK;
         cfg.ep.num_experts = E, cfg.ffn = F;
         cfg.gemm.rows_hint = std::max(1, T * kTopK * P_ / E);  // rows per local expert, uniform routing
+        cfg.gemm.tile = o_.tile;
         if (mode == EpMode::kHighThroughput) cfg.max_expert_rows = 3 * T * kTopK;
         Dev x(size_t(T) * H * 2), didx(size_t(T) * kTopK * 8), dw(size_t(T) * kTopK * 4), out(size_t(T) * H * 2);
         Dev w1(size_t(L) * 2 * F * H * 2), w2(size_t(L) * H * F * 2);
@@ -590,10 +599,11 @@ int bench_moe(const std::vector<std::string>& argv) {
                    std::to_string(m->experts) + " experts");
   cudaDeviceProp prop{};
   TW_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16, fused: %s, fused dispatch CTAs %s\n",
+  std::printf("# tilewire bench moe: %s, %d ranks%s, top-%d, routing %s, bf16, fused: %s, fused dispatch CTAs %s, "
+              "tile %s\n",
               prop.name, P, o.virtual_ranks > 0 ? " (virtual, one GPU)" : "", kTopK, o.skewed ? "skewed" : "uniform",
-              o.fused_names().c_str(),
-              o.fused_ep_sms > 0 ? std::to_string(o.fused_ep_sms).c_str() : "default");
+              o.fused_names().c_str(), o.fused_ep_sms > 0 ? std::to_string(o.fused_ep_sms).c_str() : "default",
+              grouped_tile_name(o.tile));
   std::printf("%-6s %-3s %6s %3s %8s %10s %10s %11s %8s %8s %10s %8s %8s %10s %8s %8s %7s %6s\n", "model", "ep", "tokens",
               "P", "pairs", "gemms_us", "ep_us", "unfused_us", "/gemms", "/g+ep", "fused_us", "f/gemms", "f/unfus",
               "sgemms_us", "f/sgemm", "TF/s", "#wrong", "#diff");
@@ -625,7 +635,8 @@ int bench_moe(const std::vector<std::string>& argv) {
     TW_REQUIRE(f.good(), kInvalidArgument, "--json " + o.json_path + ": cannot open for writing");
     f << "{\"bench\":\"moe\",\"device\":\"" << prop.name << "\",\"ranks\":" << P
       << ",\"virtual\":" << (o.virtual_ranks > 0 ? "true" : "false") << ",\"routing\":\""
-      << (o.skewed ? "skewed" : "uniform") << "\",\"fused_ep_sms\":" << o.fused_ep_sms << ",\"fused\":\""
+      << (o.skewed ? "skewed" : "uniform") << "\",\"fused_ep_sms\":" << o.fused_ep_sms << ",\"tile\":\""
+      << grouped_tile_name(o.tile) << "\",\"fused\":\""
       << o.fused_names() << "\",\"rows\":[" << j.str() << "],\"ok\":" << (ok ? "true" : "false")
       << "}\n";
     std::printf("# wrote %s\n", o.json_path.c_str());
