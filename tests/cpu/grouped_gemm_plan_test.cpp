@@ -143,7 +143,6 @@ TEST(GroupedGemmPlan, TileRule) {
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k128x256coop);
   cfg.tile = GroupedTile::k64x256pp;
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x256pp);
-  cfg.tile = GroupedTile::kAuto;
   cfg.tile = GroupedTile::k64x128pp;  // an explicit tile wins
   EXPECT_EQ(tw::grouped_tile_for(a, cfg), GroupedTile::k64x128pp);
   a.rows = 0, a.group_rows = 0;

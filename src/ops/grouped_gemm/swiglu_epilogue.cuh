@@ -32,7 +32,8 @@ namespace tw::grouped_impl {
 // a few ulp in fp32, far below the output's bf16 rounding). The MoE's activation kernel
 // (src/ops/moe/kernels.cu) uses expf and IEEE division, which cost several times the instructions:
 // here they sit on the tile's critical path (the cooperative tile's epilogue runs after its
-// mainloop, not under the next one). For g below about -88, 1 + e^-g is inf and the quotient 0.
+// mainloop, not under the next one). For g below about -87, 1 + e^-g exceeds 2^126 and the quotient
+// is 0 (the true value is below 1e-36 u).
 __device__ __forceinline__ float swiglu(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
 
 // StrideD_: CUTLASS's per-group stride pointer type for D (cute::Stride<int64_t, _1, _0>*).
