@@ -10,7 +10,7 @@
 //   tilewire bench gemm --grouped [--sweep moe] [--model dsv3|qwen3] [--gemm gateup|down]
 //                                 [--tokens 128,512,2048,8192] [--ep 8] [--routing uniform|skewed]
 //                                 [--tiles auto;64x128pp;64x256pp;128x256coop] [--iters 20] [--warmup 5] [-R 5]
-//                                 [--json FILE]
+//                                 [--reserved-sms N] [--json FILE]
 //
 // Shapes: DeepSeek-V3 (hidden 7168, expert FFN 2048, 256 experts) and Qwen3-MoE (4096, 1536, 128),
 // top-8, at EP `--ep`: a rank holds E / ep experts (the groups) and, for T tokens per rank with
@@ -63,6 +63,7 @@ struct Args {
   std::string routing = "uniform";
   std::vector<GroupedTile> tiles = {GroupedTile::kAuto};
   int iters = 20, warmup = 5, repeats = 5;
+  int reserved_sms = 0;  // tilewire's GEMM leaves these SMs idle (GroupedGemmConfig::reserved_sms)
   std::string json_path;
   bool help = false;
 };
@@ -76,6 +77,8 @@ constexpr const char* kUsage =
     "  --routing uniform|skewed  rows per group (uniform)\n"
     "  --tiles T1;T2;..          tilewire's tiles timed: auto, 64x128pp, 64x256pp, 128x256coop (auto)\n"
     "  --iters N --warmup N -R N timed calls per repeat (20), untimed first (5), repeats (5)\n"
+    "  --reserved-sms N          tilewire's GEMM on the other SMs only (a virtual rank's budget, alone on\n"
+    "                            the GPU); the baselines keep every SM, so their ratios do not compare tiles (0)\n"
     "  --json FILE               also write every row as JSON\n";
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -134,6 +137,7 @@ Args parse(const std::vector<std::string>& argv) {
     } else if (o == "--iters") a.iters = positive(o, v);
     else if (o == "--warmup") a.warmup = positive(o, v);
     else if (o == "-R") a.repeats = positive(o, v);
+    else if (o == "--reserved-sms") a.reserved_sms = positive(o, v);
     else if (o == "--json") a.json_path = v;
     else TW_REQUIRE(false, kInvalidArgument, "bench gemm --grouped: unknown option '" + o + "' (--help)");
   }
@@ -270,6 +274,7 @@ std::vector<Row> bench_shape(const Args& a, const Model& m, const std::string& g
   for (GroupedTile tile : a.tiles) {
     GroupedGemmConfig cfg;
     cfg.tile = tile;
+    cfg.reserved_sms = a.reserved_sms;
     Row r;
     r.model = m.name, r.gemm = gemm, r.tokens = tokens, r.groups = L, r.rows = rows, r.N = N, r.K = K;
     r.tile = std::string(grouped_tile_name(tile)) +
@@ -314,8 +319,10 @@ int bench_grouped(const std::vector<std::string>& argv) {
   cudaStream_t st;
   TW_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const lt::LtHandle lt;
-  std::printf("# tilewire bench gemm --grouped: %s, %d SMs; bf16, B [L, N, K], top-%d, EP %d, routing %s\n",
-              prop.name, prop.multiProcessorCount, kTopK, a.ep, a.routing.c_str());
+  std::printf("# tilewire bench gemm --grouped: %s, %d SMs; bf16, B [L, N, K], top-%d, EP %d, routing %s; tilewire on "
+              "%d SMs, the baselines on all\n",
+              prop.name, prop.multiProcessorCount, kTopK, a.ep, a.routing.c_str(),
+              prop.multiProcessorCount - a.reserved_sms);
   std::printf("%-6s %-6s %6s %4s %6s %6s %6s %-20s %9s %8s %9s %8s %9s %8s %9s %8s %6s %6s %6s %7s %7s\n", "model", "gemm",
               "tokens", "L", "rows", "N", "K", "tile", "tw_us", "tw_TF/s", "loop_us", "loop_TF", "dense_us", "dense_TF",
               "cublas_us", "cublasTF", "/loop", "/dense", "/cublas", "#wrong", "#wrongB");
@@ -347,7 +354,8 @@ int bench_grouped(const std::vector<std::string>& argv) {
               "# #wrongB: cuBLAS's grouped C against the loop's, as #wrong\n");
   cudaStreamDestroy(st);
   if (json.is_open()) {
-    json << "{\"bench\":\"gemm --grouped\",\"device\":\"" << prop.name << "\",\"ep\":" << a.ep << ",\"routing\":\""
+    json << "{\"bench\":\"gemm --grouped\",\"device\":\"" << prop.name << "\",\"ep\":" << a.ep
+         << ",\"reserved_sms\":" << a.reserved_sms << ",\"routing\":\""
          << a.routing << "\",\"rows\":[" << rows_json.str() << "],\"ok\":" << (ok ? "true" : "false") << "}\n";
     std::printf("# wrote %s\n", a.json_path.c_str());
   }
