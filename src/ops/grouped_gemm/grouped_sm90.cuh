@@ -25,7 +25,7 @@
 //
 // The launch: CUTLASS's adapter (initialize, run) behind `prepare`. A programmatic dependent
 // launch of the GEMM behind `prepare` was built and measured against it in one run (one H100,
-// docs/grouped_gemm.md): 0-5% faster at 128 tokens per rank (within the spread between runs), 3-14%
+// docs/grouped_gemm.md): 0-5% faster at 128 tokens per rank (within the spread between runs), 0-15%
 // slower at 2048. Not kept.
 #pragma once
 #include <cuda_runtime.h>
