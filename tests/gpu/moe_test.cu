@@ -20,6 +20,8 @@
 //   Moe.RefusedRoutingThrowsOnEveryRank  high throughput, in sequence and with each fusion: rank 0
 //       names an expert out of range; every rank's check() throws, nothing hangs, and the next
 //       call on the same MoE matches the reference.
+//   Moe.AllocationFailureThrowsOnEveryRank  the last rank cannot allocate its buffers: it throws
+//       out of memory naming the buffer, every other rank kState naming it; a MoE made next works.
 //
 // The reference (host, fp64) follows the library's roundings where they decide a value: h = W1 x
 // rounded to bf16 (gate = rows [0, F), up = rows [F, 2F)), act = SiLU(g) u rounded to bf16, then
@@ -449,6 +451,55 @@ TEST(Moe, RefusedRoutingThrowsOnEveryRank) {
       comm.sync(s);
       comm.barrier();
     }
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+// A rank that cannot make its buffers (the last rank asks for 2^30 expert rows, hundreds of GB):
+// it throws its out-of-memory error naming the buffer, every other rank throws kState naming that
+// rank, and no rank holds a MoE whose first dispatch would wait for a peer that never comes. The
+// communicator stays usable: a MoE made next matches the reference.
+TEST(Moe, AllocationFailureThrowsOnEveryRank) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::string> wrong(P);
+  const uint64_t seed = 99;
+  const std::vector<Expert> experts = team_experts(seed, P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank(), last = P - 1;
+    Stream s;
+    tw::MoeConfig cfg = moe_config(kHtVariants[0], P);
+    if (me == last) cfg.max_expert_rows = 1 << 30;
+    try {
+      tw::MoE moe(comm, cfg);
+      wrong[me] += "the MoE was made although rank " + std::to_string(last) + " could not allocate; ";
+    } catch (const tw::Error& e) {
+      const std::string what = e.what();
+      if (me == last && (e.code() != tw::Errc::kCuda || what.find("out of device memory for its buffer") == std::string::npos))
+        wrong[me] += "the failing rank's error does not say what it could not allocate: " + what + "; ";
+      if (me != last && (e.code() != tw::Errc::kState || what.find("rank " + std::to_string(last)) == std::string::npos))
+        wrong[me] += "the error does not name rank " + std::to_string(last) + ": " + what + "; ";
+    }
+    const RankWeights rw(experts, me, s);
+    tw::MoE moe(comm, moe_config(kHtVariants[0], P));
+    const Tokens t = make_tokens(seed, Routing::kUniform, me, P);
+    std::vector<double> ref, tol;
+    reference(t, experts, &ref, &tol);
+    const CallBuffers cb(t, s);
+    const tw::MoeArgs a = cb.args(t, rw);
+    poison(cb.out.data(), cb.out.bytes, s);
+    comm.sync(s);
+    comm.barrier();
+    moe.forward(a, s);
+    try {
+      moe.check(s);
+      const std::string why = compare(download<uint16_t>(cb.out.data(), size_t(t.N) * kH, s), ref, tol);
+      if (!why.empty()) wrong[me] += "the MoE made after it: " + why + "; ";
+    } catch (const tw::Error& e) {
+      wrong[me] += std::string("the MoE made after it fails: ") + e.what() + "; ";
+    }
+    comm.sync(s);
+    comm.barrier();
   });
   for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
 }

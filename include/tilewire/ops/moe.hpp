@@ -107,7 +107,8 @@ class MoE {
  public:
   // Collective (creates the EpBuffer: every rank the same config). Throws kInvalidArgument with
   // check_moe_config's reason or when the GEMMs' reserved SMs leave fewer than 2; kUnsupported on a
-  // device that is not sm_90.
+  // device that is not sm_90. No rank returns before every rank has its buffers: a rank whose
+  // allocation fails throws its error, and every other rank throws kState naming it.
   MoE(Comm& comm, const MoeConfig& cfg);
   ~MoE();
   MoE(const MoE&) = delete;

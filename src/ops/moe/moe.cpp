@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,20 @@ Status fail(std::string why) { return Status{false, "moe: " + std::move(why)}; }
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+// An allocation that fails names the buffer and its size (out of memory is not sticky: the
+// thread's last error is cleared, so this rank's next launch check does not see it).
 template <class T>
-T* alloc(size_t n, size_t* bytes) {
+T* alloc(const char* what, size_t n, size_t* bytes) {
   void* p = nullptr;
   const size_t b = std::max<size_t>(n, 1) * sizeof(T);
-  TW_CUDA_CHECK(cudaMalloc(&p, b));
+  const cudaError_t e = cudaMalloc(&p, b);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    throw_error(Errc::kCuda, __FILE__, __LINE__,
+                std::string("moe: out of device memory for its buffer ") + what + " (" + std::to_string(b) +
+                    " bytes) on this rank; lower max_tokens_per_rank or MoeConfig::max_expert_rows");
+  }
+  TW_CUDA_CHECK(e);
   *bytes += b;
   return static_cast<T*>(p);
 }
@@ -127,44 +137,62 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
   if (cfg.overlap && ep.mode == EpMode::kHighThroughput && ep.num_sms == 0)
     ep.num_sms = std::min(ep_default_sms(ep, comm.sm_count()), comm.sm_count() - 1);
   ep_ = std::make_unique<EpBuffer>(comm, ep);
-  buf_ = std::make_unique<Buffers>();
-  Buffers& b = *buf_;
-  const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
-  const long long rows = cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity
-                         : cfg.max_expert_rows > 0       ? cfg.max_expert_rows
-                                                         : capacity * k;
-  TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
-             "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
-             "max_tokens_per_rank");
-  b.rows = int(rows), b.capacity = int(capacity);
-  if (cfg.gate_up == MoeGateUp::kGateThenUp) b.h = alloc<uint16_t>(size_t(rows) * 2 * F, &b.bytes);
-  b.act = alloc<uint16_t>(size_t(rows) * F, &b.bytes);
-  if (cfg.ep.mode == EpMode::kHighThroughput) {
-    b.xg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
-    b.yg = alloc<uint16_t>(size_t(rows) * H, &b.bytes);
-    b.y = alloc<uint16_t>(size_t(capacity) * H, &b.bytes);
-    const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
-    b.place.chunk_counts = alloc<int>(chunk_ints, &b.bytes);
-    b.place.chunk_base = alloc<int>(chunk_ints, &b.bytes);
-    b.counts = alloc<int>(L, &b.bytes);
-    b.overflow = alloc<int>(1, &b.bytes);
-    StreamGuard init;  // never the legacy default stream (stream_guard.hpp)
-    TW_CUDA_CHECK(cudaMemsetAsync(b.overflow, 0, sizeof(int), init.s));
-    TW_CUDA_CHECK(cudaStreamSynchronize(init.s));
-    b.offsets = alloc<int>(L, &b.bytes);
-    b.perm = alloc<int>(size_t(rows), &b.bytes);
-    b.pos_of = alloc<int>(size_t(capacity) * k, &b.bytes);
-    if (cfg.overlap) {
-      TW_REQUIRE(comm.all_lsa(), kInvalidArgument,
-                 "moe: overlap needs every peer in the LSA team (this communicator has GIN peers); set "
-                 "MoeConfig::overlap false");
-      b.bounds = alloc<int>(size_t(L) * (P + 1), &b.bytes);
-      b.flags = alloc<uint64_t>(size_t(P) + 1, &b.bytes);
-      TW_CUDA_CHECK(cudaStreamCreateWithFlags(&b.side, cudaStreamNonBlocking));
-      TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
-      TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+  // The buffers come after the EpBuffer's collectives, so the ranks leave here together: every
+  // rank's allocations are done (or every rank throws) before any rank returns. Otherwise a rank
+  // could start a forward, whose dispatch spins until every peer arrives, while a peer still
+  // allocates; on a virtual team (one CUDA context) that peer's cudaMalloc may wait for the
+  // device (CUDA's implicit synchronization), so the peer never arrives.
+  std::exception_ptr failed;
+  try {  // this rank's buffers (moe.hpp, "Memory")
+    buf_ = std::make_unique<Buffers>();
+    Buffers& b = *buf_;
+    const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
+    const long long rows = cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity
+                           : cfg.max_expert_rows > 0       ? cfg.max_expert_rows
+                                                           : capacity * k;
+    TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
+               "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
+               "max_tokens_per_rank");
+    b.rows = int(rows), b.capacity = int(capacity);
+    if (cfg.gate_up == MoeGateUp::kGateThenUp) b.h = alloc<uint16_t>("h", size_t(rows) * 2 * F, &b.bytes);
+    b.act = alloc<uint16_t>("act", size_t(rows) * F, &b.bytes);
+    if (cfg.ep.mode == EpMode::kHighThroughput) {
+      b.xg = alloc<uint16_t>("xg", size_t(rows) * H, &b.bytes);
+      b.yg = alloc<uint16_t>("yg", size_t(rows) * H, &b.bytes);
+      b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);
+      const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
+      b.place.chunk_counts = alloc<int>("chunk_counts", chunk_ints, &b.bytes);
+      b.place.chunk_base = alloc<int>("chunk_base", chunk_ints, &b.bytes);
+      b.counts = alloc<int>("counts", L, &b.bytes);
+      b.overflow = alloc<int>("overflow", 1, &b.bytes);
+      StreamGuard init;  // never the legacy default stream (stream_guard.hpp)
+      TW_CUDA_CHECK(cudaMemsetAsync(b.overflow, 0, sizeof(int), init.s));
+      TW_CUDA_CHECK(cudaStreamSynchronize(init.s));
+      b.offsets = alloc<int>("offsets", L, &b.bytes);
+      b.perm = alloc<int>("perm", size_t(rows), &b.bytes);
+      b.pos_of = alloc<int>("pos_of", size_t(capacity) * k, &b.bytes);
+      if (cfg.overlap) {
+        TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
+                   "moe: overlap needs every peer in the LSA team (this communicator has GIN peers); set "
+                   "MoeConfig::overlap false");
+        b.bounds = alloc<int>("bounds", size_t(L) * (P + 1), &b.bytes);
+        b.flags = alloc<uint64_t>("flags", size_t(P) + 1, &b.bytes);
+        TW_CUDA_CHECK(cudaStreamCreateWithFlags(&b.side, cudaStreamNonBlocking));
+        TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.fork, cudaEventDisableTiming));
+        TW_CUDA_CHECK(cudaEventCreateWithFlags(&b.join, cudaEventDisableTiming));
+      }
     }
+  } catch (...) {
+    failed = std::current_exception();
   }
+  std::vector<int> bad(size_t(P), 0);
+  const int mine_bad = failed ? 1 : 0;
+  comm.allgather_host(&mine_bad, bad.data(), sizeof(int));
+  if (failed) std::rethrow_exception(failed);
+  for (int q = 0; q < P; ++q)
+    TW_REQUIRE(bad[size_t(q)] == 0, kState,
+               "moe: rank " + std::to_string(q) + " could not make its buffers (its own error says why); no rank "
+               "made the MoE");
 }
 
 MoE::~MoE() = default;
