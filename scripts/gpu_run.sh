@@ -57,7 +57,8 @@
 #                 the extension's raw call, a side stream and the same calls from a C++ loop in the
 #                 extension, the Python-vs-C++ figure; clocks.csv: SM clock and power every
 #                 100 ms meanwhile), then tilewire.MoE against a torch reference MoE layer (py_moe.json);
-#                 PY_NCU=1: also ncu on the GEMM kernels of the CLI and of the Python process (ncu_*.csv)
+#                 PY_NCU=1: also ncu on the GEMM kernels of the CLI and of the Python process (ncu_*.csv);
+#                 PY_STEPS=checks: only the package, the tests and the examples
 #   engine        (nvidia-h200) the fused ops against the GEMM alone on a virtual team; ENGINE_STEPS picks
 #                 among owner (bench gemm-allreduce --algo owner at 2, 3, 4 virtual ranks on 8192 x 8192 x
 #                 4096, and at 4 with the measurement knobs TILEWIRE_OWNER_PLAIN / _FINAL_POLL_ALL in
@@ -312,6 +313,7 @@ if [ "$MODE" = python ]; then
     step "examples/python/$ex.py under torchrun, $ngpu processes"
     PYTHONPATH=$PYLIB run 120 torchrun --nproc-per-node "$ngpu" "$REPO/examples/python/$ex.py"
   done
+  [ "${PY_STEPS:-all}" = checks ] && { step "done: $([ $FAIL = 0 ] && echo ALL PASSED || echo FAILURES, see run.log)"; exit $FAIL; }
   # What the Python layer adds to gemm_allreduce: the CLI's fused row (e) and the same call from
   # Python (view=True: no copy), 8192 x 8192 x 4096 at one rank, in alternation, three times each,
   # 9 repeats each; both first run the op 2 s untimed (the CLI's --warm-s 2, the script's default):
