@@ -80,7 +80,7 @@ struct MoE::Buffers {
   // High throughput only:
   void* xg = nullptr;   // [R, H] received rows in expert-major order
   void* yg = nullptr;   // [R, H] the down GEMM's output, same order
-  void* y = nullptr;    // [capacity, H] per received row, its experts' weighted sum
+  void* y = nullptr;    // [capacity, H] per received row, its experts' weighted sum (not with fused_combine)
   ops::moe::PlaceScratch place;  // [place_chunks x L] each
   int* counts = nullptr;   // [L] the GEMMs' (0 after an overflow)
   int* offsets = nullptr;  // [L]
@@ -159,7 +159,7 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
     if (cfg.ep.mode == EpMode::kHighThroughput) {
       b.xg = alloc<uint16_t>("xg", size_t(rows) * H, &b.bytes);
       b.yg = alloc<uint16_t>("yg", size_t(rows) * H, &b.bytes);
-      b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);
+      if (!cfg.fused_combine) b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);  // the scatter's
       const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
       b.place.chunk_counts = alloc<int>("chunk_counts", chunk_ints, &b.bytes);
       b.place.chunk_base = alloc<int>("chunk_base", chunk_ints, &b.bytes);
