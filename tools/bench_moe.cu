@@ -83,11 +83,12 @@ struct Options {
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
   GroupedTile tile = GroupedTile::kAuto;  // every grouped GEMM's tile (GroupedGemmConfig::tile)
   bool fused_overlap = true, fused_combine = true;  // --fused: the fused row's fusions
-  bool fused_swiglu = false;
+  bool fused_swiglu = false, fused_direct = false;
   bool help = false;
   std::string fused_names() const {
     std::string n;
-    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}, {fused_swiglu, "swiglu"}})
+    for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}, {fused_swiglu, "swiglu"},
+                             {fused_direct, "direct"}})
       if (on) n += (n.empty() ? "" : ",") + std::string(name);
     return n;
   }
@@ -106,7 +107,8 @@ constexpr const char* kUsage =
     "  --fused F1,F2             the fused row's fusions (overlap,combine): overlap (MoeConfig::overlap: the\n"
     "                            gate-up GEMM beside the dispatch), combine (fused_combine: the combine sums each\n"
     "                            row's experts as it sends them), swiglu (MoeConfig::gate_up kInterleaved8: the\n"
-    "                            SwiGLU in the gate-up GEMM's epilogue)\n"
+    "                            SwiGLU in the gate-up GEMM's epilogue), direct (MoeConfig::direct_dispatch: the\n"
+    "                            dispatch stores each row in its expert-major place)\n"
     "  --fused-ep-sms N          the fused forward's EP CTAs (EpConfig::num_sms; with overlap they also place the\n"
     "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n"
     "  --tile T                  every grouped GEMM's tile: auto (the tile rule), 64x128pp, 64x256pp, 128x256coop\n";
@@ -163,15 +165,18 @@ Options parse(const std::vector<std::string>& argv) {
       o.tile = *t;
     }
     else if (a == "--fused") {
-      o.fused_overlap = o.fused_combine = o.fused_swiglu = false;
+      o.fused_overlap = o.fused_combine = o.fused_swiglu = o.fused_direct = false;
       std::stringstream list(v);
       for (std::string f; std::getline(list, f, ',');) {
-        TW_REQUIRE(f == "overlap" || f == "combine" || f == "swiglu", kInvalidArgument,
-                   "bench moe: --fused takes overlap, combine, swiglu separated by commas, got '" + v + "'");
-        (f == "overlap" ? o.fused_overlap : f == "combine" ? o.fused_combine : o.fused_swiglu) = true;
+        TW_REQUIRE(f == "overlap" || f == "combine" || f == "swiglu" || f == "direct", kInvalidArgument,
+                   "bench moe: --fused takes overlap, combine, swiglu, direct separated by commas, got '" + v + "'");
+        (f == "overlap" ? o.fused_overlap : f == "combine" ? o.fused_combine : f == "swiglu" ? o.fused_swiglu
+                                                                                            : o.fused_direct) = true;
       }
-      TW_REQUIRE(o.fused_overlap || o.fused_combine || o.fused_swiglu, kInvalidArgument,
+      TW_REQUIRE(o.fused_overlap || o.fused_combine || o.fused_swiglu || o.fused_direct, kInvalidArgument,
                  "bench moe: --fused needs at least one fusion");
+      TW_REQUIRE(!(o.fused_overlap && o.fused_direct), kInvalidArgument,
+                 "bench moe: --fused overlap and direct are two ways to lay the receive out; name one");
     }
     else TW_REQUIRE(false, kInvalidArgument, "bench moe: unknown option '" + a + "' (--help)");
   }
@@ -527,6 +532,7 @@ void MoeBench::run(Comm& comm) {
           moe_ptr.reset();
           cfg.overlap = o_.fused_overlap;
           cfg.fused_combine = o_.fused_combine;
+          cfg.direct_dispatch = o_.fused_direct;
           if (swiglu) cfg.gate_up = MoeGateUp::kInterleaved8, a.w_gate_up = w1i.p;
           if (o_.fused_overlap || o_.fused_ep_sms > 0) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);

@@ -177,19 +177,23 @@ class MoE:
 
     def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, ffn: int, topk: int, num_experts: int,
                  low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False,
-                 fused_combine: Optional[bool] = None, gate_up_interleaved: bool = False):
+                 fused_combine: Optional[bool] = None, gate_up_interleaved: bool = False,
+                 direct_dispatch: Optional[bool] = None):
         """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case).
         overlap: high throughput, the gate-up GEMM beside the dispatch, each tile starting once its
         rows have landed (docs/moe.md, "Overlap"). fused_combine: high throughput, the combine sums
-        each row's experts as it sends them (docs/moe.md, "Fused combine"); None: the library's
-        default. Every setting of these gives the same bits. gate_up_interleaved: w_gate_up comes
+        each row's experts as it sends them (docs/moe.md, "Fused combine"); direct_dispatch: high
+        throughput, the dispatch stores each row in its expert-major place (docs/moe.md, "The
+        direct dispatch"; every rank the same, not with overlap); None: the library's default.
+        Every setting of these gives the same bits. gate_up_interleaved: w_gate_up comes
         interleaved (interleave_gate_up) and the SwiGLU runs in the gate-up GEMM's epilogue on its
         fp32 sums (docs/moe.md, "SwiGLU in the epilogue"): one pass over memory fewer, no [R, 2F]
         buffer, and other bits than the plain layout (gate and up are not rounded first)."""
         comm._live("MoE")
         flag = lambda v: -1 if v is None else int(bool(v))  # noqa: E731
         self._m = _C.MoE(comm._c, max_tokens_per_rank, hidden, ffn, topk, num_experts, low_latency, max_expert_rows,
-                         num_sms, bool(overlap), flag(fused_combine), bool(gate_up_interleaved))
+                         num_sms, bool(overlap), flag(fused_combine), bool(gate_up_interleaved),
+                         flag(direct_dispatch))
         self._comm = comm
         self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device,
                             bool(gate_up_interleaved))

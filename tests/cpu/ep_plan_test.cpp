@@ -119,6 +119,52 @@ TEST(EpPlan, HighThroughputWindowRegionsAreDisjoint) {
     }
 }
 
+TEST(EpPlan, ExpertMajorAreaIsInTheWindowAndDisjoint) {
+  for (int P : {1, 2, 8}) {
+    EpConfig c = good();
+    c.num_experts = 16 * P, c.max_tokens_per_rank = 700;
+    const auto none = tw::ops::ep::geometry(c, P, 0, 24);
+    EXPECT_EQ(none.xrows, 0);
+    c.expert_major_rows = 3000;
+    ASSERT_TRUE(tw::check_ep_config(c, P, 132).ok);
+    const auto g = tw::ops::ep::geometry(c, P, 0, 24);
+    const size_t cap = (size_t)P * 700, flags = (size_t)P * 24 * 8;
+    EXPECT_EQ(g.xrows, 3000);
+    EXPECT_EQ(g.E, 16 * P);
+    // A count slot carries every expert's count after the receiver's own.
+    EXPECT_GE(g.slot_bytes, 16 + 4u * (P + 16 + 16 * P));
+    EXPECT_EQ(g.off_rx, none.off_rx);
+    EXPECT_GE(g.total, none.total + 3000 * tw::ep_row_bytes(c) + cap * c.topk * 4);
+    EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
+                             {g.off_cdone, flags}, {g.off_dstart, flags}, {g.off_rsrc, cap * 4}, {g.off_rtok, cap * 4},
+                             {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
+                             {g.off_rx, cap * tw::ep_row_bytes(c)}, {g.off_cw, cap * 4},
+                             {g.off_cy, cap * c.hidden * 2}, {g.off_xpos, cap * c.topk * 4},
+                             {g.off_xg, 3000 * tw::ep_row_bytes(c)}},
+                            g.total),
+              "")
+        << "P = " << P;
+  }
+}
+
+TEST(EpPlan, ExpertMajorRowsNeedHighThroughputBf16) {
+  EpConfig c = good();
+  c.expert_major_rows = -1;
+  auto s = tw::check_ep_config(c, 8, 132);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("expert_major_rows -1"), std::string::npos) << s.reason;
+  c.expert_major_rows = 100;
+  EXPECT_TRUE(tw::check_ep_config(c, 8, 132).ok);
+  c.payload = EpPayload::kFp8E4M3;
+  s = tw::check_ep_config(c, 8, 132);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("bf16"), std::string::npos) << s.reason;
+  c.payload = EpPayload::kBFloat16, c.mode = tw::EpMode::kLowLatency, c.max_tokens_per_rank = 128;
+  s = tw::check_ep_config(c, 8, 132);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("high-throughput"), std::string::npos) << s.reason;
+}
+
 TEST(EpPlan, GinStagingRegionsAreDisjointAndMirrorTheReceiveRegions) {
   for (int P : {2, 9, 16})
     for (EpPayload pay : {EpPayload::kBFloat16, EpPayload::kFp8E4M3}) {

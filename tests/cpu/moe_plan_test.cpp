@@ -41,6 +41,9 @@ TEST(MoePlan, RefusesWithTheReason) {
   with("rows_hint -1", [](tw::MoeConfig& c) { c.gemm.rows_hint = -1; });
   with("max_expert_rows -5 is negative", [](tw::MoeConfig& c) { c.max_expert_rows = -5; });
   with("gate_up 7 is not a MoeGateUp", [](tw::MoeConfig& c) { c.gate_up = tw::MoeGateUp(7); });
+  with("ep.expert_major_rows 64 is the MoE's to set", [](tw::MoeConfig& c) {
+    c.ep.mode = tw::EpMode::kHighThroughput, c.ep.expert_major_rows = 64;
+  });
   for (const Case& k : cases) {
     const tw::Status s = tw::check_moe_config(k.c, 8, 16);
     EXPECT_FALSE(s.ok) << k.want;
@@ -71,14 +74,21 @@ TEST(MoePlan, OverlapLeavesTheGemmPreparationAnSm) {
 
 }  // namespace
 
-// Every combination of the fusions is a valid config, in both modes (low latency ignores them).
+// Every combination of the fusions is a valid config, in both modes (low latency ignores them),
+// except the overlap with the direct dispatch in the high-throughput mode (two layouts of the
+// receive), which is refused saying so.
 TEST(MoePlan, EveryFusionCombinationIsValid) {
   for (tw::EpMode m : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency})
-    for (int bits = 0; bits < 8; ++bits) {
+    for (int bits = 0; bits < 16; ++bits) {
       tw::MoeConfig c = valid(m);
-      c.overlap = bits & 1, c.fused_combine = bits & 2;
+      c.overlap = bits & 1, c.fused_combine = bits & 2, c.direct_dispatch = bits & 8;
       c.gate_up = bits & 4 ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
       const tw::Status s = tw::check_moe_config(c, 8, 16);
-      EXPECT_TRUE(s.ok) << "fusions " << bits << ": " << s.reason;
+      if (m == tw::EpMode::kHighThroughput && c.overlap && c.direct_dispatch) {
+        EXPECT_FALSE(s.ok) << "fusions " << bits;
+        EXPECT_TRUE(contains(s.reason, "direct_dispatch and overlap")) << s.reason;
+      } else {
+        EXPECT_TRUE(s.ok) << "fusions " << bits << ": " << s.reason;
+      }
     }
 }

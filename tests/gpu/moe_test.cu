@@ -4,12 +4,18 @@
 //
 //   Moe.MatchesTheReference  uniform, skewed and all-to-rank-0 routing, ranks with 40, 0, 23 and 1
 //       tokens, some top-k slots -1; every element of the output against the reference below;
-//       a second call on the same inputs gives the same bits. High throughput runs four times: in
+//       a second call on the same inputs gives the same bits. High throughput runs six times: in
 //       sequence, with the overlap (MoeConfig::overlap), with the fused combine
-//       (MoeConfig::fused_combine) and with both; the fused calls must give the sequential bits.
+//       (MoeConfig::fused_combine), with both, with the direct dispatch (MoeConfig::direct_dispatch)
+//       alone and with the fused combine; the fused calls must give the sequential bits.
 //       With the gate-up weights interleaved (MoeGateUp::kInterleaved8: the SwiGLU in the gate-up
 //       GEMM's epilogue) in both modes, in sequence and with both fusions (which must give its
-//       sequential bits), against the reference without h's rounding.
+//       sequential bits) and with the direct dispatch and the fused combine, against the reference
+//       without h's rounding.
+//   Moe.RepeatedExpertInATokenMatches  high throughput, a token naming an expert in two slots: the
+//       reference, and the direct dispatch's bits equal the sequential call's.
+//   Moe.DirectDispatchMustAgree  rank 0 makes the MoE without the direct dispatch, the others with
+//       it: every rank throws kInvalidArgument naming direct_dispatch, and nothing hangs.
 //   Moe.InterleaveGateUp  interleave_gate_up's reorder against the host's, bit for bit, and its
 //       refusals (F % 8, overlap, null).
 //   Moe.GraphReplayIsBitIdentical  forward captured in a CUDA graph and replayed three times over a
@@ -209,24 +215,30 @@ struct Variant {
   bool overlap = false;
   bool fused_combine = false;
   bool swiglu = false;  // MoeGateUp::kInterleaved8
-  bool fused() const { return overlap || fused_combine; }
+  bool direct = false;  // MoeConfig::direct_dispatch
+  bool fused() const { return overlap || fused_combine || direct; }
   std::string name() const {
     return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : "") +
-           (fused_combine ? " fused-combine" : "") + (swiglu ? " swiglu" : "");
+           (fused_combine ? " fused-combine" : "") + (swiglu ? " swiglu" : "") + (direct ? " direct" : "");
   }
 };
 constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false},
                                    {tw::EpMode::kHighThroughput, true, false},
                                    {tw::EpMode::kHighThroughput, false, true},
-                                   {tw::EpMode::kHighThroughput, true, true}};
+                                   {tw::EpMode::kHighThroughput, true, true},
+                                   {tw::EpMode::kHighThroughput, false, false, false, true},
+                                   {tw::EpMode::kHighThroughput, false, true, false, true}};
 // A sequential variant before the fused ones of the same swiglu: their bits are checked against it.
 constexpr Variant kVariants[] = {kHtVariants[0],
                                  kHtVariants[1],
                                  kHtVariants[2],
                                  kHtVariants[3],
+                                 kHtVariants[4],
+                                 kHtVariants[5],
                                  {tw::EpMode::kLowLatency, false, false},
                                  {tw::EpMode::kHighThroughput, false, false, true},
                                  {tw::EpMode::kHighThroughput, true, true, true},
+                                 {tw::EpMode::kHighThroughput, false, true, true, true},
                                  {tw::EpMode::kLowLatency, false, false, true}};
 
 tw::MoeConfig moe_config(const Variant& v, int P) {
@@ -236,6 +248,7 @@ tw::MoeConfig moe_config(const Variant& v, int P) {
   c.ffn = kF;
   c.overlap = v.overlap;
   c.fused_combine = v.fused_combine;
+  c.direct_dispatch = v.direct;
   c.gate_up = v.swiglu ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
   return c;
 }
@@ -500,6 +513,67 @@ TEST(Moe, AllocationFailureThrowsOnEveryRank) {
     }
     comm.sync(s);
     comm.barrier();
+  });
+  for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
+}
+
+// High throughput lets a token name an expert twice (each slot is its own pair): every third
+// token's slot 1 repeats its slot 0. In sequence, with the direct dispatch (the row stored once at
+// the first slot's place, copied to the second's) and with it and the fused combine: the reference
+// on every element, and the fused variants the sequential bits.
+TEST(Moe, RepeatedExpertInATokenMatches) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  std::vector<std::vector<std::string>> wrong(P);
+  const uint64_t seed = 97;
+  const std::vector<Expert> experts = team_experts(seed, P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    Stream s;
+    const RankWeights rw(experts, me, s);
+    Tokens t = make_tokens(seed, Routing::kUniform, me, P);
+    for (int n = 0; n < t.N; n += 3)
+      if (t.idx[size_t(n) * kTopk] >= 0) t.idx[size_t(n) * kTopk + 1] = t.idx[size_t(n) * kTopk];
+    std::vector<double> ref, tol;
+    reference(t, experts, &ref, &tol);
+    const CallBuffers cb(t, s);
+    std::vector<uint16_t> sequential;
+    for (const Variant& v : {kHtVariants[0], kHtVariants[4], kHtVariants[5]}) {
+      tw::MoE moe(comm, moe_config(v, P));
+      poison(cb.out.data(), cb.out.bytes, s);
+      comm.sync(s);
+      comm.barrier();
+      moe.forward(cb.args(t, rw), s);
+      moe.check(s);
+      const std::vector<uint16_t> got = download<uint16_t>(cb.out.data(), size_t(t.N) * kH, s);
+      const std::string why = compare(got, ref, tol);
+      if (!why.empty()) wrong[me].push_back(v.name() + ": " + why);
+      if (!v.fused()) sequential = got;
+      else if (got != sequential) wrong[me].push_back(v.name() + ": the bits differ from the sequential call's");
+      comm.sync(s);
+      comm.barrier();
+    }
+  });
+  for (int q = 0; q < P; ++q)
+    for (const std::string& m : wrong[q]) ADD_FAILURE() << "rank " << q << ": " << m;
+}
+
+TEST(Moe, DirectDispatchMustAgree) {
+  TW_SKIP_UNLESS_SM90();
+  const int P = team_size();
+  if (P < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<std::string> wrong(P);
+  run_team([&](tw::Comm& comm) {
+    const int me = comm.rank();
+    tw::MoeConfig cfg = moe_config(kHtVariants[4], P);
+    cfg.direct_dispatch = me != 0;
+    try {
+      tw::MoE moe(comm, cfg);
+      wrong[me] = "the MoE was made";
+    } catch (const tw::Error& e) {
+      if (e.code() != tw::Errc::kInvalidArgument || std::string(e.what()).find("direct_dispatch differs") == std::string::npos)
+        wrong[me] = std::string("not the expected error: ") + e.what();
+    }
   });
   for (int q = 0; q < P; ++q) EXPECT_EQ(wrong[q], "") << "rank " << q;
 }

@@ -82,6 +82,10 @@ struct EpConfig {
   EpMode mode = EpMode::kHighThroughput;
   int num_sms = 0;              // CTAs of each kernel (0: ep_default_sms)
   int expert_alignment = 1;     // recv_tokens_per_expert rounded up to a multiple of this
+  // High throughput, bf16, every peer in the LSA team: the window also holds an expert-major
+  // area of this many rows (and the places of each received row's slots), which
+  // dispatch(EpExpertPlaces) stores rows into directly (0: none). Every rank passes the same value.
+  int expert_major_rows = 0;
 };
 
 // Host checks that need no GPU (tests/cpu/ep_plan_test.cpp).
@@ -126,6 +130,10 @@ struct EpRecv {
   int* num_recv = nullptr;            // device: rows received
   int* tokens_per_expert = nullptr;   // device [num_experts / nranks], padded to expert_alignment
   int capacity = 0;                   // nranks x max_tokens_per_rank
+  // EpConfig::expert_major_rows > 0 only (else null): the expert-major area [rows, H] bf16 and
+  // each received row's slots' places [capacity, topk] (dispatch(EpExpertPlaces) writes them).
+  void* expert_x = nullptr;
+  int* expert_pos = nullptr;
 };
 
 struct EpLowLatencyArgs {
@@ -184,6 +192,32 @@ struct EpExpertMajor {
   uint64_t* ready = nullptr;  // [P]
 };
 
+// High throughput with EpConfig::expert_major_rows = R > 0: the dispatch stores each row straight
+// into the receiver's expert-major area (in its window), at the place of the row's first slot
+// with an expert of that rank, and writes the places of all the row's slots beside it; so no
+// pass over the receive puts rows in expert order. Places (receiver d, local expert l):
+//   expert l's pairs start at offsets[l] = the pairs of d's experts < l from every source; within
+//   them source q's pairs come before source q + 1's, each source's in its (token, slot) order.
+// That is the order the MoE's placement gives the receive (ops/moe kernels place_rows), so every
+// place is the same. The sender knows every rank's per-expert counts (the count slots carry all
+// E), and its own entries' ranks:
+//   send_pos   [N x topk] device: entry (t, j) with expert e >= 0 -> the entries of experts < e,
+//              plus those of e before (t, j) in (token, slot) order, over this rank's N tokens
+//              (its own expert-major order over all E experts); other entries are not read
+//   counts, offsets [L], overflow [1]: out, this rank's layout (a rank whose pairs exceed R:
+//              overflow = their number, counts 0, offsets 0, and every place -1: no rows sent
+//              to it; else overflow 0)
+// The rows land at EpRecv::expert_x; the places at EpRecv::expert_pos [capacity x topk] (-1: the
+// slot's expert is on another rank, or none, or an overflow). The row is stored once per rank:
+// the receiver copies it to its row's other places (the MoE does). Rows of the receive area
+// (EpRecv::x) are not written; the metadata are.
+struct EpExpertPlaces {
+  const int* send_pos = nullptr;
+  int* counts = nullptr;
+  int* offsets = nullptr;
+  int* overflow = nullptr;
+};
+
 // High throughput: what combine() sends, taken from the experts' output rows where they lie
 // instead of from rows summed beforehand. Received row r is made as it is sent:
 //   sum over slots j = 0..topk-1 (ascending) with pos_of[r x topk + j] >= 0 of
@@ -226,6 +260,10 @@ class EpBuffer {
   // The same, with the receive also laid out per expert (EpExpertMajor). Throws kInvalidArgument
   // on a buffer with GIN peers or an fp8 payload, or a null pointer in `em`.
   EpRecv dispatch(const EpDispatchArgs& a, const EpExpertMajor& em, cudaStream_t stream);
+  // The same, each row stored straight into its expert-major place (EpExpertPlaces). Throws
+  // kInvalidArgument on a buffer made with expert_major_rows 0 or with GIN peers, or a null
+  // pointer in `ep` (send_pos may be null with num_tokens 0).
+  EpRecv dispatch(const EpDispatchArgs& a, const EpExpertPlaces& ep, cudaStream_t stream);
   // Collective. y: [*num_recv, H] bf16 rows in the last dispatch's receive order (any device
   // memory; null on a rank that received no rows, else check() throws and zero rows go back);
   // weights: optional [*num_recv] fp32, each row's weight (null: 1), so ranks may differ in
@@ -278,7 +316,7 @@ class EpBuffer {
   std::unique_ptr<State> st_;
   std::unique_ptr<LowLatency> ll_;
   void init_low_latency();
-  EpRecv dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, cudaStream_t stream);
+  EpRecv dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, const EpExpertPlaces* ex, cudaStream_t stream);
   LowLatency& low_latency(const char* op);  // ll.cu
 };
 

@@ -14,7 +14,8 @@
 // Per call, on `stream` (docs/moe.md has the picture; with MoeConfig::overlap the gate-up GEMM runs
 // on a stream of the MoE's own, forked from `stream` and joined back within the call):
 //   high throughput  EpBuffer::dispatch (rows deduplicated per rank) -> the received rows put in
-//                    expert-major order, one copy per (row, local expert) -> grouped gate-up ->
+//                    expert-major order, one copy per (row, local expert) (direct_dispatch: the
+//                    dispatch stores each row at its first place, one copy per further place) -> grouped gate-up ->
 //                    SiLU x up -> grouped down -> per received row, its experts' outputs times
 //                    their weights summed in fp32 in slot order, rounded once -> EpBuffer::combine
 //   low latency      dispatch_send / dispatch_recv (rows land expert-major, where the GEMM reads
@@ -35,7 +36,10 @@
 // Memory (this rank, besides the EpBuffer's window): the gate-up output [R, 2F] (kGateThenUp only)
 // and the activation [R, F] bf16, with R = L x capacity (low latency) or max_expert_rows (high throughput; by
 // default capacity x topk, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
-// and output [R, H] bf16 and the combine rows [capacity, H]. MoE::bytes() says how much.
+// and output [R, H] bf16 and the combine rows [capacity, H] (not with fused_combine). With
+// direct_dispatch the expert-major input and the places are in the EpBuffer's window instead, and
+// the MoE keeps its own tokens' placement ([max_tokens_per_rank x topk] and its scratch). MoE::bytes()
+// says how much.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -79,6 +83,13 @@ struct MoeConfig {
   // combine reading them back. The same bits either way. Ranks may differ. Ignored in the
   // low-latency mode (its down GEMM already writes into the combine block).
   bool fused_combine = false;
+  // High throughput, every peer in the LSA team, not with `overlap`: the dispatch stores each row
+  // straight into its first place in the receiver's expert-major rows (EpExpertPlaces; those rows
+  // live in the EP window), and the receiver copies it only to the row's other places, so the
+  // pass that gathers the receive into expert order is gone. The same places as without it, so
+  // the same bits. Every rank passes the same value (and the same max_expert_rows with it).
+  // Ignored in the low-latency mode.
+  bool direct_dispatch = false;
   // w_gate_up's layout. kInterleaved8 fuses SiLU(gate) x up into the gate-up GEMM's epilogue (one
   // pass over memory fewer, no [R, 2F] buffer; "Rounding" above). Ranks may differ.
   MoeGateUp gate_up = MoeGateUp::kGateThenUp;
@@ -142,7 +153,9 @@ class MoE {
   std::unique_ptr<EpBuffer> ep_;
   std::unique_ptr<Buffers> buf_;
   trace::Ring trace_{};
-  void combine_ht(const MoeArgs& a, const EpRecv& r, cudaStream_t stream);
+  void combine_ht(const MoeArgs& a, const EpRecv& r, const int* pos_of, cudaStream_t stream);
+  void forward_direct(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
+                      cudaStream_t stream);
   void forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
                           cudaStream_t stream);
 };

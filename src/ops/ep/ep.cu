@@ -34,6 +34,7 @@ void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
                      {"num_experts", c.num_experts, nullptr},
                      {"payload", c.payload == EpPayload::kBFloat16 ? 0 : 1, pay},
                      {"mode", c.mode == EpMode::kHighThroughput ? 0 : 1, mode},
+                     {"expert_major_rows", c.expert_major_rows, nullptr},
                      {"num_sms", sms, nullptr}};
   constexpr int n = sizeof(f) / sizeof(f[0]);
   const int P = comm.nranks();
@@ -171,16 +172,32 @@ void EpBuffer::layout(const void* topk_idx, EpIndex type, int num_tokens, cudaSt
   st.layout_changed = true;
 }
 
-EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) { return dispatch_impl(a, nullptr, stream); }
-
-EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, const EpExpertMajor& em, cudaStream_t stream) {
-  return dispatch_impl(a, &em, stream);
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, cudaStream_t stream) {
+  return dispatch_impl(a, nullptr, nullptr, stream);
 }
 
-EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, cudaStream_t stream) {
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, const EpExpertMajor& em, cudaStream_t stream) {
+  return dispatch_impl(a, &em, nullptr, stream);
+}
+
+EpRecv EpBuffer::dispatch(const EpDispatchArgs& a, const EpExpertPlaces& ex, cudaStream_t stream) {
+  return dispatch_impl(a, nullptr, &ex, stream);
+}
+
+EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em, const EpExpertPlaces* ex,
+                               cudaStream_t stream) {
   State& st = *st_;
   const char* op = "EpBuffer::dispatch";
   const auto check = [&] {
+    if (ex) {
+      TW_REQUIRE(cfg_.expert_major_rows > 0, kInvalidArgument,
+                 std::string(op) + ": EpExpertPlaces needs a buffer made with EpConfig::expert_major_rows > 0");
+      TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
+                 std::string(op) + ": EpExpertPlaces needs every peer in the LSA team (this buffer has GIN peers)");
+      const char* null = !ex->counts ? "counts" : !ex->offsets ? "offsets" : !ex->overflow ? "overflow"
+                         : (!ex->send_pos && a.num_tokens > 0) ? "send_pos" : nullptr;
+      TW_REQUIRE(null == nullptr, kInvalidArgument, std::string(op) + ": EpExpertPlaces::" + (null ? null : "") + " is null");
+    }
     if (em) {
       TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
                  std::string(op) + ": the expert-major receive needs every peer in the LSA team (this buffer has GIN peers)");
@@ -218,7 +235,8 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
   // Ordered before layout() rewrites the routing a previous call reads.
   const OpEntry entry(comm_, op, stream, check, [&] {
     // Every rank places or none does: a placing rank waits for every rank's CTAs to say they run.
-    comm_.agree_on_call(op, {{"payload", ep_payload_name(a.payload)}, {"expert_major", em ? "yes" : "no"}});
+    comm_.agree_on_call(op, {{"payload", ep_payload_name(a.payload)},
+                             {"expert_major", em ? "yes" : ex ? "places" : "no"}});
   });
   if (!a.reuse_layout) layout(a.topk_idx, a.index_type, a.num_tokens, stream);
   ops::ep::DispatchParams p{};
@@ -244,6 +262,11 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
                              em->ready};
     smem = ops::ep::place_smem_bytes(st.g.L);
   }
+  if (ex) {
+    // send_pos is never null on the device (a rank with no tokens reads none of it).
+    p.direct = ops::ep::Direct{ex->send_pos ? ex->send_pos : st.r.send_slot, ex->counts, ex->offsets, ex->overflow};
+    smem = ops::ep::direct_smem_bytes(st.g.E, st.g.P);
+  }
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, smem, stream>>>(p);
   comm_.check_launch("ep dispatch launch");
   comm_.launched("ep dispatch");
@@ -261,6 +284,10 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
   r.num_recv = st.num_recv;
   r.tokens_per_expert = st.recv_per_expert;
   r.capacity = g.capacity;
+  if (g.xrows > 0) {
+    r.expert_x = base + g.off_xg;
+    r.expert_pos = reinterpret_cast<int*>(base + g.off_xpos);
+  }
   return r;
 }
 

@@ -17,13 +17,15 @@ namespace tw::ops::ep {
 
 // High throughput.
 struct Geometry {
-  int P, me, L, topk, max_tokens, capacity, G, hidden;
+  int P, me, L, E, topk, max_tokens, capacity, G, hidden;
+  int xrows;                      // EpConfig::expert_major_rows (0: no expert-major area)
   size_t row_bytes, scale_bytes;  // per row
   size_t slot_bytes;              // one count slot
   size_t off_slots, off_done, off_cstart, off_cdone;
   size_t off_dstart;  // [P][G] flags: the source's dispatch CTA has started (EpExpertMajor)
   size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
   size_t off_cy, off_cw;
+  size_t off_xpos, off_xg;  // [capacity x topk] places, [xrows] rows (EpExpertPlaces; 0 bytes without)
   // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
   // a GIN peer is first stored here, laid out as the receiver's regions but indexed
   // [destination][slot] (dispatch) or by receive row (combine); 0 when gin is false.
@@ -34,7 +36,8 @@ struct Geometry {
   int sig;  // first of 4P signals (Comm::reserve_signals): kSigCounts.. per source, see below
   size_t total;
 
-  // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L].
+  // Count slot: [0] u64 tag, [8] i32 status, [16] i32 counts[P], then i32 experts[L] (the
+  // receiver's), then i32 all[E] (every expert's; written for EpExpertPlaces only).
   TW_EP_HD size_t slot(int src) const { return off_slots + (size_t)src * slot_bytes; }
   TW_EP_HD size_t flag(size_t base, int src, int ch) const { return base + ((size_t)src * G + ch) * 8; }
   // GIN signals at a receiver, one counter per (phase, source), cumulative over calls: a

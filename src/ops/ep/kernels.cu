@@ -275,6 +275,61 @@ __device__ void place_sources(const DispatchParams& p, uint64_t e, const char* m
   }
 }
 
+// ------------------------------------------------------------- EpExpertPlaces (Direct)
+// Every CTA, once every rank's counts are in (slot q's all[E]: rank q's pairs per expert):
+//   move[e] = (the first place of expert e at its rank d = e / L) + (this rank's first among the
+//             pairs of e there: the pairs of e from lower ranks) - (this rank's own first pair of e
+//             in its own expert-major order), so that send_pos + move[e] is the receiver's place;
+//   over[d] = 1 when rank d's pairs exceed its area (it gets no rows, and every place -1).
+// CTA 0 also writes this rank's counts, offsets and overflow (as the MoE's placement would).
+static_assert(kEpMaxExperts <= kThreads, "direct_layout gives each expert a thread");
+__device__ void direct_layout(const DispatchParams& p, const char* mine, int* sm) {
+  const Geometry& g = p.g;
+  const Direct& dr = p.direct;
+  int* move = sm;         // [E]
+  int* over = sm + g.E;   // [P]
+  __shared__ int first[kMaxRanks + 1];  // rank d's experts' first place among all experts' pairs
+  const int x = threadIdx.x;            // global expert (E <= kEpMaxExperts <= kThreads)
+  const auto all_at = [&](int q, int e) { return reinterpret_cast<const int*>(mine + g.slot(q) + 16)[g.P + g.L + e]; };
+  int col = 0, bound = 0, own = 0;
+  if (x < g.E) {
+    for (int q = 0; q < g.P; ++q) {
+      const int c = all_at(q, x);
+      col += c;
+      if (q < g.me) bound += c;
+    }
+    own = all_at(g.me, x);
+  }
+  using Scan = cub::BlockScan<int, kThreads>;
+  __shared__ typename Scan::TempStorage tmp;
+  int before = 0, total = 0, own_before = 0;
+  Scan(tmp).ExclusiveSum(col, before, total);
+  __syncthreads();
+  Scan(tmp).ExclusiveSum(own, own_before);
+  if (x < g.E && x % g.L == 0) first[x / g.L] = before;
+  if (x == 0) first[g.P] = total;
+  __syncthreads();
+  if (x < g.E) move[x] = before - first[x / g.L] + bound - own_before;
+  for (int d = x; d < g.P; d += blockDim.x) over[d] = first[d + 1] - first[d] > g.xrows ? 1 : 0;
+  if (blockIdx.x == 0) {
+    const int pairs = first[g.me + 1] - first[g.me];
+    const bool o = pairs > g.xrows;
+    if (x >= g.me * g.L && x < (g.me + 1) * g.L) {
+      dr.counts[x - g.me * g.L] = o ? 0 : col;
+      dr.offsets[x - g.me * g.L] = o ? 0 : before - first[g.me];
+    }
+    if (x == 0) *dr.overflow = o ? pairs : 0;
+  }
+  __syncthreads();
+}
+
+// A dispatch that writes no rows (a refused routing): no pairs here.
+__device__ void direct_nothing(const DispatchParams& p) {
+  if (blockIdx.x != 0) return;
+  for (int l = threadIdx.x; l < p.g.L; l += blockDim.x) p.direct.counts[l] = p.direct.offsets[l] = 0;
+  if (threadIdx.x == 0) *p.direct.overflow = 0;
+}
+
 // ---------------------------------------------------------------------------- dispatch
 // GIN adds per call to a peer's counters: the count slot (1 put), a CTA's rows (6 regions:
 // source rank, source token, top-k ids, weights, scales, payload), combine's start (1 signal)
@@ -288,7 +343,8 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
   const uint64_t e = next_epoch(p.epochs);
   stamp(p.ring, trace::EventKind::kKernelStart, ch);
   const bool placing = p.place.xg != nullptr;  // EpExpertMajor: every peer is an LSA peer
-  extern __shared__ int place_sm[];            // place_smem_bytes(L) when placing
+  const bool direct = p.direct.send_pos != nullptr || p.direct.counts != nullptr;  // EpExpertPlaces: the same
+  extern __shared__ int place_sm[];  // place_smem_bytes(L) when placing, direct_smem_bytes(E, P) when direct
   if (placing)  // this CTA runs (place_layout waits for every rank's)
     for (int d = threadIdx.x; d < P; d += blockDim.x)
       ptx::st_release_sys(at<uint64_t>(ctx, p.win, g.flag(g.off_dstart, me, ch), d), e);
@@ -308,6 +364,8 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       if (lane == 0) *reinterpret_cast<int*>(s + 8) = *reinterpret_cast<volatile int*>(&p.status->code) == 1 ? 1 : 0;
       for (int q = lane; q < P; q += 32) reinterpret_cast<int*>(s + 16)[q] = p.r.tokens_per_rank[q];
       for (int l = lane; l < g.L; l += 32) reinterpret_cast<int*>(s + 16)[P + l] = p.r.tokens_per_expert[d * g.L + l];
+      if (direct)
+        for (int x = lane; x < g.E; x += 32) reinterpret_cast<int*>(s + 16)[P + g.L + x] = p.r.tokens_per_expert[x];
       __threadfence_system();
       __syncwarp();
       if (lsa) {
@@ -360,6 +418,7 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     wait_all(p, g.off_done, ch, e, Geometry::kSigRows, (uint64_t)kRowPuts * gridDim.x, "ep.dispatch.rows", trace::Ring{}, 0);
     if (g.gin) dev::gin_flush(dev::Cta{}, ctx);  // the count slots' puts, as below
     if (placing) place_nothing(p);
+    if (direct) direct_nothing(p);
     return;
   }
   if (ch == 0) {
@@ -383,6 +442,11 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     pairs = place_offsets(p, mine, place_sm);
     if (ch == 0) place_layout(p, e, mine, place_sm, pairs);
   }
+  if (direct) direct_layout(p, mine, place_sm);
+  // Direct: the receiver d's place of token t's pair in slot j (-1: none, or d overflows).
+  const auto direct_place = [&](int t, int j, long long id) {
+    return id >= 0 && !place_sm[g.E + id / g.L] ? place_sm[id] + p.direct.send_pos[(size_t)t * g.topk + j] : -1;
+  };
 
   // 3. Rows to LSA peers: a warp per token, its row loaded once and stored to every LSA
   //    destination (a token reaches at most top-k ranks).
@@ -396,6 +460,8 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
       const size_t k = (size_t)row * g.topk + lane;
       *reinterpret_cast<int32_t*>(base + off_ridx + k * 4) = here ? (int32_t)(id % g.L) : -1;
       *reinterpret_cast<float*>(base + off_rw + k * 4) = here ? p.topk_weights[(size_t)t * g.topk + lane] : 0.0f;
+      if (direct && !g.gin)  // (direct: every peer is an LSA peer; this is never a staging row)
+        *reinterpret_cast<int32_t*>(base + g.off_xpos + k * 4) = here ? direct_place(t, lane, id) : -1;
     }
     if (lane == 0) {
       *reinterpret_cast<int32_t*>(base + off_rsrc + (size_t)row * 4) = me;
@@ -412,12 +478,28 @@ __global__ void __launch_bounds__(kThreads) dispatch(const __grid_constant__ Dis
     if (nd == 0) continue;
     const char* src = p.x + (size_t)t * g.row_bytes;
     char* to[kEpMaxTopk];
-    for (int i = 0; i < nd; ++i) to[i] = at<char>(ctx, p.win, g.off_rx + (size_t)row[i] * g.row_bytes, dst[i]);
-    warp_copy_row(
-        chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
-        [&](int c, uint4 v) {
-          for (int i = 0; i < nd; ++i) ptx::st_v4(to[i] + (size_t)c * 16, v);
-        });
+    int nt = 0;
+    for (int i = 0; i < nd; ++i) {
+      if (!direct) {
+        to[nt++] = at<char>(ctx, p.win, g.off_rx + (size_t)row[i] * g.row_bytes, dst[i]);
+        continue;
+      }
+      // Direct: once per rank, at the place of the token's first slot with an expert there (the
+      // receiver copies it to the others); none to a rank that overflows.
+      for (int j = 0; j < g.topk; ++j) {
+        const long long id = topk_at(p.topk_idx, p.idx64, (size_t)t * g.topk + j);
+        if (id < 0 || id / g.L != dst[i]) continue;
+        const int pos = direct_place(t, j, id);
+        if (pos >= 0) to[nt++] = at<char>(ctx, p.win, g.off_xg + (size_t)pos * g.row_bytes, dst[i]);
+        break;
+      }
+    }
+    if (nt > 0)  // (direct: none where every destination overflows)
+      warp_copy_row(
+          chunks, lane, [&](int c) { return ptx::ld_nc_v4(src + (size_t)c * 16); },
+          [&](int c, uint4 v) {
+            for (int i = 0; i < nt; ++i) ptx::st_v4(to[i] + (size_t)c * 16, v);
+          });
     for (int c = lane; c < nsc; c += 32) {
       const float v = p.x_scales[(size_t)t * nsc + c];
       for (int i = 0; i < nd; ++i) *at<float>(ctx, p.win, g.off_rscale + ((size_t)row[i] * nsc + c) * 4, dst[i]) = v;

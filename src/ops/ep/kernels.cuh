@@ -127,6 +127,15 @@ struct Place {
 };
 constexpr size_t place_smem_bytes(int L) { return (size_t)(3 + kWarps) * L * sizeof(int); }
 
+// EpExpertPlaces on the device (send_pos null: off). dispatch needs direct_smem_bytes(E, P) of
+// dynamic shared memory with it: per expert e the term that makes a sender's own place of a pair
+// its place at the receiver, and per rank whether its pairs overflow its area.
+struct Direct {
+  const int* send_pos;
+  int *counts, *offsets, *overflow;
+};
+constexpr size_t direct_smem_bytes(int E, int P) { return (size_t)(E + P) * sizeof(int); }
+
 struct DispatchParams : Common {
   Routing r;
   const char* x;
@@ -142,6 +151,7 @@ struct DispatchParams : Common {
   Status* status;
   trace::Ring ring;
   Place place;
+  Direct direct;
 };
 
 struct CombineParams : Common {

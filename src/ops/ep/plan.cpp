@@ -49,6 +49,11 @@ Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
   if (c.mode == EpMode::kLowLatency && c.max_tokens_per_rank > kEpMaxLowLatencyTokens)
     return fail("max_tokens_per_rank " + std::to_string(c.max_tokens_per_rank) + " is beyond the low-latency mode's " +
                 std::to_string(kEpMaxLowLatencyTokens) + " (decode batches; use the high-throughput mode)");
+  if (c.expert_major_rows < 0 || c.expert_major_rows > (1 << 30))
+    return fail("expert_major_rows " + std::to_string(c.expert_major_rows) + " is outside [0, 2^30]");
+  if (c.expert_major_rows > 0 && (c.mode != EpMode::kHighThroughput || c.payload != EpPayload::kBFloat16))
+    return fail("expert_major_rows " + std::to_string(c.expert_major_rows) +
+                " needs the high-throughput mode and bf16 rows (set it 0)");
   if (c.num_sms < 0 || c.num_sms > sm_budget)
     return fail("num_sms " + std::to_string(c.num_sms) + " is outside [0, " + std::to_string(sm_budget) +
                 "] (0: the default; at most the communicator's SM budget, comm.sm_count())");
@@ -74,7 +79,9 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.hidden = c.hidden;
   g.row_bytes = ep_row_bytes(c);
   g.scale_bytes = ep_scale_bytes(c);
-  g.slot_bytes = up(16 + 4 * (size_t)(P + g.L), 16);
+  g.E = c.num_experts;
+  g.xrows = c.expert_major_rows;
+  g.slot_bytes = up(16 + 4 * (size_t)(P + g.L + g.E), 16);
   size_t o = 0;
   auto take = [&](size_t bytes) {
     const size_t at = o;
@@ -96,6 +103,8 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.off_rx = take(cap * g.row_bytes);
   g.off_cw = take(cap * 4);
   g.off_cy = take(cap * (size_t)c.hidden * 2);
+  g.off_xpos = take(g.xrows > 0 ? cap * c.topk * 4 : 0);
+  g.off_xg = take((size_t)g.xrows * g.row_bytes);
   g.gin = gin;
   if (gin) {
     g.off_sslots = take((size_t)P * g.slot_bytes);

@@ -40,26 +40,39 @@ constexpr int kChunkWarps = kChunkThreads / 32;
 constexpr int kScanThreads = 512;  // >= kEpMaxExperts: one thread per local expert
 static_assert(kScanThreads >= kEpMaxExperts, "chunk_scan gives each local expert a thread");
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(const int32_t* idx, const int* num_recv, int topk,
-                                                                    int L, int* chunk_counts) {
+// What the placement reads: ids (int32, or a sender's int64 ids) and the rows, from the device
+// (a receive's count) or the host (rows >= 0).
+struct Entries {
+  const void* idx;
+  bool idx64;
+  const int* num_rows;
+  int rows;
+  __device__ long long n(int topk) const { return (long long)(rows >= 0 ? rows : *num_rows) * topk; }
+  __device__ int id(long long e, int L) const {
+    const long long v = idx64 ? static_cast<const long long*>(idx)[e] : (long long)static_cast<const int32_t*>(idx)[e];
+    return v >= 0 && v < L ? (int)v : -1;
+  }
+};
+
+__global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(Entries in, int topk, int L, int* chunk_counts) {
   extern __shared__ int cnt[];  // [L]
   for (int l = threadIdx.x; l < L; l += kChunkThreads) cnt[l] = 0;
   __syncthreads();
-  const long long n = (long long)*num_recv * topk, first = (long long)blockIdx.x * kChunk;
+  const long long n = in.n(topk), first = (long long)blockIdx.x * kChunk;
   const long long last = min(n, first + kChunk);
   for (long long e = first + threadIdx.x; e < last; e += kChunkThreads) {
-    const int id = idx[e];
-    if (id >= 0 && id < L) atomicAdd(&cnt[id], 1);
+    const int id = in.id(e, L);
+    if (id >= 0) atomicAdd(&cnt[id], 1);
   }
   __syncthreads();
   for (int l = threadIdx.x; l < L; l += kChunkThreads) chunk_counts[(long long)blockIdx.x * L + l] = cnt[l];
 }
 
-__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const int* num_recv, int topk, int L, int max_rows,
+__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(Entries in, int topk, int L, int max_rows,
                                                                   const int* chunk_counts, int* chunk_base, int* counts,
                                                                   int* offsets, int* overflow) {
   const int l = threadIdx.x;
-  const long long n = (long long)*num_recv * topk;
+  const long long n = in.n(topk);
   const int chunks = int((n + kChunk - 1) / kChunk);
   int run = 0;
   if (l < L)
@@ -76,27 +89,27 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(const int* num
     counts[l] = over ? 0 : run;
     offsets[l] = over ? 0 : before;
   }
-  if (l == 0) *overflow = over ? all : 0;
+  if (l == 0 && overflow) *overflow = over ? all : 0;
 }
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(const int32_t* idx, const int* num_recv, int topk,
-                                                                    int L, const int* chunk_base, const int* offsets,
-                                                                    const int* overflow, int* perm, int* pos_of) {
+__global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(Entries in, int topk, int L, const int* chunk_base,
+                                                                    const int* offsets, const int* overflow, int* perm,
+                                                                    int* pos_of) {
   extern __shared__ int sm[];
   int* running = sm;      // [L]: entries of expert l in this chunk's earlier sub-blocks
   int* per_warp = sm + L;  // [kChunkWarps][L]: this sub-block's entries of expert l per warp
-  const long long n = (long long)*num_recv * topk, first = (long long)blockIdx.x * kChunk;
+  const long long n = in.n(topk), first = (long long)blockIdx.x * kChunk;
   if (first >= n) return;
   const long long last = min(n, first + kChunk);
-  const bool over = *overflow != 0;
+  const bool over = overflow && *overflow != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int l = threadIdx.x; l < L; l += kChunkThreads) running[l] = 0;
   for (long long sub = first; sub < last; sub += kChunkThreads) {
     for (int i = threadIdx.x; i < kChunkWarps * L; i += kChunkThreads) per_warp[i] = 0;
     __syncthreads();
     const long long e = sub + threadIdx.x;
-    const int id = e < last ? idx[e] : -1;
-    const bool placed = !over && id >= 0 && id < L;
+    const int id = e < last ? in.id(e, L) : -1;
+    const bool placed = !over && id >= 0;
     const unsigned same = __match_any_sync(0xffffffffu, placed ? id : -1);
     const int rank = __popc(same & ((1u << lane) - 1));
     if (placed && rank == 0) per_warp[warp * L + id] = __popc(same);
@@ -105,7 +118,7 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(const int32_
       if (placed) {
         int pos = offsets[id] + chunk_base[(long long)blockIdx.x * L + id] + running[id] + rank;
         for (int w = 0; w < warp; ++w) pos += per_warp[w * L + id];
-        perm[pos] = int(e / topk);
+        if (perm) perm[pos] = int(e / topk);
         pos_of[e] = pos;
       } else {
         pos_of[e] = -1;
@@ -132,6 +145,27 @@ __global__ void gather_kernel(const uint4* x, const int* pos_of, const int* num_
     for (int j = 0; j < topk; ++j) {
       const int pos = pos_of[r * topk + j];
       if (pos >= 0) xg[(long long)pos * vecs + c] = v;
+    }
+  }
+}
+
+// The direct dispatch's receive: a row is read only where it has a second place.
+__global__ void copy_places_kernel(uint4* xg, const int* pos_of, const int* num_recv, int topk, int vecs) {
+  const long long n = (long long)*num_recv * vecs;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const long long r = i / vecs, c = i % vecs;
+    int first = -1;
+    bool loaded = false;
+    uint4 v;
+    for (int j = 0; j < topk; ++j) {
+      const int pos = pos_of[r * topk + j];
+      if (pos < 0) continue;
+      if (first < 0) {  // where the dispatch stored the row
+        first = pos;
+        continue;
+      }
+      if (!loaded) v = xg[(long long)first * vecs + c], loaded = true;
+      xg[(long long)pos * vecs + c] = v;
     }
   }
 }
@@ -177,18 +211,32 @@ int grid_for(long long work, int cap) {
 
 int place_chunks(long long max_entries) { return int(std::max<long long>(1, (max_entries + kChunk - 1) / kChunk)); }
 
+namespace {
+void place(const Entries& in, int topk, int L, int max_rows, long long max_entries, const PlaceScratch& w, int* counts,
+           int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream) {
+  const int chunks = place_chunks(max_entries);
+  chunk_count_kernel<<<chunks, kChunkThreads, size_t(L) * sizeof(int), stream>>>(in, topk, L, w.chunk_counts);
+  TW_CUDA_CHECK(cudaGetLastError());
+  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(in, topk, L, max_rows, w.chunk_counts, w.chunk_base, counts, offsets,
+                                                    overflow);
+  TW_CUDA_CHECK(cudaGetLastError());
+  chunk_place_kernel<<<chunks, kChunkThreads, size_t(1 + kChunkWarps) * L * sizeof(int), stream>>>(
+      in, topk, L, w.chunk_base, offsets, overflow, perm, pos_of);
+  TW_CUDA_CHECK(cudaGetLastError());
+}
+}  // namespace
+
 void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, long long max_entries,
                 const PlaceScratch& w, int* counts, int* offsets, int* perm, int* pos_of, int* overflow,
                 cudaStream_t stream) {
-  const int chunks = place_chunks(max_entries);
-  chunk_count_kernel<<<chunks, kChunkThreads, size_t(L) * sizeof(int), stream>>>(idx, num_recv, topk, L, w.chunk_counts);
-  TW_CUDA_CHECK(cudaGetLastError());
-  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(num_recv, topk, L, max_rows, w.chunk_counts, w.chunk_base, counts,
-                                                    offsets, overflow);
-  TW_CUDA_CHECK(cudaGetLastError());
-  chunk_place_kernel<<<chunks, kChunkThreads, size_t(1 + kChunkWarps) * L * sizeof(int), stream>>>(
-      idx, num_recv, topk, L, w.chunk_base, offsets, overflow, perm, pos_of);
-  TW_CUDA_CHECK(cudaGetLastError());
+  place(Entries{idx, false, num_recv, -1}, topk, L, max_rows, max_entries, w, counts, offsets, perm, pos_of, overflow,
+        stream);
+}
+
+void place_own_rows(const void* idx, bool idx64, int N, int topk, int E, const PlaceScratch& w, int* counts,
+                    int* offsets, int* pos_of, cudaStream_t stream) {
+  const long long n = (long long)N * topk;
+  place(Entries{idx, idx64, nullptr, N}, topk, E, INT_MAX, n, w, counts, offsets, nullptr, pos_of, nullptr, stream);
 }
 
 void gather_rows(const void* x, const int* pos_of, const int* num_recv, int topk, int H, int max_recv, void* xg,
@@ -196,6 +244,14 @@ void gather_rows(const void* x, const int* pos_of, const int* num_recv, int topk
   const int vecs = H / 8;
   gather_kernel<<<grid_for((long long)max_recv * vecs, 4096), kThreads, 0, stream>>>(
       static_cast<const uint4*>(x), pos_of, num_recv, topk, vecs, static_cast<uint4*>(xg));
+  TW_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy_to_places(void* xg, const int* pos_of, const int* num_recv, int topk, int H, int max_recv,
+                    cudaStream_t stream) {
+  const int vecs = H / 8;
+  copy_places_kernel<<<grid_for((long long)max_recv * vecs, 4096), kThreads, 0, stream>>>(
+      static_cast<uint4*>(xg), pos_of, num_recv, topk, vecs);
   TW_CUDA_CHECK(cudaGetLastError());
 }
 

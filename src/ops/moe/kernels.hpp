@@ -25,6 +25,17 @@ int place_chunks(long long max_entries);
 void place_rows(const int32_t* idx, const int* num_recv, int topk, int L, int max_rows, long long max_entries,
                 const PlaceScratch& w, int* counts, int* offsets, int* perm, int* pos_of, int* overflow,
                 cudaStream_t stream);
+// The same placement over a sender's own N tokens (N on the host) and all E experts, for
+// EpExpertPlaces::send_pos: idx [N, topk] int32 or int64 global ids (others than [0, E) get -1),
+// pos_of [N x topk]; no perm, no overflow (max_rows is every entry). counts and offsets [E].
+void place_own_rows(const void* idx, bool idx64, int N, int topk, int E, const PlaceScratch& w, int* counts,
+                    int* offsets, int* pos_of, cudaStream_t stream);
+
+// The direct dispatch's receive (EpExpertPlaces): each received row r < *num_recv is at the place
+// of its first slot with a place; copy it to its other places: xg[pos_of[r x topk + j]] for the
+// later slots j with pos_of >= 0. Rows of H bf16.
+void copy_to_places(void* xg, const int* pos_of, const int* num_recv, int topk, int H, int max_recv,
+                    cudaStream_t stream);
 
 // xg[pos_of[r x topk + j]] = x[r] for every received row r < *num_recv and slot j with a place
 // (pos_of >= 0; place_rows): every place of xg gets its row, each row read once. Rows of H bf16

@@ -65,6 +65,11 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
                 "): the dispatch's CTAs and the GEMM's preparation must be resident at once");
   if (c.overlap && c.ep.mode == EpMode::kHighThroughput && sm_budget < 2)
     return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
+  if (c.direct_dispatch && c.overlap && c.ep.mode == EpMode::kHighThroughput)
+    return fail("direct_dispatch and overlap are two ways to lay the receive out per expert; set one of them");
+  if (c.ep.expert_major_rows != 0)
+    return fail("ep.expert_major_rows " + std::to_string(c.ep.expert_major_rows) +
+                " is the MoE's to set (MoeConfig::direct_dispatch, max_expert_rows); leave it 0");
   if (c.gemm.rows_hint < 0 || c.gemm.reserved_sms < 0)
     return fail("gemm config rows_hint " + std::to_string(c.gemm.rows_hint) + " / reserved_sms " +
                 std::to_string(c.gemm.reserved_sms) + " must not be negative");
@@ -92,13 +97,21 @@ struct MoE::Buffers {
   // events that fork it from the caller's stream and join it back.
   int* bounds = nullptr;
   uint64_t* flags = nullptr;
+  // Direct dispatch: this rank's own entries placed over all E experts (EpExpertPlaces::send_pos)
+  // and that placement's scratch and counts; xg and pos_of are then the EP window's.
+  ops::moe::PlaceScratch own;  // [place_chunks(max_tokens x topk) x E] each
+  int* own_pos = nullptr;      // [max_tokens x topk]
+  int* own_counts = nullptr;   // [E]
+  int* own_offsets = nullptr;  // [E]
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   size_t bytes = 0;
 
   ~Buffers() {
     for (void* p : {h, act, xg, yg, y, (void*)place.chunk_counts, (void*)place.chunk_base, (void*)counts,
-                    (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of, (void*)bounds, (void*)flags})
+                    (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of, (void*)bounds, (void*)flags,
+                    (void*)own.chunk_counts, (void*)own.chunk_base, (void*)own_pos, (void*)own_counts,
+                    (void*)own_offsets})
       if (p) cudaFree(p);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -123,17 +136,36 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
                  std::to_string(sms - gemm_.reserved_sms) + " of this rank's SMs to the GEMMs; they need at least 2");
   if (gemm_.rows_hint == 0)
     gemm_.rows_hint = std::max(1, int((long long)P * cfg.ep.max_tokens_per_rank * k / cfg.ep.num_experts));
-  {  // every rank overlaps or none does (a placing dispatch waits for every rank's CTAs)
-    const int mine = cfg.overlap ? 1 : 0;
-    std::vector<int> all(size_t(P), 0);
-    comm.allgather_host(&mine, all.data(), sizeof(int));
+  const bool ht = cfg.ep.mode == EpMode::kHighThroughput;
+  const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
+  const long long rows = !ht ? (long long)L * capacity : cfg.max_expert_rows > 0 ? cfg.max_expert_rows : capacity * k;
+  const auto check_rows = [&] {
+    TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
+               "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
+               "max_tokens_per_rank");
+  };
+  const bool direct = ht && cfg.direct_dispatch;
+  {  // every rank overlaps or none does (a placing dispatch waits for every rank's CTAs); the same
+     // for the direct dispatch, whose senders place rows in every rank's area of `rows` rows
+    const long long mine[3] = {cfg.overlap ? 1 : 0, direct ? 1 : 0, direct ? rows : 0};
+    const char* what[3] = {"overlap", "direct_dispatch", "max_expert_rows (with direct_dispatch: the rows of every "
+                           "rank's area, 0 meaning capacity x topk)"};
+    std::vector<long long> all(size_t(P) * 3, 0);
+    comm.allgather_host(mine, all.data(), sizeof(mine));
     for (int q = 0; q < P; ++q)
-      TW_REQUIRE(all[size_t(q)] == mine, kInvalidArgument,
-                 "moe: MoeConfig::overlap differs across ranks: rank " + std::to_string(comm.rank()) + " has " +
-                     std::to_string(mine) + ", rank " + std::to_string(q) + " has " + std::to_string(all[size_t(q)]) +
-                     "; every rank makes the MoE with the same config");
+      for (int i = 0; i < 3; ++i)
+        TW_REQUIRE(all[size_t(q) * 3 + i] == mine[i], kInvalidArgument,
+                   std::string("moe: MoeConfig::") + what[i] + " differs across ranks: rank " + std::to_string(comm.rank()) +
+                       " has " + std::to_string(mine[i]) + ", rank " + std::to_string(q) + " has " +
+                       std::to_string(all[size_t(q) * 3 + i]) + "; every rank makes the MoE with the same config");
   }
+  if (direct) check_rows();  // after the agreement: every rank has these rows, so every rank throws
+  if (direct)
+    TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
+               "moe: direct_dispatch needs every peer in the LSA team (this communicator has GIN peers); set "
+               "MoeConfig::direct_dispatch false");
   EpConfig ep = cfg.ep;  // with the overlap, the dispatch leaves an SM of the budget (check_moe_config)
+  if (direct) ep.expert_major_rows = int(rows);  // the expert-major rows live in the window
   if (cfg.overlap && ep.mode == EpMode::kHighThroughput && ep.num_sms == 0)
     ep.num_sms = std::min(ep_default_sms(ep, comm.sm_count()), comm.sm_count() - 1);
   ep_ = std::make_unique<EpBuffer>(comm, ep);
@@ -146,31 +178,38 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
   try {  // this rank's buffers (moe.hpp, "Memory")
     buf_ = std::make_unique<Buffers>();
     Buffers& b = *buf_;
-    const long long capacity = (long long)P * cfg.ep.max_tokens_per_rank;
-    const long long rows = cfg.ep.mode == EpMode::kLowLatency ? (long long)L * capacity
-                           : cfg.max_expert_rows > 0       ? cfg.max_expert_rows
-                                                           : capacity * k;
-    TW_REQUIRE(rows <= (1ll << 30), kInvalidArgument,
-               "moe: " + std::to_string(rows) + " expert rows per rank (experts x capacity) is too many; lower "
-               "max_tokens_per_rank");
+    check_rows();  // in here: a rank that throws still joins the agreement below
     b.rows = int(rows), b.capacity = int(capacity);
     if (cfg.gate_up == MoeGateUp::kGateThenUp) b.h = alloc<uint16_t>("h", size_t(rows) * 2 * F, &b.bytes);
     b.act = alloc<uint16_t>("act", size_t(rows) * F, &b.bytes);
     if (cfg.ep.mode == EpMode::kHighThroughput) {
-      b.xg = alloc<uint16_t>("xg", size_t(rows) * H, &b.bytes);
+      if (!direct) b.xg = alloc<uint16_t>("xg", size_t(rows) * H, &b.bytes);
       b.yg = alloc<uint16_t>("yg", size_t(rows) * H, &b.bytes);
       if (!cfg.fused_combine) b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);  // the scatter's
-      const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
-      b.place.chunk_counts = alloc<int>("chunk_counts", chunk_ints, &b.bytes);
-      b.place.chunk_base = alloc<int>("chunk_base", chunk_ints, &b.bytes);
+      if (direct) {
+        const int E = cfg.ep.num_experts;
+        const long long own = (long long)cfg.ep.max_tokens_per_rank * k;
+        const size_t own_ints = size_t(ops::moe::place_chunks(own)) * E;
+        b.own.chunk_counts = alloc<int>("own_chunk_counts", own_ints, &b.bytes);
+        b.own.chunk_base = alloc<int>("own_chunk_base", own_ints, &b.bytes);
+        b.own_pos = alloc<int>("own_pos", size_t(own), &b.bytes);
+        b.own_counts = alloc<int>("own_counts", E, &b.bytes);
+        b.own_offsets = alloc<int>("own_offsets", E, &b.bytes);
+      } else {
+        const size_t chunk_ints = size_t(ops::moe::place_chunks(capacity * k)) * L;
+        b.place.chunk_counts = alloc<int>("chunk_counts", chunk_ints, &b.bytes);
+        b.place.chunk_base = alloc<int>("chunk_base", chunk_ints, &b.bytes);
+      }
       b.counts = alloc<int>("counts", L, &b.bytes);
       b.overflow = alloc<int>("overflow", 1, &b.bytes);
       StreamGuard init;  // never the legacy default stream (stream_guard.hpp)
       TW_CUDA_CHECK(cudaMemsetAsync(b.overflow, 0, sizeof(int), init.s));
       TW_CUDA_CHECK(cudaStreamSynchronize(init.s));
       b.offsets = alloc<int>("offsets", L, &b.bytes);
-      b.perm = alloc<int>("perm", size_t(rows), &b.bytes);
-      b.pos_of = alloc<int>("pos_of", size_t(capacity) * k, &b.bytes);
+      if (!direct) {
+        b.perm = alloc<int>("perm", size_t(rows), &b.bytes);
+        b.pos_of = alloc<int>("pos_of", size_t(capacity) * k, &b.bytes);
+      }
       if (cfg.overlap) {
         TW_REQUIRE(comm_.all_lsa(), kInvalidArgument,
                    "moe: overlap needs every peer in the LSA team (this communicator has GIN peers); set "
@@ -280,6 +319,10 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
     forward_overlapped(a, d, up, down, stream);
     return;
   }
+  if (cfg_.direct_dispatch) {
+    forward_direct(a, d, up, down, stream);
+    return;
+  }
   const EpRecv r = ep_->dispatch(d, stream);
   ops::moe::place_rows(r.topk_idx, r.num_recv, k, L, b.rows, (long long)b.capacity * k, b.place, b.counts, b.offsets,
                        b.perm, b.pos_of, b.overflow, stream);
@@ -292,7 +335,38 @@ void MoE::forward(const MoeArgs& a, cudaStream_t stream) {
   grouped_gemm(up, gemm_, stream);
   activation(b.counts, b.offsets, 0, b.rows);
   grouped_gemm(down, gemm_, stream);
-  combine_ht(a, r, stream);
+  combine_ht(a, r, b.pos_of, stream);
+}
+
+// High throughput, the direct dispatch: this rank's entries placed in its own expert-major order
+// (send_pos), the dispatch storing each row at its first place in the receiver's area, then here
+// the rows copied to their other places; the GEMMs read the area in the window.
+void MoE::forward_direct(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmArgs& up, GroupedGemmArgs& down,
+                         cudaStream_t stream) {
+  const int H = cfg_.ep.hidden, L = local_experts_, k = cfg_.ep.topk, N = a.num_tokens;
+  Buffers& b = *buf_;
+  // The layout first, as its own call: it orders `stream` after the communicator's last call, so
+  // the placement below cannot overwrite own_pos while an earlier call's dispatch still reads it.
+  ep_->layout(a.topk_idx, a.index_type, N, stream);
+  if (N > 0)
+    ops::moe::place_own_rows(a.topk_idx, a.index_type == EpIndex::kInt64, N, k, cfg_.ep.num_experts, b.own,
+                             b.own_counts, b.own_offsets, b.own_pos, stream);
+  EpDispatchArgs dd = d;
+  dd.reuse_layout = true;
+  EpExpertPlaces ex;
+  ex.send_pos = b.own_pos, ex.counts = b.counts, ex.offsets = b.offsets, ex.overflow = b.overflow;
+  const EpRecv r = ep_->dispatch(dd, ex, stream);
+  ops::moe::copy_to_places(r.expert_x, r.expert_pos, r.num_recv, k, H, b.capacity, stream);
+  for (GroupedGemmArgs* g : {&up, &down}) {
+    g->counts = b.counts, g->offsets = b.offsets;
+    g->rows = b.rows;
+  }
+  up.A = r.expert_x, down.C = b.yg;
+  grouped_gemm(up, gemm_, stream);
+  if (up.epilogue == GroupedEpilogue::kStore)
+    ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, cfg_.ffn, b.rows, b.act, stream);
+  grouped_gemm(down, gemm_, stream);
+  combine_ht(a, r, r.expert_pos, stream);
 }
 
 // High throughput with the overlap: the dispatch (placing the pairs source by source) on `stream`,
@@ -347,18 +421,18 @@ void MoE::forward_overlapped(const MoeArgs& a, const EpDispatchArgs& d, GroupedG
   TW_CUDA_CHECK(cudaGetLastError());
   if (up.epilogue == GroupedEpilogue::kStore) ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, F, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
-  combine_ht(a, r, stream);
+  combine_ht(a, r, b.pos_of, stream);
 }
 
 // The experts' rows back to their tokens: summed per received row by a scatter, then combined;
 // or (fused_combine) summed by the combine as it sends them.
-void MoE::combine_ht(const MoeArgs& a, const EpRecv& r, cudaStream_t stream) {
+void MoE::combine_ht(const MoeArgs& a, const EpRecv& r, const int* pos_of, cudaStream_t stream) {
   Buffers& b = *buf_;
   if (cfg_.fused_combine) {
-    ep_->combine(EpExpertRows{b.yg, b.pos_of, r.topk_weights}, a.out, stream);
+    ep_->combine(EpExpertRows{b.yg, pos_of, r.topk_weights}, a.out, stream);
     return;
   }
-  ops::moe::scatter_rows(b.yg, b.pos_of, r.topk_weights, r.num_recv, cfg_.ep.topk, cfg_.ep.hidden, b.capacity, b.y,
+  ops::moe::scatter_rows(b.yg, pos_of, r.topk_weights, r.num_recv, cfg_.ep.topk, cfg_.ep.hidden, b.capacity, b.y,
                          stream);
   ep_->combine(b.y, nullptr, a.out, stream);
 }
