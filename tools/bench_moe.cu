@@ -11,7 +11,8 @@
 //            (#diff: elements that differ, counted as wrong); with swiglu (MoeConfig::gate_up
 //            kInterleaved8: the SwiGLU in the gate-up GEMM's epilogue, weights interleaved once before
 //            timing) the output is checked against the reference instead, and sgemms times the GEMMs
-//            it runs alone
+//            it runs alone; so is the output with slots (MoeConfig::slot_combine, with direct: the down
+//            GEMM stores each row into its token's rank, which sums them with its own roundings)
 // and ratios unfused / gemms and unfused / (gemms + ep): the cost of running the steps in sequence,
 // and fused / gemms, fused / unfused.
 //
@@ -83,12 +84,12 @@ struct Options {
   int fused_ep_sms = 0;  // the fused forward's dispatch CTAs (EpConfig::num_sms; 0: its default)
   GroupedTile tile = GroupedTile::kAuto;  // every grouped GEMM's tile (GroupedGemmConfig::tile)
   bool fused_overlap = true, fused_combine = true;  // --fused: the fused row's fusions
-  bool fused_swiglu = false, fused_direct = false;
+  bool fused_swiglu = false, fused_direct = false, fused_slots = false;
   bool help = false;
   std::string fused_names() const {
     std::string n;
     for (auto [on, name] : {std::pair{fused_overlap, "overlap"}, {fused_combine, "combine"}, {fused_swiglu, "swiglu"},
-                             {fused_direct, "direct"}})
+                             {fused_direct, "direct"}, {fused_slots, "slots"}})
       if (on) n += (n.empty() ? "" : ",") + std::string(name);
     return n;
   }
@@ -108,7 +109,8 @@ constexpr const char* kUsage =
     "                            gate-up GEMM beside the dispatch), combine (fused_combine: the combine sums each\n"
     "                            row's experts as it sends them), swiglu (MoeConfig::gate_up kInterleaved8: the\n"
     "                            SwiGLU in the gate-up GEMM's epilogue), direct (MoeConfig::direct_dispatch: the\n"
-    "                            dispatch stores each row in its expert-major place)\n"
+    "                            dispatch stores each row in its expert-major place), slots (MoeConfig::slot_combine,\n"
+    "                            with direct: the down GEMM stores each row into its token's rank, which sums them)\n"
     "  --fused-ep-sms N          the fused forward's EP CTAs (EpConfig::num_sms; with overlap they also place the\n"
     "                            rows; default: the EP's, with overlap at most the SM budget - 1)\n"
     "  --tile T                  every grouped GEMM's tile: auto (the tile rule), 64x128pp, 64x256pp, 128x256coop\n";
@@ -165,16 +167,18 @@ Options parse(const std::vector<std::string>& argv) {
       o.tile = *t;
     }
     else if (a == "--fused") {
-      o.fused_overlap = o.fused_combine = o.fused_swiglu = o.fused_direct = false;
+      o.fused_overlap = o.fused_combine = o.fused_swiglu = o.fused_direct = o.fused_slots = false;
       std::stringstream list(v);
       for (std::string f; std::getline(list, f, ',');) {
-        TW_REQUIRE(f == "overlap" || f == "combine" || f == "swiglu" || f == "direct", kInvalidArgument,
-                   "bench moe: --fused takes overlap, combine, swiglu, direct separated by commas, got '" + v + "'");
+        TW_REQUIRE(f == "overlap" || f == "combine" || f == "swiglu" || f == "direct" || f == "slots", kInvalidArgument,
+                   "bench moe: --fused takes overlap, combine, swiglu, direct, slots separated by commas, got '" + v + "'");
         (f == "overlap" ? o.fused_overlap : f == "combine" ? o.fused_combine : f == "swiglu" ? o.fused_swiglu
-                                                                                            : o.fused_direct) = true;
+                                          : f == "direct"  ? o.fused_direct  : o.fused_slots) = true;
       }
       TW_REQUIRE(o.fused_overlap || o.fused_combine || o.fused_swiglu || o.fused_direct, kInvalidArgument,
                  "bench moe: --fused needs at least one fusion");
+      TW_REQUIRE(!o.fused_slots || o.fused_direct, kInvalidArgument,
+                 "bench moe: --fused slots needs direct (its rows go back from the direct dispatch's places)");
       TW_REQUIRE(!(o.fused_overlap && o.fused_direct), kInvalidArgument,
                  "bench moe: --fused overlap and direct are two ways to lay the receive out; name one");
     }
@@ -533,6 +537,7 @@ void MoeBench::run(Comm& comm) {
           cfg.overlap = o_.fused_overlap;
           cfg.fused_combine = o_.fused_combine;
           cfg.direct_dispatch = o_.fused_direct;
+          cfg.slot_combine = o_.fused_slots;
           if (swiglu) cfg.gate_up = MoeGateUp::kInterleaved8, a.w_gate_up = w1i.p;
           if (o_.fused_overlap || o_.fused_ep_sms > 0) cfg.ep.num_sms = o_.fused_ep_sms;
           MoE fused(comm, cfg);
@@ -545,7 +550,8 @@ void MoeBench::run(Comm& comm) {
             wrong += 1;
           }
           TW_CUDA_CHECK(cudaMemsetAsync(bad.p, 0, 8, s));
-          if (swiglu) {  // other roundings than unfused: checked against the reference instead
+          const bool own_bits = swiglu || o_.fused_slots;  // other roundings than unfused
+          if (own_bits) {  // checked against the reference instead
             count_bad<<<256, 256, 0, s>>>(out.as<__nv_bfloat16>(), size_t(T) * H, bad.as<unsigned long long>());
             TW_CUDA_CHECK(cudaMemcpyAsync(out0.data(), out.p, size_t(H) * 2, cudaMemcpyDeviceToHost, s));
           } else {
@@ -555,7 +561,7 @@ void MoeBench::run(Comm& comm) {
           unsigned long long n = 0;
           TW_CUDA_CHECK(cudaMemcpyAsync(&n, bad.p, 8, cudaMemcpyDeviceToHost, s));
           comm.sync(s);
-          if (swiglu) wrong += n + check(m, me, T, idx, w, out0, true);
+          if (own_bits) wrong += n + check(m, me, T, idx, w, out0, swiglu);
           else diff = n;
           barrier_.arrive_and_wait("bench moe fused done");  // no rank frees the MoE while a peer's kernel reads it
         }
@@ -572,7 +578,7 @@ void MoeBench::run(Comm& comm) {
             row.diff += sh_.diff[q];
           }
           row.flops = 2.0 * double(row.pairs_total) * 3.0 * F * H;
-          row.diff_checked = mode == EpMode::kHighThroughput && !swiglu;
+          row.diff_checked = mode == EpMode::kHighThroughput && !swiglu && !o_.fused_slots;
           rows.push_back(row);
           std::printf("%-6s %-3s %6d %3d %8lld %10.1f %10.1f %11.1f %8.3f %8.3f %10.1f %8.3f %8.3f %10.1f %8.3f %8.1f %7llu %6s\n",
                       row.model.c_str(), row.mode.c_str(), T, P_, row.pairs_max, row.gemms_us, row.ep_us,
@@ -623,7 +629,8 @@ int bench_moe(const std::vector<std::string>& argv) {
               "# time; #diff: elements of the fused output that differ from the unfused one's bits (counted in #wrong);\n"
               "# swiglu (MoeGateUp::kInterleaved8): sgemms_us, its GEMMs alone (gate-up with the SwiGLU epilogue, down),\n"
               "# f/sgemm the fused time over them; its output is checked against the reference, not against unfused's\n"
-              "# bits (#diff -: the activation is rounded once from unrounded gate and up values)\n");
+              "# bits (#diff -: the activation is rounded once from unrounded gate and up values); so is slots' (the\n"
+              "# source sums its tokens' expert rows, not per-rank sums)\n");
   bool ok = true;
   std::ostringstream j;
   for (size_t i = 0; i < bench.rows.size(); ++i) {

@@ -58,7 +58,7 @@ void bind_moe(nb::module_& m) {
       .def("__init__",
            [](PyMoe* self, PyComm& c, int max_tokens_per_rank, int hidden, int ffn, int topk, int num_experts,
               bool low_latency, int max_expert_rows, int num_sms, bool overlap, int fused_combine,
-              bool gate_up_interleaved, int direct_dispatch) {
+              bool gate_up_interleaved, int direct_dispatch, bool slot_combine) {
              tw::MoeConfig cfg;
              cfg.ep.max_tokens_per_rank = max_tokens_per_rank, cfg.ep.hidden = hidden, cfg.ep.topk = topk;
              cfg.ep.num_experts = num_experts, cfg.ep.num_sms = num_sms;
@@ -66,6 +66,7 @@ void bind_moe(nb::module_& m) {
              cfg.ffn = ffn, cfg.max_expert_rows = max_expert_rows, cfg.overlap = overlap;
              if (fused_combine >= 0) cfg.fused_combine = fused_combine != 0;  // < 0: the library's default
              if (direct_dispatch >= 0) cfg.direct_dispatch = direct_dispatch != 0;
+             cfg.slot_combine = slot_combine;
              cfg.gate_up = gate_up_interleaved ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
              new (self) PyMoe();
              nb::gil_scoped_release unlocked;

@@ -178,7 +178,7 @@ class MoE:
     def __init__(self, comm: Comm, max_tokens_per_rank: int, hidden: int, ffn: int, topk: int, num_experts: int,
                  low_latency: bool = False, max_expert_rows: int = 0, num_sms: int = 0, overlap: bool = False,
                  fused_combine: Optional[bool] = None, gate_up_interleaved: bool = False,
-                 direct_dispatch: Optional[bool] = None):
+                 direct_dispatch: Optional[bool] = None, slot_combine: bool = False):
         """Collective. max_expert_rows: high throughput's (row, expert) capacity (0: the worst case).
         overlap: high throughput, the gate-up GEMM beside the dispatch, each tile starting once its
         rows have landed (docs/moe.md, "Overlap"). fused_combine: high throughput, the combine sums
@@ -188,12 +188,15 @@ class MoE:
         Every setting of these gives the same bits. gate_up_interleaved: w_gate_up comes
         interleaved (interleave_gate_up) and the SwiGLU runs in the gate-up GEMM's epilogue on its
         fp32 sums (docs/moe.md, "SwiGLU in the epilogue"): one pass over memory fewer, no [R, 2F]
-        buffer, and other bits than the plain layout (gate and up are not rounded first)."""
+        buffer, and other bits than the plain layout (gate and up are not rounded first).
+        slot_combine: high throughput, with direct_dispatch: the down GEMM stores each expert row
+        into its token's rank, which sums them in fp32 in slot order (docs/moe.md, "The slot
+        combine"; every rank the same): its own bits, the same on every run."""
         comm._live("MoE")
         flag = lambda v: -1 if v is None else int(bool(v))  # noqa: E731
         self._m = _C.MoE(comm._c, max_tokens_per_rank, hidden, ffn, topk, num_experts, low_latency, max_expert_rows,
                          num_sms, bool(overlap), flag(fused_combine), bool(gate_up_interleaved),
-                         flag(direct_dispatch))
+                         flag(direct_dispatch), bool(slot_combine))
         self._comm = comm
         self.dims = MoeDims(hidden, ffn, topk, num_experts // comm.nranks, max_tokens_per_rank, comm.device,
                             bool(gate_up_interleaved))

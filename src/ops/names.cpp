@@ -45,7 +45,8 @@ constexpr Spelling<TpPath> kTpPath[] = {{"auto", TpPath::kAuto}, {"sequential", 
 
 constexpr Spelling<GroupedTile> kGroupedTile[] = {
     {"auto", GroupedTile::kAuto}, {"64x128pp", GroupedTile::k64x128pp}, {"64x256pp", GroupedTile::k64x256pp}, {"128x256coop", GroupedTile::k128x256coop}};
-constexpr Spelling<GroupedEpilogue> kGroupedEpilogue[] = {{"store", GroupedEpilogue::kStore}, {"swiglu", GroupedEpilogue::kSwiGlu}};
+constexpr Spelling<GroupedEpilogue> kGroupedEpilogue[] = {
+    {"store", GroupedEpilogue::kStore}, {"swiglu", GroupedEpilogue::kSwiGlu}, {"row_targets", GroupedEpilogue::kRowTargets}};
 
 // Expert parallelism.
 constexpr Spelling<EpPayload> kEpPayload[] = {

@@ -124,7 +124,8 @@ TEST(EnumNames, GroupedTile) {
 
 TEST(EnumNames, GroupedEpilogue) {
   using tw::GroupedEpilogue;
-  expect_round_trip("GroupedEpilogue", {GroupedEpilogue::kStore, GroupedEpilogue::kSwiGlu}, tw::grouped_epilogue_name,
+  expect_round_trip("GroupedEpilogue", {GroupedEpilogue::kStore, GroupedEpilogue::kSwiGlu, GroupedEpilogue::kRowTargets},
+                    tw::grouped_epilogue_name,
                     tw::parse_grouped_epilogue);
 }
 

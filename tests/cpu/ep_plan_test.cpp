@@ -147,6 +147,36 @@ TEST(EpPlan, ExpertMajorAreaIsInTheWindowAndDisjoint) {
   }
 }
 
+// combine_slots: a bf16 row per (token, slot) of this rank's tokens, disjoint from everything else;
+// its done flags are zeroed at creation with the others (before the first data region).
+TEST(EpPlan, SlotRowsAreInTheWindowAndDisjoint) {
+  for (int P : {1, 2, 8}) {
+    EpConfig c = good();
+    c.num_experts = 16 * P, c.max_tokens_per_rank = 700, c.expert_major_rows = 3000;
+    const auto none = tw::ops::ep::geometry(c, P, 0, 24);
+    c.combine_slots = true;
+    ASSERT_TRUE(tw::check_ep_config(c, P, 132).ok);
+    const auto g = tw::ops::ep::geometry(c, P, 0, 24);
+    const size_t cap = (size_t)P * 700, flags = (size_t)P * 24 * 8, slots = (size_t)700 * c.topk * c.hidden * 2;
+    EXPECT_GE(g.total, none.total + slots);
+    EXPECT_LE(g.off_sdone + flags, g.off_rsrc);
+    EXPECT_EQ(check_regions({{g.off_slots, P * g.slot_bytes}, {g.off_done, flags}, {g.off_cstart, flags},
+                             {g.off_cdone, flags}, {g.off_dstart, flags}, {g.off_sdone, flags}, {g.off_rsrc, cap * 4},
+                             {g.off_rtok, cap * 4}, {g.off_ridx, cap * c.topk * 4}, {g.off_rw, cap * c.topk * 4},
+                             {g.off_rx, cap * tw::ep_row_bytes(c)}, {g.off_cw, cap * 4},
+                             {g.off_cy, cap * c.hidden * 2}, {g.off_xpos, cap * c.topk * 4},
+                             {g.off_xg, 3000 * tw::ep_row_bytes(c)}, {g.off_sy, slots}},
+                            g.total),
+              "")
+        << "P = " << P;
+  }
+  EpConfig c = good();
+  c.combine_slots = true;  // without the expert-major area its rows have no places to come back from
+  const auto s = tw::check_ep_config(c, 8, 132);
+  EXPECT_FALSE(s.ok);
+  EXPECT_NE(s.reason.find("combine_slots needs expert_major_rows > 0"), std::string::npos) << s.reason;
+}
+
 TEST(EpPlan, ExpertMajorRowsNeedHighThroughputBf16) {
   EpConfig c = good();
   c.expert_major_rows = -1;

@@ -72,6 +72,20 @@ TEST(GroupedGemmPlan, SwiGluAcceptsHalfWidthC) {
   }
 }
 
+// kRowTargets: C is a table of 8-byte row addresses, so 8-byte alignment is enough and C spans
+// rows x 8 bytes (a table that ends where B begins does not overlap it, as a [rows, N] C would).
+TEST(GroupedGemmPlan, RowTargetsTakesATableOfRows) {
+  for (GroupedGemmArgs a : {padded(), packed()}) {
+    a.epilogue = GroupedEpilogue::kRowTargets;
+    a.C = at(kC + 8);
+    EXPECT_TRUE(tw::can_implement(a).ok) << tw::can_implement(a).reason;
+    a.C = at(kB - size_t(a.rows) * 8);
+    EXPECT_TRUE(tw::can_implement(a).ok) << tw::can_implement(a).reason;
+    a.epilogue = GroupedEpilogue::kStore;
+    EXPECT_FALSE(tw::can_implement(a).ok);
+  }
+}
+
 TEST(GroupedGemmPlan, RefusesWithTheReason) {
   struct Case {
     std::string want;
@@ -108,6 +122,14 @@ TEST(GroupedGemmPlan, RefusesWithTheReason) {
        packed());
   with("swiglu epilogue is built for B [N, K] only, not B kn",
        [](GroupedGemmArgs& a) { a.b_layout = BLayout::kKN, a.epilogue = GroupedEpilogue::kSwiGlu; });
+  with("row_targets epilogue is built for B [N, K] only, not B kn",
+       [](GroupedGemmArgs& a) { a.b_layout = BLayout::kKN, a.epilogue = GroupedEpilogue::kRowTargets; });
+  with("row_targets epilogue's table of row addresses) is not 8-byte aligned",
+       [](GroupedGemmArgs& a) { a.C = at(kC + 4), a.epilogue = GroupedEpilogue::kRowTargets; });
+  Case pp256{"row_targets epilogue is built for the 64x128pp and 128x256coop tiles, not 64x256pp", padded()};
+  pp256.a.epilogue = GroupedEpilogue::kRowTargets;
+  pp256.cfg.tile = tw::GroupedTile::k64x256pp;
+  cases.push_back(pp256);
   Case neg{"rows_hint=-1", padded()};
   neg.cfg.rows_hint = -1;
   cases.push_back(neg);

@@ -44,6 +44,14 @@ TEST(MoePlan, RefusesWithTheReason) {
   with("ep.expert_major_rows 64 is the MoE's to set", [](tw::MoeConfig& c) {
     c.ep.mode = tw::EpMode::kHighThroughput, c.ep.expert_major_rows = 64;
   });
+  with("ep.combine_slots is the MoE's to set", [](tw::MoeConfig& c) { c.ep.combine_slots = true; });
+  with("slot_combine needs direct_dispatch", [](tw::MoeConfig& c) {
+    c.ep.mode = tw::EpMode::kHighThroughput, c.slot_combine = true;
+  });
+  with("slot_combine's down GEMM (GroupedEpilogue::kRowTargets) is built for the 64x128pp and 128x256coop", [](tw::MoeConfig& c) {
+    c.ep.mode = tw::EpMode::kHighThroughput, c.slot_combine = c.direct_dispatch = true;
+    c.gemm.tile = tw::GroupedTile::k64x256pp;
+  });
   for (const Case& k : cases) {
     const tw::Status s = tw::check_moe_config(k.c, 8, 16);
     EXPECT_FALSE(s.ok) << k.want;
@@ -76,17 +84,21 @@ TEST(MoePlan, OverlapLeavesTheGemmPreparationAnSm) {
 
 // Every combination of the fusions is a valid config, in both modes (low latency ignores them),
 // except the overlap with the direct dispatch in the high-throughput mode (two layouts of the
-// receive), which is refused saying so.
+// receive) and the slot combine without the direct dispatch (no places to come back from), which
+// are refused saying so.
 TEST(MoePlan, EveryFusionCombinationIsValid) {
   for (tw::EpMode m : {tw::EpMode::kHighThroughput, tw::EpMode::kLowLatency})
-    for (int bits = 0; bits < 16; ++bits) {
+    for (int bits = 0; bits < 32; ++bits) {
       tw::MoeConfig c = valid(m);
-      c.overlap = bits & 1, c.fused_combine = bits & 2, c.direct_dispatch = bits & 8;
+      c.overlap = bits & 1, c.fused_combine = bits & 2, c.direct_dispatch = bits & 8, c.slot_combine = bits & 16;
       c.gate_up = bits & 4 ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
       const tw::Status s = tw::check_moe_config(c, 8, 16);
       if (m == tw::EpMode::kHighThroughput && c.overlap && c.direct_dispatch) {
         EXPECT_FALSE(s.ok) << "fusions " << bits;
         EXPECT_TRUE(contains(s.reason, "direct_dispatch and overlap")) << s.reason;
+      } else if (m == tw::EpMode::kHighThroughput && c.slot_combine && !c.direct_dispatch) {
+        EXPECT_FALSE(s.ok) << "fusions " << bits;
+        EXPECT_TRUE(contains(s.reason, "slot_combine needs direct_dispatch")) << s.reason;
       } else {
         EXPECT_TRUE(s.ok) << "fusions " << bits << ": " << s.reason;
       }

@@ -7,11 +7,14 @@
 //       a second call on the same inputs gives the same bits. High throughput runs six times: in
 //       sequence, with the overlap (MoeConfig::overlap), with the fused combine
 //       (MoeConfig::fused_combine), with both, with the direct dispatch (MoeConfig::direct_dispatch)
-//       alone and with the fused combine; the fused calls must give the sequential bits.
+//       alone and with the fused combine, and with the slot combine (MoeConfig::slot_combine: the
+//       down GEMM storing each row into its token's rank); the fused calls must give the sequential
+//       bits, except the slot combine's, whose roundings are its own (the reference and the
+//       second call's bits hold it).
 //       With the gate-up weights interleaved (MoeGateUp::kInterleaved8: the SwiGLU in the gate-up
 //       GEMM's epilogue) in both modes, in sequence and with both fusions (which must give its
-//       sequential bits) and with the direct dispatch and the fused combine, against the reference
-//       without h's rounding.
+//       sequential bits), with the direct dispatch and the fused combine, and with the direct
+//       dispatch and the slot combine, against the reference without h's rounding.
 //   Moe.RepeatedExpertInATokenMatches  high throughput, a token naming an expert in two slots: the
 //       reference, and the direct dispatch's bits equal the sequential call's.
 //   Moe.DirectDispatchMustAgree  rank 0 makes the MoE without the direct dispatch, the others with
@@ -216,10 +219,13 @@ struct Variant {
   bool fused_combine = false;
   bool swiglu = false;  // MoeGateUp::kInterleaved8
   bool direct = false;  // MoeConfig::direct_dispatch
+  bool slots = false;   // MoeConfig::slot_combine (with direct): its own roundings, so its own bits
   bool fused() const { return overlap || fused_combine || direct; }
+  bool sequential_bits() const { return fused() && !slots; }  // must give the sequential call's bits
   std::string name() const {
     return std::string(tw::ep_mode_name(mode)) + (overlap ? " overlapped" : "") +
-           (fused_combine ? " fused-combine" : "") + (swiglu ? " swiglu" : "") + (direct ? " direct" : "");
+           (fused_combine ? " fused-combine" : "") + (swiglu ? " swiglu" : "") + (direct ? " direct" : "") +
+           (slots ? " slot-combine" : "");
   }
 };
 constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false},
@@ -227,7 +233,8 @@ constexpr Variant kHtVariants[] = {{tw::EpMode::kHighThroughput, false, false},
                                    {tw::EpMode::kHighThroughput, false, true},
                                    {tw::EpMode::kHighThroughput, true, true},
                                    {tw::EpMode::kHighThroughput, false, false, false, true},
-                                   {tw::EpMode::kHighThroughput, false, true, false, true}};
+                                   {tw::EpMode::kHighThroughput, false, true, false, true},
+                                   {tw::EpMode::kHighThroughput, false, false, false, true, true}};
 // A sequential variant before the fused ones of the same swiglu: their bits are checked against it.
 constexpr Variant kVariants[] = {kHtVariants[0],
                                  kHtVariants[1],
@@ -235,10 +242,12 @@ constexpr Variant kVariants[] = {kHtVariants[0],
                                  kHtVariants[3],
                                  kHtVariants[4],
                                  kHtVariants[5],
+                                 kHtVariants[6],
                                  {tw::EpMode::kLowLatency, false, false},
                                  {tw::EpMode::kHighThroughput, false, false, true},
                                  {tw::EpMode::kHighThroughput, true, true, true},
                                  {tw::EpMode::kHighThroughput, false, true, true, true},
+                                 {tw::EpMode::kHighThroughput, false, false, true, true, true},
                                  {tw::EpMode::kLowLatency, false, false, true}};
 
 tw::MoeConfig moe_config(const Variant& v, int P) {
@@ -249,6 +258,7 @@ tw::MoeConfig moe_config(const Variant& v, int P) {
   c.overlap = v.overlap;
   c.fused_combine = v.fused_combine;
   c.direct_dispatch = v.direct;
+  c.slot_combine = v.slots;
   c.gate_up = v.swiglu ? tw::MoeGateUp::kInterleaved8 : tw::MoeGateUp::kGateThenUp;
   return c;
 }
@@ -297,7 +307,7 @@ TEST(Moe, MatchesTheReference) {
             const std::string why = compare(got, ref, tol);
             if (!why.empty()) wrong[me].push_back(at + why);
             if (v.mode == tw::EpMode::kHighThroughput && !v.fused()) sequential[seq] = got;
-            if (v.fused() && got != sequential[seq])
+            if (v.sequential_bits() && got != sequential[seq])
               wrong[me].push_back(at + "the bits differ from the sequential high-throughput call's");
           } else if (got != first) {
             wrong[me].push_back(at + "the second call's bits differ from the first's");
@@ -519,8 +529,9 @@ TEST(Moe, AllocationFailureThrowsOnEveryRank) {
 
 // High throughput lets a token name an expert twice (each slot is its own pair): every third
 // token's slot 1 repeats its slot 0. In sequence, with the direct dispatch (the row stored once at
-// the first slot's place, copied to the second's) and with it and the fused combine: the reference
-// on every element, and the fused variants the sequential bits.
+// the first slot's place, copied to the second's), with it and the fused combine, and with it and
+// the slot combine (both slots' rows come back): the reference on every element, and the fused
+// variants but the slot combine the sequential bits.
 TEST(Moe, RepeatedExpertInATokenMatches) {
   TW_SKIP_UNLESS_SM90();
   const int P = team_size();
@@ -538,7 +549,7 @@ TEST(Moe, RepeatedExpertInATokenMatches) {
     reference(t, experts, &ref, &tol);
     const CallBuffers cb(t, s);
     std::vector<uint16_t> sequential;
-    for (const Variant& v : {kHtVariants[0], kHtVariants[4], kHtVariants[5]}) {
+    for (const Variant& v : {kHtVariants[0], kHtVariants[4], kHtVariants[5], kHtVariants[6]}) {
       tw::MoE moe(comm, moe_config(v, P));
       poison(cb.out.data(), cb.out.bytes, s);
       comm.sync(s);
@@ -549,7 +560,7 @@ TEST(Moe, RepeatedExpertInATokenMatches) {
       const std::string why = compare(got, ref, tol);
       if (!why.empty()) wrong[me].push_back(v.name() + ": " + why);
       if (!v.fused()) sequential = got;
-      else if (got != sequential) wrong[me].push_back(v.name() + ": the bits differ from the sequential call's");
+      else if (v.sequential_bits() && got != sequential) wrong[me].push_back(v.name() + ": the bits differ from the sequential call's");
       comm.sync(s);
       comm.barrier();
     }

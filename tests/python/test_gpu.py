@@ -319,11 +319,12 @@ def test_grouped_mm_matches_torch_per_group(comm):
         tilewire.grouped_mm(a, b, bad.cuda(), validate=True)
 
 
-@pytest.mark.parametrize("low_latency,overlap,interleaved,direct",
-                         [(False, False, False, False), (False, True, False, False), (True, False, False, False),
-                          (False, False, True, False), (True, False, True, False), (False, False, False, True),
-                          (False, False, True, True)])
-def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap, interleaved, direct):
+@pytest.mark.parametrize("low_latency,overlap,interleaved,direct,slots",
+                         [(False, False, False, False, False), (False, True, False, False, False),
+                          (True, False, False, False, False), (False, False, True, False, False),
+                          (True, False, True, False, False), (False, False, False, True, False),
+                          (False, False, True, True, False), (False, False, True, True, True)])
+def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap, interleaved, direct, slots):
     P, me = comm.nranks, comm.rank
     H, F, k, L = 256, 128, 4, 8
     E = L * P
@@ -337,7 +338,7 @@ def test_moe_ffn_matches_a_torch_reference(comm, low_latency, overlap, interleav
     idx[::5, 1] = -1  # some empty slots
     w = torch.rand(n, k, generator=gx).cuda()
     moe = tilewire.MoE(comm, 48, H, F, k, E, low_latency=low_latency, overlap=overlap, gate_up_interleaved=interleaved,
-                       direct_dispatch=direct)
+                       direct_dispatch=direct, slot_combine=slots)
     mine = w1[me * L:(me + 1) * L].contiguous()
     if interleaved:  # the SwiGLU in the gate-up GEMM's epilogue, on the weights reordered once
         mine = tilewire.interleave_gate_up(mine)

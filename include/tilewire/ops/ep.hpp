@@ -86,6 +86,12 @@ struct EpConfig {
   // area of this many rows (and the places of each received row's slots), which
   // dispatch(EpExpertPlaces) stores rows into directly (0: none). Every rank passes the same value.
   int expert_major_rows = 0;
+  // High throughput, bf16, every peer in the LSA team, with expert_major_rows > 0: the window also
+  // holds a row per (token, top-k slot) of this rank's tokens [max_tokens_per_rank x topk, H] bf16,
+  // where the ranks of the experts store each expert's output row (slot_targets gives the
+  // addresses; tw::MoE's down GEMM stores into them from its epilogue), and combine_slots() sums
+  // them. Every rank passes the same value.
+  bool combine_slots = false;
 };
 
 // Host checks that need no GPU (tests/cpu/ep_plan_test.cpp).
@@ -274,6 +280,25 @@ class EpBuffer {
   // The same, each row made from its experts' rows as it is sent (EpExpertRows; every pointer
   // non-null, else kInvalidArgument).
   void combine(const EpExpertRows& rows, void* out, cudaStream_t stream);
+
+  // High throughput with EpConfig::combine_slots, after a dispatch(EpExpertPlaces): each expert
+  // row's output goes back as a row of its own, to the (token, slot) it was computed for, and the
+  // source sums them (the low-latency combine's rule), so no rank sums its experts' rows first.
+  //   slot_targets  not collective: targets[p] for every place p of this rank's expert-major area
+  //                 that the last dispatch filled = the address of its (token, slot) row in the
+  //                 source's window (16-byte aligned, H bf16); places past the filled ones are
+  //                 not written. targets: [max_rows] device pointers, max_rows >= expert_major_rows.
+  //   combine_slots collective: once every rank's stores into those rows are done (stream order:
+  //                 whatever stored them ran before this call on every rank), out[t] = sum over
+  //                 slots j = 0..topk-1 (ascending) whose expert e = topk_idx[t][j] is >= 0 and
+  //                 whose rank e / L did not overflow its area, of topk_weights[t][j] x row(t, j),
+  //                 fmas in fp32, rounded once to bf16 (tokens with no such slot: zeros). topk_idx
+  //                 and topk_weights are the last dispatch's ([N, topk]).
+  // Stores into a source's rows may begin once that source's dispatch of the same call has begun:
+  // a rank's next dispatch waits for every source's, which follows that source's last
+  // combine_slots on its stream, so no store lands on a row a source still reads.
+  void slot_targets(void** targets, int max_rows, cudaStream_t stream);
+  void combine_slots(const void* topk_idx, EpIndex type, const float* topk_weights, void* out, cudaStream_t stream);
 
   // Low latency (EpMode::kLowLatency), in this order per step: dispatch_send, dispatch_recv, then
   // optionally combine_send, combine_recv. The send kernel waits for every rank's counts of the

@@ -50,14 +50,21 @@ namespace tw {
 //              C[r][8j + i] = bf16(silu(g) u),  g = (A B)[r][16j + i],  u = (A B)[r][16j + 8 + i]
 //            in fp32 (g and u are not rounded to bf16 first), silu(g) = g / (1 + e^-g).
 //            N % 16 == 0; B [N, K] (kNK) only. Saves writing A B and reading it back.
-enum class GroupedEpilogue { kStore, kSwiGlu };
-const char* grouped_epilogue_name(GroupedEpilogue e);                        // "store", "swiglu"
+//   kRowTargets  C is a table of row addresses, void* [rows]: row p of A B (p = first(g) + the row
+//            within group g, as C's rows would be) is stored at C[p], N bf16 (16-byte aligned;
+//            any memory the GPU can store to, a peer's window included; null: not stored). The
+//            same bits as kStore. B [N, K] (kNK) only, on the 64x128pp and 128x256coop tiles (the
+//            tile rule's). An MoE's down GEMM stores each expert's output row straight into the
+//            row its token's rank sums (EpBuffer::combine_slots).
+enum class GroupedEpilogue { kStore, kSwiGlu, kRowTargets };
+const char* grouped_epilogue_name(GroupedEpilogue e);                        // "store", "swiglu", "row_targets"
 std::optional<GroupedEpilogue> parse_grouped_epilogue(const std::string& s);  // exactly those names
 
 struct GroupedGemmArgs {
   const void* A = nullptr;       // [rows, K]
   const void* B = nullptr;       // [groups, N, K] (kNK) or [groups, K, N] (kKN)
-  void* C = nullptr;             // [rows, N] ([rows, N / 2] with kSwiGlu); must not overlap A or B
+  void* C = nullptr;             // [rows, N] ([rows, N / 2] with kSwiGlu; void* [rows] with kRowTargets);
+                                 // must not overlap A or B
   const int* counts = nullptr;   // device [groups]: the rows of each group
   const int* offsets = nullptr;  // device [groups]: packed layout's first rows; null: padded layout
   int groups = 0;                // L >= 1

@@ -18,6 +18,8 @@
 //                    dispatch stores each row at its first place, one copy per further place) -> grouped gate-up ->
 //                    SiLU x up -> grouped down -> per received row, its experts' outputs times
 //                    their weights summed in fp32 in slot order, rounded once -> EpBuffer::combine
+//                    (slot_combine: grouped down storing each row into its token's rank ->
+//                    EpBuffer::combine_slots)
 //   low latency      dispatch_send / dispatch_recv (rows land expert-major, where the GEMM reads
 //                    them) -> grouped gate-up -> SiLU x up -> grouped down, straight into the
 //                    buffer's combine block -> combine_send / combine_recv (weights applied by
@@ -38,8 +40,9 @@
 // default capacity x topk, capacity = P x max_tokens_per_rank), and in high throughput the expert-major input
 // and output [R, H] bf16 and the combine rows [capacity, H] (not with fused_combine). With
 // direct_dispatch the expert-major input and the places are in the EpBuffer's window instead, and
-// the MoE keeps its own tokens' placement ([max_tokens_per_rank x topk] and its scratch). MoE::bytes()
-// says how much.
+// the MoE keeps its own tokens' placement ([max_tokens_per_rank x topk] and its scratch); with
+// slot_combine the output rows go to the window's slot rows ([max_tokens_per_rank x topk, H] per
+// rank) and the MoE keeps only their addresses ([R] pointers). MoE::bytes() says how much.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -90,6 +93,15 @@ struct MoeConfig {
   // the same bits. Every rank passes the same value (and the same max_expert_rows with it).
   // Ignored in the low-latency mode.
   bool direct_dispatch = false;
+  // High throughput, with direct_dispatch: the down GEMM's epilogue stores each expert's output row
+  // straight into its token's rank, a row per (token, top-k slot) there (GroupedEpilogue::kRowTargets
+  // into the window's slot rows, EpConfig::combine_slots), and that rank sums its token's rows
+  // (EpBuffer::combine_slots): no output rows in this rank's memory, no pass that reads them back,
+  // and the rows leave while the GEMM's later tiles compute. The weights are applied by the source
+  // in fp32 in slot order and the sum rounded once, as the low-latency combine does (so the bits
+  // differ from the per-rank sums of the other high-throughput paths; the same bits on every run).
+  // Every rank passes the same value. Not with gemm.tile 64x256pp. Ignored in the low-latency mode.
+  bool slot_combine = false;
   // w_gate_up's layout. kInterleaved8 fuses SiLU(gate) x up into the gate-up GEMM's epilogue (one
   // pass over memory fewer, no [R, 2F] buffer; "Rounding" above). Ranks may differ.
   MoeGateUp gate_up = MoeGateUp::kGateThenUp;

@@ -35,6 +35,7 @@ void agree_on_config(Comm& comm, const EpConfig& c, int sms) {
                      {"payload", c.payload == EpPayload::kBFloat16 ? 0 : 1, pay},
                      {"mode", c.mode == EpMode::kHighThroughput ? 0 : 1, mode},
                      {"expert_major_rows", c.expert_major_rows, nullptr},
+                     {"combine_slots", c.combine_slots ? 1 : 0, nullptr},
                      {"num_sms", sms, nullptr}};
   constexpr int n = sizeof(f) / sizeof(f[0]);
   const int P = comm.nranks();
@@ -96,10 +97,12 @@ EpBuffer::EpBuffer(Comm& comm, const EpConfig& cfg) : comm_(comm), cfg_(cfg) {
   st.r.tokens_per_expert = ep_zalloc<int>(cfg.num_experts, s0);
   st.depochs = ep_zalloc<ops::ep::Epoch>(sms_, s0);
   st.cepochs = ep_zalloc<ops::ep::Epoch>(sms_, s0);
+  st.sepochs = ep_zalloc<ops::ep::Epoch>(sms_, s0);
+  st.rank_over = ep_zalloc<int>(P, s0);
   st.num_recv = ep_zalloc<int>(1, s0);
   st.recv_per_expert = ep_zalloc<int>(st.g.L, s0);
   st.recv_base = ep_zalloc<int>(P, s0);
-  st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 2 + cfg.num_experts + st.g.L + 1) + 2 * sizeof(ops::ep::Epoch) * (size_t)sms_;
+  st.local_bytes = (size_t)N * P * 5 + 4 * ((size_t)P * 3 + cfg.num_experts + st.g.L + 1) + 3 * sizeof(ops::ep::Epoch) * (size_t)sms_;
   // The flags and counts start at 0 on every rank before any peer writes into them.
   TW_CUDA_CHECK(cudaMemsetAsync(st.win.data(), 0, st.g.off_rsrc, s0));
   if (gin) {  // GIN counters are cumulative and shared with earlier owners: waits count from here
@@ -116,7 +119,8 @@ EpBuffer::~EpBuffer() {
   if (!st_) return;
   State& st = *st_;
   for (void* p : {(void*)st.r.in_rank, (void*)st.r.send_slot, (void*)st.r.tokens_per_rank, (void*)st.r.tokens_per_expert,
-                  (void*)st.depochs, (void*)st.cepochs, (void*)st.num_recv, (void*)st.recv_per_expert, (void*)st.recv_base})
+                  (void*)st.depochs, (void*)st.cepochs, (void*)st.sepochs, (void*)st.rank_over, (void*)st.num_recv,
+                  (void*)st.recv_per_expert, (void*)st.recv_base})
     cudaFree(p);
   cudaFree(st.status_dev);
   if (st.sig0) {
@@ -264,7 +268,8 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
   }
   if (ex) {
     // send_pos is never null on the device (a rank with no tokens reads none of it).
-    p.direct = ops::ep::Direct{ex->send_pos ? ex->send_pos : st.r.send_slot, ex->counts, ex->offsets, ex->overflow};
+    p.direct = ops::ep::Direct{ex->send_pos ? ex->send_pos : st.r.send_slot, ex->counts, ex->offsets, ex->overflow,
+                               st.rank_over};
     smem = ops::ep::direct_smem_bytes(st.g.E, st.g.P);
   }
   ops::ep::dispatch<<<sms_, ops::ep::kThreads, smem, stream>>>(p);
@@ -272,6 +277,7 @@ EpRecv EpBuffer::dispatch_impl(const EpDispatchArgs& a, const EpExpertMajor* em,
   comm_.launched("ep dispatch");
   st.dispatched = true;
   st.layout_changed = false;
+  st.direct = ex != nullptr;
   const ops::ep::Geometry& g = st.g;
   char* base = static_cast<char*>(st.win.data());
   EpRecv r;
@@ -349,6 +355,77 @@ void EpBuffer::combine_impl(const char* op, const void* y, const float* weights,
     const size_t threads = (size_t)st.r.num_tokens * (cfg_.hidden / 8);
     const int grid = (int)std::min<size_t>((threads + 255) / 256, 4096);
     ops::ep::combine_reduce<<<grid, 256, 0, stream>>>(rp);
+    TW_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
+// Why a combine_slots step cannot run (shared by slot_targets and combine_slots).
+static void require_slots(const char* op, const EpConfig& cfg, bool dispatched, bool direct, bool layout_changed) {
+  TW_REQUIRE(cfg.mode == EpMode::kHighThroughput && cfg.combine_slots, kInvalidArgument,
+             std::string(op) + ": the buffer was made without EpConfig::combine_slots");
+  TW_REQUIRE(dispatched && direct, kInvalidArgument,
+             std::string(op) + ": the last call was not a dispatch(EpExpertPlaces) (the slot rows go back from its places)");
+  TW_REQUIRE(!layout_changed, kInvalidArgument,
+             std::string(op) + ": layout() ran after the last dispatch; the slot rows need that dispatch's routing");
+}
+
+void EpBuffer::slot_targets(void** targets, int max_rows, cudaStream_t stream) {
+  State& st = *st_;
+  const char* op = "EpBuffer::slot_targets";
+  require_slots(op, cfg_, st.dispatched, st.direct, st.layout_changed);
+  TW_REQUIRE(max_rows >= cfg_.expert_major_rows, kInvalidArgument,
+             std::string(op) + ": max_rows " + std::to_string(max_rows) + " is below EpConfig::expert_major_rows " +
+                 std::to_string(cfg_.expert_major_rows) + " (a target per place)");
+  TW_REQUIRE(targets != nullptr && reinterpret_cast<uintptr_t>(targets) % 8 == 0, kInvalidArgument,
+             std::string(op) + ": targets is null or not 8-byte aligned");
+  // Stream order after the dispatch is enough: it reads what that dispatch wrote into this rank's
+  // window (the rows' sources and places), and the next dispatch is ordered after this stream.
+  ops::ep::SlotParams p{};
+  static_cast<ops::ep::Common&>(p) = st.common(comm_);
+  p.targets = targets;
+  p.max_rows = max_rows;
+  p.num_recv = st.num_recv;
+  const int grid = (int)std::min<long long>(((long long)st.g.capacity * st.g.topk + 255) / 256, 1024);
+  ops::ep::slot_targets<<<grid, 256, 0, stream>>>(p);
+  TW_CUDA_CHECK(cudaGetLastError());
+}
+
+void EpBuffer::combine_slots(const void* topk_idx, EpIndex type, const float* topk_weights, void* out,
+                             cudaStream_t stream) {
+  State& st = *st_;
+  const char* op = "EpBuffer::combine_slots";
+  const int N = st.r.num_tokens;
+  const auto check = [&] {
+    require_slots(op, cfg_, st.dispatched, st.direct, st.layout_changed);
+    if (N > 0) {
+      const char* null = !topk_idx ? "topk_idx" : !topk_weights ? "topk_weights" : !out ? "out" : nullptr;
+      TW_REQUIRE(null == nullptr, kInvalidArgument,
+                 std::string(op) + ": " + (null ? null : "") + " is null with the last dispatch's " + std::to_string(N) +
+                     " tokens");
+      TW_REQUIRE(reinterpret_cast<uintptr_t>(out) % 16 == 0, kInvalidArgument, std::string(op) + ": out is not 16-byte aligned");
+      TW_REQUIRE(reinterpret_cast<uintptr_t>(topk_idx) % (type == EpIndex::kInt64 ? 8 : 4) == 0, kInvalidArgument,
+                 std::string(op) + ": topk_idx is not aligned to its element size");
+    }
+    return Status{};
+  };
+  const OpEntry entry(comm_, op, stream, check, [&] { comm_.agree_on_call(op, {}); });
+  ops::ep::SlotParams p{};
+  static_cast<ops::ep::Common&>(p) = st.common(comm_);
+  p.epochs = st.sepochs;
+  p.topk_idx = topk_idx;
+  p.idx64 = type == EpIndex::kInt64;
+  p.topk_weights = topk_weights;
+  p.rank_over = st.rank_over;
+  p.num_tokens = N;
+  p.out = static_cast<__nv_bfloat16*>(out);
+  p.status = st.status_dev;
+  ops::ep::slots_done<<<sms_, ops::ep::kThreads, 0, stream>>>(p);
+  comm_.check_launch("ep combine_slots launch");
+  comm_.launched("ep combine_slots");
+  if (N > 0) {
+    const size_t threads = (size_t)N * (cfg_.hidden / 8);
+    const int grid = (int)std::min<size_t>((threads + 255) / 256, 4096);
+    ops::ep::slots_reduce<<<grid, 256, 0, stream>>>(p);
     TW_CUDA_CHECK(cudaGetLastError());
   }
 }

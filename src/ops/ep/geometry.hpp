@@ -26,6 +26,8 @@ struct Geometry {
   size_t off_rx, off_rscale, off_ridx, off_rw, off_rsrc, off_rtok;
   size_t off_cy, off_cw;
   size_t off_xpos, off_xg;  // [capacity x topk] places, [xrows] rows (EpExpertPlaces; 0 bytes without)
+  size_t off_sdone;         // [P][G] flags: the source's stores into this rank's slot rows are done
+  size_t off_sy;            // [max_tokens x topk] bf16 rows (EpConfig::combine_slots; 0 bytes without)
   // GIN (gin true: some peer is outside the LSA team). A GIN put reads a window, so what goes to
   // a GIN peer is first stored here, laid out as the receiver's regions but indexed
   // [destination][slot] (dispatch) or by receive row (combine); 0 when gin is false.

@@ -319,6 +319,7 @@ __device__ void direct_layout(const DispatchParams& p, const char* mine, int* sm
       dr.offsets[x - g.me * g.L] = o ? 0 : before - first[g.me];
     }
     if (x == 0) *dr.overflow = o ? pairs : 0;
+    for (int d = x; d < g.P; d += blockDim.x) dr.rank_over[d] = over[d];
   }
   __syncthreads();
 }
@@ -327,6 +328,7 @@ __device__ void direct_layout(const DispatchParams& p, const char* mine, int* sm
 __device__ void direct_nothing(const DispatchParams& p) {
   if (blockIdx.x != 0) return;
   for (int l = threadIdx.x; l < p.g.L; l += blockDim.x) p.direct.counts[l] = p.direct.offsets[l] = 0;
+  for (int d = threadIdx.x; d < p.g.P; d += blockDim.x) p.direct.rank_over[d] = 0;
   if (threadIdx.x == 0) *p.direct.overflow = 0;
 }
 
@@ -674,6 +676,54 @@ __global__ void combine_reduce(const __grid_constant__ ReduceParams p) {
     __nv_bfloat16* ob = reinterpret_cast<__nv_bfloat16*>(&o);
     for (int k = 0; k < 8; ++k) ob[k] = __float2bfloat16_rn(acc[k]);
     *reinterpret_cast<uint4*>(p.out + (size_t)t * g.hidden + (size_t)v * 8) = o;
+  }
+}
+
+// ------------------------------------------------------------------------ combine_slots
+// Received row r's slot j with place pos: that place's output row goes to the source's row
+// (token, slot) = (src_token[r], j). A thread per (row, slot).
+__global__ void slot_targets(const __grid_constant__ SlotParams p) {
+  const Geometry& g = p.g;
+  const char* mine = at<char>(p.ctx, p.win, 0, g.me);
+  const int* xpos = reinterpret_cast<const int*>(mine + g.off_xpos);
+  const int32_t* src = reinterpret_cast<const int32_t*>(mine + g.off_rsrc);
+  const int32_t* tok = reinterpret_cast<const int32_t*>(mine + g.off_rtok);
+  const long long n = (long long)*p.num_recv * g.topk;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+    const int pos = xpos[i];
+    if (pos < 0 || pos >= p.max_rows) continue;
+    const long long r = i / g.topk, j = i % g.topk;
+    p.targets[pos] = at<char>(p.ctx, p.win, g.off_sy + ((size_t)tok[r] * g.topk + j) * g.row_bytes, src[r]);
+  }
+}
+
+// Every rank's stores into this rank's slot rows (made by kernels before this one on its stream)
+// are done: the done exchange of dispatch and combine, on flags of its own.
+__global__ void __launch_bounds__(kThreads) slots_done(const __grid_constant__ SlotParams p) {
+  const uint64_t e = next_epoch(p.epochs);
+  release_all(p, p.g.off_sdone, blockIdx.x, e);
+  wait_all(p, p.g.off_sdone, blockIdx.x, e, Geometry::kSigCombineRows, 0, "ep.combine_slots.done", trace::Ring{}, 0);
+}
+
+// out[t] = sum over slots j (ascending) with an expert on a rank that did not overflow of
+// w[t][j] x row(t, j), fmas in fp32, rounded once (expert_rows.cuh's fma and rounding). A thread
+// per 8 columns of a token.
+__global__ void slots_reduce(const __grid_constant__ SlotParams p) {
+  const Geometry& g = p.g;
+  if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;  // the dispatch's routing was refused
+  const int vecs = g.hidden / 8;
+  const size_t n = (size_t)p.num_tokens * vecs;
+  const char* rows = at<char>(p.ctx, p.win, g.off_sy, g.me);
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    const size_t t = i / vecs, v = i % vecs;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < g.topk; ++j) {
+      const long long id = topk_at(p.topk_idx, p.idx64, t * g.topk + j);
+      if (id < 0 || id >= g.E || p.rank_over[id / g.L]) continue;
+      expert_rows_fma(acc, p.topk_weights[t * g.topk + j],
+                      ptx::ld_nc_v4(rows + (t * g.topk + j) * g.row_bytes + v * 16));
+    }
+    *reinterpret_cast<uint4*>(p.out + t * g.hidden + v * 8) = pack_bf16x8(acc);
   }
 }
 

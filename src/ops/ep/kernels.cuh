@@ -133,6 +133,7 @@ constexpr size_t place_smem_bytes(int L) { return (size_t)(3 + kWarps) * L * siz
 struct Direct {
   const int* send_pos;
   int *counts, *offsets, *overflow;
+  int* rank_over;  // [P] out (CTA 0): 1 where rank d's pairs exceed its area (combine_slots skips its slots)
 };
 constexpr size_t direct_smem_bytes(int E, int P) { return (size_t)(E + P) * sizeof(int); }
 
@@ -178,6 +179,21 @@ struct ReduceParams {
   const Status* status;  // a dispatch whose routing was invalid: combine writes nothing either
 };
 
+// EpConfig::combine_slots (EpBuffer::slot_targets / combine_slots).
+struct SlotParams : Common {
+  void** targets;         // slot_targets: out [max_rows]
+  int max_rows;
+  const int* num_recv;    // slot_targets: the last dispatch's rows
+  Epoch* epochs;          // slots_done: [G]
+  const void* topk_idx;   // slots_reduce: [N, topk]
+  bool idx64;
+  const float* topk_weights;
+  const int* rank_over;   // [P] (Direct::rank_over)
+  int num_tokens;
+  __nv_bfloat16* out;
+  const Status* status;   // a refused routing: nothing written
+};
+
 __global__ void layout_count(const void* topk_idx, bool idx64, int N, int topk, int E, int L, int P, Routing r, int me,
                              Status* status);
 __global__ void layout_scan(Routing r, int P);
@@ -185,6 +201,9 @@ __global__ void read_signals(DevCtx ctx, int base, int n, uint64_t* out);
 __global__ void dispatch(const __grid_constant__ DispatchParams p);
 __global__ void combine_push(const __grid_constant__ CombineParams p);
 __global__ void combine_reduce(const __grid_constant__ ReduceParams p);
+__global__ void slot_targets(const __grid_constant__ SlotParams p);
+__global__ void slots_done(const __grid_constant__ SlotParams p);
+__global__ void slots_reduce(const __grid_constant__ SlotParams p);
 
 // ------------------------------------------------------------------ low latency (ll.cu)
 namespace ll {

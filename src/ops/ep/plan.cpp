@@ -54,6 +54,9 @@ Status check_ep_config(const EpConfig& c, int nranks, int sm_budget) {
   if (c.expert_major_rows > 0 && (c.mode != EpMode::kHighThroughput || c.payload != EpPayload::kBFloat16))
     return fail("expert_major_rows " + std::to_string(c.expert_major_rows) +
                 " needs the high-throughput mode and bf16 rows (set it 0)");
+  if (c.combine_slots && c.expert_major_rows == 0)
+    return fail("combine_slots needs expert_major_rows > 0 (its rows go back from the places the dispatch "
+                "stores into; set it false)");
   if (c.num_sms < 0 || c.num_sms > sm_budget)
     return fail("num_sms " + std::to_string(c.num_sms) + " is outside [0, " + std::to_string(sm_budget) +
                 "] (0: the default; at most the communicator's SM budget, comm.sm_count())");
@@ -94,6 +97,7 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.off_cstart = take(flags);
   g.off_cdone = take(flags);
   g.off_dstart = take(flags);
+  g.off_sdone = take(flags);
   const size_t cap = (size_t)g.capacity;
   g.off_rsrc = take(cap * 4);
   g.off_rtok = take(cap * 4);
@@ -105,6 +109,7 @@ Geometry geometry(const EpConfig& c, int P, int me, int G, bool gin) {
   g.off_cy = take(cap * (size_t)c.hidden * 2);
   g.off_xpos = take(g.xrows > 0 ? cap * c.topk * 4 : 0);
   g.off_xg = take((size_t)g.xrows * g.row_bytes);
+  g.off_sy = take(c.combine_slots ? (size_t)c.max_tokens_per_rank * c.topk * c.hidden * 2 : 0);
   g.gin = gin;
   if (gin) {
     g.off_sslots = take((size_t)P * g.slot_bytes);

@@ -28,6 +28,8 @@ struct EpBuffer::State {
   ops::ep::Routing r{};
   ops::ep::Epoch* depochs = nullptr;
   ops::ep::Epoch* cepochs = nullptr;
+  ops::ep::Epoch* sepochs = nullptr;  // combine_slots' done exchange
+  int* rank_over = nullptr;           // [P]: the last direct dispatch's ranks whose area overflowed
   int* num_recv = nullptr;
   int* recv_per_expert = nullptr;
   int* recv_base = nullptr;
@@ -36,6 +38,7 @@ struct EpBuffer::State {
   size_t local_bytes = 0;
   bool dispatched = false;        // a dispatch ran since the buffer was made
   bool layout_changed = false;    // layout() ran after the last dispatch
+  bool direct = false;            // the last dispatch stored rows at their places (EpExpertPlaces)
   bool have_layout = false;
   trace::Ring ring{};
 
@@ -84,6 +87,7 @@ struct EpAccess {
     } else {
       fill(b.st_->depochs, (size_t)b.sms_);
       fill(b.st_->cepochs, (size_t)b.sms_);
+      fill(b.st_->sepochs, (size_t)b.sms_);
     }
   }
 };

@@ -40,7 +40,8 @@ struct KernelEntry {
   GroupedTile tile;
   grouped_impl::Launch launch;
 };
-constexpr GroupedEpilogue kStore = GroupedEpilogue::kStore, kSwiGlu = GroupedEpilogue::kSwiGlu;
+constexpr GroupedEpilogue kStore = GroupedEpilogue::kStore, kSwiGlu = GroupedEpilogue::kSwiGlu,
+                          kRowTargets = GroupedEpilogue::kRowTargets;
 constexpr KernelEntry kKernels[] = {
     {kStore, BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp},
     {kStore, BLayout::kKN, GroupedTile::k64x128pp, grouped_impl::launch_bf16_kn_pp},
@@ -51,6 +52,8 @@ constexpr KernelEntry kKernels[] = {
     {kSwiGlu, BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp_swiglu},
     {kSwiGlu, BLayout::kNK, GroupedTile::k64x256pp, grouped_impl::launch_bf16_nk_pp256_swiglu},
     {kSwiGlu, BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop_swiglu},
+    {kRowTargets, BLayout::kNK, GroupedTile::k64x128pp, grouped_impl::launch_bf16_nk_pp_row_targets},
+    {kRowTargets, BLayout::kNK, GroupedTile::k128x256coop, grouped_impl::launch_bf16_nk_coop_row_targets},
 };
 
 }  // namespace
@@ -75,8 +78,16 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
     return fail("K=" + std::to_string(a.K) + ": rows of A (and of B [N, K]) must be 16-byte multiples (K % 8 == 0)");
   if (a.N % 8 != 0)
     return fail("N=" + std::to_string(a.N) + ": rows of C (and of B [K, N]) must be 16-byte multiples (N % 8 == 0)");
-  if (a.epilogue != GroupedEpilogue::kStore && a.epilogue != GroupedEpilogue::kSwiGlu)
+  if (a.epilogue != GroupedEpilogue::kStore && a.epilogue != GroupedEpilogue::kSwiGlu &&
+      a.epilogue != GroupedEpilogue::kRowTargets)
     return fail("epilogue " + std::to_string(int(a.epilogue)) + " is not a GroupedEpilogue");
+  const bool targets = a.epilogue == GroupedEpilogue::kRowTargets;
+  if (targets && a.b_layout != BLayout::kNK)
+    return fail(std::string("the row_targets epilogue is built for B [N, K] only, not B ") + blayout_name(a.b_layout));
+  if (targets && grouped_tile_for(a, cfg) == GroupedTile::k64x256pp)
+    return fail("the row_targets epilogue is built for the 64x128pp and 128x256coop tiles, not 64x256pp");
+  if (targets && reinterpret_cast<uintptr_t>(a.C) % 8 != 0)
+    return fail("C (the row_targets epilogue's table of row addresses) is not 8-byte aligned");
   const bool swiglu = a.epilogue == GroupedEpilogue::kSwiGlu;
   if (swiglu && a.N % 16 != 0)
     return fail("N=" + std::to_string(a.N) + " with the swiglu epilogue: B's rows are gate-up blocks of 16 (N % 16 == 0)");
@@ -93,9 +104,10 @@ Status can_implement(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg) {
   }
   if (!aligned16(a.A)) return fail("A is not 16-byte aligned (TMA needs 16-byte aligned bases)");
   if (!aligned16(a.B)) return fail("B is not 16-byte aligned (TMA needs 16-byte aligned bases)");
-  if (!aligned16(a.C)) return fail("C is not 16-byte aligned");
+  if (!targets && !aligned16(a.C)) return fail("C is not 16-byte aligned");
   const size_t es = 2;
-  const size_t bytes_a = size_t(a.rows) * a.K * es, bytes_c = size_t(a.rows) * (swiglu ? a.N / 2 : a.N) * es;
+  const size_t bytes_a = size_t(a.rows) * a.K * es;
+  const size_t bytes_c = targets ? size_t(a.rows) * sizeof(void*) : size_t(a.rows) * (swiglu ? a.N / 2 : a.N) * es;
   const size_t bytes_b = size_t(a.groups) * a.N * a.K * es;
   if (overlap(a.C, bytes_c, a.A, bytes_a)) return fail("C overlaps A (the kernel reads A while tiles of C land)");
   if (overlap(a.C, bytes_c, a.B, bytes_b)) return fail("C overlaps B (the kernel reads B while tiles of C land)");

@@ -45,6 +45,7 @@
 #include "../gemm/scratch.hpp"
 #include "gate.hpp"
 #include "launch.hpp"
+#include "row_targets_epilogue.cuh"
 #include "swiglu_epilogue.cuh"
 #include "tilewire/device/ptx.cuh"
 #include "tilewire/device/wait.cuh"
@@ -128,11 +129,14 @@ struct GatedMainloop : Base {
   }
 };
 
-template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong, bool kSwiGlu = false>
+template <BLayout kB, int kTileM, int kTileN, int kClusterN, bool kPingpong,
+          GroupedEpilogue kEpi = GroupedEpilogue::kStore>
 struct GroupedGemm {
   using E = cutlass::bfloat16_t;
   static constexpr BLayout kLayout = kB;
-  static constexpr bool kSwiGluEpilogue = kSwiGlu;
+  static constexpr GroupedEpilogue kEpilogue = kEpi;
+  static constexpr bool kSwiGluEpilogue = kEpi == GroupedEpilogue::kSwiGlu;
+  static constexpr bool kRowTargets = kEpi == GroupedEpilogue::kRowTargets;
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;  // (M_g, N, K) per group
   using TileShape = cute::Shape<cute::Int<kTileM>, cute::Int<kTileN>, cute::_64>;
   using ClusterShape = cute::Shape<cute::_1, cute::Int<kClusterN>, cute::_1>;  // along N: A multicast
@@ -147,12 +151,13 @@ struct GroupedGemm {
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD*, kAlign, E, LayoutD*, kAlign,
       typename Schedules<kPingpong>::Epilogue,
       cutlass::epilogue::fusion::LinearCombination<E, float, void, float>>::CollectiveOp;
-  // kSwiGlu: D = silu(gate) x up from the registers (swiglu_epilogue.cuh), stored by each thread.
-  using Epilogue = std::conditional_t<
-      kSwiGlu,
-      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
-          SwiGluEpilogueArray<cutlass::detail::TagToStrideC_t<LayoutD*>>>,
-      StoreEpilogue>;
+  // kSwiGlu: D = silu(gate) x up from the registers (swiglu_epilogue.cuh); kRowTargets: each row
+  // at its target (row_targets_epilogue.cuh); both stored by each thread.
+  template <template <class> class T>
+  using ThreadStore =
+      cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<T<cutlass::detail::TagToStrideC_t<LayoutD*>>>;
+  using Epilogue = std::conditional_t<kSwiGluEpilogue, ThreadStore<SwiGluEpilogueArray>,
+                                      std::conditional_t<kRowTargets, ThreadStore<RowTargetsEpilogueArray>, StoreEpilogue>>;
   using Mainloop = GatedMainloop<
       typename cutlass::gemm::collective::CollectiveBuilder<
           cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, E, LayoutA*, kAlign, E, LayoutB*, kAlign, float,
@@ -246,7 +251,10 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare(const GroupedGemmArgs
     out.a[g] = refuse ? static_cast<const E*>(a.A) : static_cast<const E*>(a.A) + f * a.K;
     out.b[g] = static_cast<const E*>(a.B) + (long long)g * a.N * a.K;
     const long long ldc = G::kSwiGluEpilogue ? a.N / 2 : a.N;  // C's columns
-    out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * ldc;
+    if constexpr (G::kRowTargets)  // C is the targets table: the group's first entry
+      out.d[g] = reinterpret_cast<E*>(static_cast<void**>(a.C) + (refuse ? 0 : f));
+    else
+      out.d[g] = refuse ? static_cast<E*>(a.C) : static_cast<E*>(a.C) + f * ldc;
     out.sa[g] = typename G::StrideA{int64_t(a.K), cute::_1{}, cute::_0{}};
     if constexpr (G::kLayout == BLayout::kNK) out.sb[g] = typename G::StrideB{int64_t(a.K), cute::_1{}, cute::_0{}};
     else out.sb[g] = typename G::StrideB{cute::_1{}, int64_t(a.N), cute::_0{}};
@@ -278,7 +286,7 @@ void run(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream
   args.mainloop.ptr_B = arr.b;
   args.mainloop.dB = arr.sb;
   args.mainloop.gate = gate;
-  if constexpr (!G::kSwiGluEpilogue) {
+  if constexpr (G::kEpilogue == GroupedEpilogue::kStore) {
     args.epilogue.thread.alpha = 1.0f;
     args.epilogue.thread.beta = 0.0f;
     args.epilogue.ptr_C = nullptr;

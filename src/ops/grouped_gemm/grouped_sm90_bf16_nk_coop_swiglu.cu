@@ -4,7 +4,7 @@
 namespace tw::grouped_impl {
 
 void launch_bf16_nk_coop_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream) {
-  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false, true>>(a, gate, sm_count, stream);
+  run<GroupedGemm<BLayout::kNK, 128, 256, 2, false, GroupedEpilogue::kSwiGlu>>(a, gate, sm_count, stream);
 }
 
 }  // namespace tw::grouped_impl

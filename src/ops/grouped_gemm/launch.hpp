@@ -24,6 +24,9 @@ void launch_bf16_nk_pp_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int
 void launch_bf16_nk_pp256_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 void launch_bf16_nk_coop_swiglu(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 
+// GroupedEpilogue::kRowTargets (B [N, K] only: the down weights of an MoE FFN; the tiles the tile rule picks)
+void launch_bf16_nk_pp_row_targets(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
+void launch_bf16_nk_coop_row_targets(const GroupedGemmArgs& a, const RowGate& gate, int sm_count, cudaStream_t stream);
 // grouped_gemm() with a row gate: the same checks and tile rule; throws as grouped_gemm() does.
 void grouped_gemm_gated(const GroupedGemmArgs& a, const GroupedGemmConfig& cfg, const RowGate& gate,
                         cudaStream_t stream);

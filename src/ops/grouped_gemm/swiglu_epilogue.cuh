@@ -13,18 +13,11 @@
 // store covers whole 32-byte sectors. The loop below checks the pairing on the tile's own
 // partition; the checks fold to constants at compile time on Hopper's layouts and trap on any other.
 //
-// The collective has the interface of CUTLASS's thread-store epilogue for ptr-array kernels
-// (epilogue::collective::DefaultEpilogueArray, schedule PtrArrayNoSmemWarpSpecialized) and runs
-// inside CUTLASS's Sm90TmaWarpSpecializedAdapter like it: per group a D pointer and a row stride,
-// no source operand, no shared memory (the mainloop gets the epilogue's share for stages).
+// The collective is a ThreadStoreEpilogue (thread_store_epilogue.cuh).
 #pragma once
 #include <cuda_bf16.h>
 
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/epilogue/collective/detail.hpp>
-#include <cutlass/epilogue/dispatch_policy.hpp>
-#include <cutlass/epilogue/thread/linear_combination.h>
+#include "thread_store_epilogue.cuh"
 
 namespace tw::grouped_impl {
 
@@ -36,58 +29,16 @@ namespace tw::grouped_impl {
 // is 0 (the true value is below 1e-36 u).
 __device__ __forceinline__ float swiglu(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
 
-// StrideD_: CUTLASS's per-group stride pointer type for D (cute::Stride<int64_t, _1, _0>*).
+// StrideD_: CUTLASS's per-group stride pointer type for D (cute::Stride<int64_t, _1, _0>*). ptr_D
+// per group: [M_g, N / 2]; dD: (N / 2, 1, 0).
 template <class StrideD_>
-class SwiGluEpilogueArray {
+class SwiGluEpilogueArray : public ThreadStoreEpilogue<StrideD_> {
+  using Base = ThreadStoreEpilogue<StrideD_>;
+  using Base::params_;
+
  public:
-  using EpilogueSchedule = cutlass::epilogue::PtrArrayNoSmemWarpSpecialized;
-  using DispatchPolicy = EpilogueSchedule;
-  // Only its types are used (ElementOutput etc. below); no alpha, no beta.
-  using ThreadEpilogueOp = cutlass::epilogue::thread::LinearCombination<cutlass::bfloat16_t, 1, float, float>;
-  using ElementOutput = cutlass::bfloat16_t;
-  using ElementAccumulator = float;
-  using ElementCompute = float;
-  using ElementScalar = float;
-  using ElementC = void;
-  using StrideC = StrideD_;
-  using InternalStrideC = cute::remove_pointer_t<StrideC>;
-  using ElementD = cutlass::bfloat16_t;
-  using StrideD = StrideD_;
-  using InternalStrideD = cute::remove_pointer_t<StrideD>;
-  using GmemTiledCopyC = void;
-  using GmemTiledCopyD = void;
-  static_assert(cute::rank(InternalStrideD{}) == 3, "D strides: [M, N, L]");
-
-  struct SharedStorage {};
-  using TensorMapStorage = SharedStorage;
-
-  struct Arguments {
-    ElementD** ptr_D = nullptr;  // per group: [M_g, N / 2]
-    StrideD dD{};                // per group: (N / 2, 1, 0)
-  };
-  using Params = Arguments;
-
-  template <class ProblemShape>
-  static constexpr Params to_underlying_arguments(ProblemShape const&, Arguments const& args, void*) {
-    return args;
-  }
-  template <class ProblemShape>
-  static size_t get_workspace_size(ProblemShape const&, Arguments const&, int) {
-    return 0;
-  }
-  template <class ProblemShape>
-  static cutlass::Status initialize_workspace(ProblemShape const&, Arguments const&, void*, cudaStream_t,
-                                              cutlass::CudaHostAdapter* = nullptr) {
-    return cutlass::Status::kSuccess;
-  }
-  template <class ProblemShape>
-  static bool can_implement(ProblemShape const&, Arguments const& args) {
-    return args.ptr_D != nullptr && args.dD != nullptr;
-  }
-
-  CUTLASS_HOST_DEVICE explicit SwiGluEpilogueArray(Params const& p) : params_(p) {}
-
-  CUTLASS_DEVICE bool is_source_needed() { return false; }
+  using typename Base::Params;
+  CUTLASS_HOST_DEVICE explicit SwiGluEpilogueArray(Params const& p) : Base(p) {}
 
   // One tile: blk_coord's (m, n) tile of A B, whose columns are B's rows (gate and up
   // interleaved), becomes columns [n BLK_N / 2, (n + 1) BLK_N / 2) of D; rows past the group's M and
@@ -141,32 +92,13 @@ class SwiGluEpilogueArray {
               __floats2bfloat162_rn(swiglu(acc(i), acc(i + 4)), swiglu(acc(i + 1), acc(i + 5)));
           v[t] = reinterpret_cast<const uint32_t&>(p);
         }
-        // A 4 x 4 transpose across the quad, in place: lane q ends with output block 4 g + q whole
-        // (v[s]: lane s's columns 2s, 2s + 1 of it), so it stores 16 bytes where it held four 4-byte
-        // pairs. Two butterfly rounds: in round m a lane swaps with lane q ^ 2^m the two entries whose
-        // bit m differs from its own q's. Why by hand: it needs no shared memory, which the mainloop's
-        // stages hold; CUTLASS's thread-store epilogue stores each pair alone. The entries' indices
-        // depend on the lane, so 2-way selects keep v in registers.
-        CUTLASS_PRAGMA_UNROLL
-        for (int m = 0; m < 2; ++m) {
-          const int flip = ((q >> m) & 1) ^ 1;
-          CUTLASS_PRAGMA_UNROLL
-          for (int k = 0; k < 2; ++k) {
-            const int lo = m == 0 ? 2 * k : k, hi = lo + (1 << m);  // v[lo], v[hi]: bit m 0 and 1
-            const uint32_t got = __shfl_xor_sync(0xffffffffu, flip ? v[hi] : v[lo], 1 << m);
-            if (flip) v[hi] = got;
-            else v[lo] = got;
-          }
-        }
+        quad_transpose(v, q);  // lane q: output block 4 g + q whole
         const int gr = row0 + r, gc = col0 + c0 - 2 * q + 16 * (4 * g + q);  // row and gate column 0 of the block
         if (gr >= M || gc >= N) continue;  // N % 16 == 0: the block's up columns are in range too
         *reinterpret_cast<uint4*>(d + gr * ld + gc / 2) = make_uint4(v[0], v[1], v[2], v[3]);
       }
     }
   }
-
- private:
-  Params params_;
 };
 
 }  // namespace tw::grouped_impl

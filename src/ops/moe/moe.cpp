@@ -46,6 +46,8 @@ T* alloc(const char* what, size_t n, size_t* bytes) {
 }  // namespace
 
 Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
+  if (c.ep.combine_slots)  // before the EP's checks, which would ask for expert_major_rows
+    return fail("ep.combine_slots is the MoE's to set (MoeConfig::slot_combine); leave it false");
   const Status ep = check_ep_config(c.ep, nranks, sm_budget);
   if (!ep.ok) return fail(ep.reason);
   if (c.ep.payload != EpPayload::kBFloat16)
@@ -67,6 +69,11 @@ Status check_moe_config(const MoeConfig& c, int nranks, int sm_budget) {
     return fail("overlap needs an SM budget of at least 2 (this rank's is " + std::to_string(sm_budget) + ")");
   if (c.direct_dispatch && c.overlap && c.ep.mode == EpMode::kHighThroughput)
     return fail("direct_dispatch and overlap are two ways to lay the receive out per expert; set one of them");
+  if (c.slot_combine && c.ep.mode == EpMode::kHighThroughput && !c.direct_dispatch)
+    return fail("slot_combine needs direct_dispatch (its rows go back from the places the dispatch stores into)");
+  if (c.slot_combine && c.ep.mode == EpMode::kHighThroughput && c.gemm.tile == GroupedTile::k64x256pp)
+    return fail("slot_combine's down GEMM (GroupedEpilogue::kRowTargets) is built for the 64x128pp and 128x256coop "
+                "tiles, not gemm.tile 64x256pp");
   if (c.ep.expert_major_rows != 0)
     return fail("ep.expert_major_rows " + std::to_string(c.ep.expert_major_rows) +
                 " is the MoE's to set (MoeConfig::direct_dispatch, max_expert_rows); leave it 0");
@@ -103,6 +110,7 @@ struct MoE::Buffers {
   int* own_pos = nullptr;      // [max_tokens x topk]
   int* own_counts = nullptr;   // [E]
   int* own_offsets = nullptr;  // [E]
+  void** targets = nullptr;    // slot_combine: [R] each place's row in its token's rank (EpBuffer::slot_targets)
   cudaStream_t side = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   size_t bytes = 0;
@@ -111,7 +119,7 @@ struct MoE::Buffers {
     for (void* p : {h, act, xg, yg, y, (void*)place.chunk_counts, (void*)place.chunk_base, (void*)counts,
                     (void*)offsets, (void*)overflow, (void*)perm, (void*)pos_of, (void*)bounds, (void*)flags,
                     (void*)own.chunk_counts, (void*)own.chunk_base, (void*)own_pos, (void*)own_counts,
-                    (void*)own_offsets})
+                    (void*)own_offsets, (void*)targets})
       if (p) cudaFree(p);
     if (fork) cudaEventDestroy(fork);
     if (join) cudaEventDestroy(join);
@@ -145,19 +153,22 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
                "max_tokens_per_rank");
   };
   const bool direct = ht && cfg.direct_dispatch;
+  const bool slots = direct && cfg.slot_combine;
   {  // every rank overlaps or none does (a placing dispatch waits for every rank's CTAs); the same
-     // for the direct dispatch, whose senders place rows in every rank's area of `rows` rows
-    const long long mine[3] = {cfg.overlap ? 1 : 0, direct ? 1 : 0, direct ? rows : 0};
-    const char* what[3] = {"overlap", "direct_dispatch", "max_expert_rows (with direct_dispatch: the rows of every "
-                           "rank's area, 0 meaning capacity x topk)"};
-    std::vector<long long> all(size_t(P) * 3, 0);
+     // for the direct dispatch, whose senders place rows in every rank's area of `rows` rows, and
+     // for the slot combine, whose down GEMMs store into every rank's slot rows
+    constexpr int n = 4;
+    const long long mine[n] = {cfg.overlap ? 1 : 0, direct ? 1 : 0, direct ? rows : 0, slots ? 1 : 0};
+    const char* what[n] = {"overlap", "direct_dispatch", "max_expert_rows (with direct_dispatch: the rows of every "
+                           "rank's area, 0 meaning capacity x topk)", "slot_combine"};
+    std::vector<long long> all(size_t(P) * n, 0);
     comm.allgather_host(mine, all.data(), sizeof(mine));
     for (int q = 0; q < P; ++q)
-      for (int i = 0; i < 3; ++i)
-        TW_REQUIRE(all[size_t(q) * 3 + i] == mine[i], kInvalidArgument,
+      for (int i = 0; i < n; ++i)
+        TW_REQUIRE(all[size_t(q) * n + i] == mine[i], kInvalidArgument,
                    std::string("moe: MoeConfig::") + what[i] + " differs across ranks: rank " + std::to_string(comm.rank()) +
                        " has " + std::to_string(mine[i]) + ", rank " + std::to_string(q) + " has " +
-                       std::to_string(all[size_t(q) * 3 + i]) + "; every rank makes the MoE with the same config");
+                       std::to_string(all[size_t(q) * n + i]) + "; every rank makes the MoE with the same config");
   }
   if (direct) check_rows();  // after the agreement: every rank has these rows, so every rank throws
   if (direct)
@@ -166,6 +177,7 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
                "MoeConfig::direct_dispatch false");
   EpConfig ep = cfg.ep;  // with the overlap, the dispatch leaves an SM of the budget (check_moe_config)
   if (direct) ep.expert_major_rows = int(rows);  // the expert-major rows live in the window
+  ep.combine_slots = slots;                      // and with slot_combine the rows that come back
   if (cfg.overlap && ep.mode == EpMode::kHighThroughput && ep.num_sms == 0)
     ep.num_sms = std::min(ep_default_sms(ep, comm.sm_count()), comm.sm_count() - 1);
   ep_ = std::make_unique<EpBuffer>(comm, ep);
@@ -184,8 +196,12 @@ MoE::MoE(Comm& comm, const MoeConfig& cfg) : comm_(comm), cfg_(cfg) {
     b.act = alloc<uint16_t>("act", size_t(rows) * F, &b.bytes);
     if (cfg.ep.mode == EpMode::kHighThroughput) {
       if (!direct) b.xg = alloc<uint16_t>("xg", size_t(rows) * H, &b.bytes);
-      b.yg = alloc<uint16_t>("yg", size_t(rows) * H, &b.bytes);
-      if (!cfg.fused_combine) b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);  // the scatter's
+      if (slots) {
+        b.targets = alloc<void*>("targets", size_t(rows), &b.bytes);
+      } else {
+        b.yg = alloc<uint16_t>("yg", size_t(rows) * H, &b.bytes);
+        if (!cfg.fused_combine) b.y = alloc<uint16_t>("y", size_t(capacity) * H, &b.bytes);  // the scatter's
+      }
       if (direct) {
         const int E = cfg.ep.num_experts;
         const long long own = (long long)cfg.ep.max_tokens_per_rank * k;
@@ -362,11 +378,16 @@ void MoE::forward_direct(const MoeArgs& a, const EpDispatchArgs& d, GroupedGemmA
     g->rows = b.rows;
   }
   up.A = r.expert_x, down.C = b.yg;
+  if (b.targets) {  // slot_combine: each output row straight into its token's rank
+    ep_->slot_targets(b.targets, b.rows, stream);
+    down.C = b.targets, down.epilogue = GroupedEpilogue::kRowTargets;
+  }
   grouped_gemm(up, gemm_, stream);
   if (up.epilogue == GroupedEpilogue::kStore)
     ops::moe::silu_mul(b.h, b.counts, b.offsets, 0, L, cfg_.ffn, b.rows, b.act, stream);
   grouped_gemm(down, gemm_, stream);
-  combine_ht(a, r, r.expert_pos, stream);
+  if (b.targets) ep_->combine_slots(a.topk_idx, a.index_type, a.topk_weights, a.out, stream);
+  else combine_ht(a, r, r.expert_pos, stream);
 }
 
 // High throughput with the overlap: the dispatch (placing the pairs source by source) on `stream`,
