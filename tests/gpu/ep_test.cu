@@ -11,7 +11,9 @@
 //       against a fixed-order fp32 host sum; a second dispatch + combine bit-identical.
 //   Ep.BadInputWritesNothing    bad configs refused at creation; a wrong payload and too many
 //       tokens refused before launch; an expert id out of range on one rank makes check() throw
-//       on every rank and leaves every rank's received rows untouched.
+//       on every rank and leaves every rank's received rows untouched. The slot combine's calls
+//       are refused on a buffer made without combine_slots, that config without expert-major
+//       places, and after a dispatch that did not store rows at their places.
 //   Ep.GraphReplayIsBitIdentical  dispatch + combine captured in a CUDA graph, replayed three times
 //       over poisoned outputs: rows and output bit-identical to the eager calls.
 //   EpDeathTest.PeerNeverJoins  rank 0 dispatches alone: its wait ends in the diagnostic (on a
@@ -399,6 +401,35 @@ TEST(Ep, BadInputWritesNothing) {
     const std::vector<uint8_t> o = download<uint8_t>(out.data(), out.bytes, s);
     if (std::any_of(o.begin(), o.end(), [](uint8_t b) { return b != kPoison; }))
       bad.push_back("the combine after the rejected dispatch wrote its output");
+    // The slot combine: refused on a buffer made without it, without the expert-major places it
+    // comes back from, and after a dispatch that did not store rows at their places.
+    DeviceBuffer targets(sizeof(void*) * 256);
+    void** tg = static_cast<void**>(targets.data());
+    const float* wp = static_cast<const float*>(w.data());
+    expect("slot_targets without combine_slots", [&] { buf.slot_targets(tg, 256, s); }, tw::Errc::kInvalidArgument,
+           {"EpBuffer::slot_targets", "without EpConfig::combine_slots"});
+    expect("combine_slots without combine_slots", [&] { buf.combine_slots(idx.data(), tw::EpIndex::kInt64, wp, out.data(), s); },
+           tw::Errc::kInvalidArgument, {"EpBuffer::combine_slots", "without EpConfig::combine_slots"});
+    {
+      tw::EpConfig c = cfg;
+      c.combine_slots = true;
+      expect("combine_slots without places", [&] { tw::EpBuffer b(comm, c); }, tw::Errc::kInvalidArgument,
+             {"combine_slots needs expert_major_rows > 0"});
+      c.expert_major_rows = 256;
+      tw::EpBuffer slots(comm, c);
+      expect("slot_targets before a dispatch", [&] { slots.slot_targets(tg, 256, s); }, tw::Errc::kInvalidArgument,
+             {"dispatch(EpExpertPlaces)"});
+      comm.sync(s);
+      comm.barrier();
+      slots.dispatch(a, s);  // rows to the receive area, not to their places
+      expect("slot_targets after a plain dispatch", [&] { slots.slot_targets(tg, 256, s); }, tw::Errc::kInvalidArgument,
+             {"dispatch(EpExpertPlaces)"});
+      expect("combine_slots after a plain dispatch",
+             [&] { slots.combine_slots(idx.data(), tw::EpIndex::kInt64, wp, out.data(), s); }, tw::Errc::kInvalidArgument,
+             {"dispatch(EpExpertPlaces)"});
+      comm.sync(s);
+      comm.barrier();  // no rank frees its buffer while a peer's dispatch still stores into it
+    }
     comm.barrier();
   });
   for (int q = 0; q < P; ++q)

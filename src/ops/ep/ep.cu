@@ -364,7 +364,7 @@ static void require_slots(const char* op, const EpConfig& cfg, bool dispatched, 
   TW_REQUIRE(cfg.mode == EpMode::kHighThroughput && cfg.combine_slots, kInvalidArgument,
              std::string(op) + ": the buffer was made without EpConfig::combine_slots");
   TW_REQUIRE(dispatched && direct, kInvalidArgument,
-             std::string(op) + ": the last call was not a dispatch(EpExpertPlaces) (the slot rows go back from its places)");
+             std::string(op) + ": the last dispatch was not a dispatch(EpExpertPlaces) (the slot rows go back from its places)");
   TW_REQUIRE(!layout_changed, kInvalidArgument,
              std::string(op) + ": layout() ran after the last dispatch; the slot rows need that dispatch's routing");
 }
