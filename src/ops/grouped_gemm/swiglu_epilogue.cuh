@@ -52,8 +52,13 @@ class SwiGluEpilogueArray : public ThreadStoreEpilogue<StrideD_> {
     static_assert(is_static<BlockShapeMNK>::value, "static tile");
     constexpr int kBlkM = size<0>(BlockShapeMNK{}), kBlkN = size<1>(BlockShapeMNK{});
     static_assert(kBlkN % 16 == 0, "the tile holds whole gate-up blocks");
-    const auto [M, N, l, row0, col0] = Base::template tile_of<kBlkM, kBlkN>(problem_shape_mnkl, blk_coord_mnkl);
-    const auto tCc = Base::template accumulator_coords<kBlkM, kBlkN>(tiled_mma, thread_idx);
+    const int M = int(get<0>(problem_shape_mnkl)), N = int(get<1>(problem_shape_mnkl));
+    const int l = int(get<3>(blk_coord_mnkl));
+    const int row0 = int(get<0>(blk_coord_mnkl)) * kBlkM, col0 = int(get<1>(blk_coord_mnkl)) * kBlkN;
+
+    // (row, column) within the tile of each accumulator this thread holds.
+    auto thr_mma = tiled_mma.get_thread_slice(thread_idx);
+    Tensor tCc = thr_mma.partition_C(make_identity_tensor(make_shape(Int<kBlkM>{}, Int<kBlkN>{})));
     static_assert(decltype(size(tCc))::value == decltype(size(acc))::value, "one coordinate per accumulator");
     constexpr int kFrag = decltype(size(acc))::value;
     const int c0 = get<1>(tCc(0));

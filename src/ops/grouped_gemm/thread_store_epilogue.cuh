@@ -74,24 +74,6 @@ class ThreadStoreEpilogue {
 
  protected:
   Params params_;
-
-  // Where a kBlkM x kBlkN tile lies: its group's rows M and columns N, the group l, the tile's
-  // first row and column in the group.
-  struct Tile {
-    int M, N, l, row0, col0;
-  };
-  template <int kBlkM, int kBlkN, class ProblemShapeMNKL, class BlockCoordMNKL>
-  CUTLASS_DEVICE static Tile tile_of(ProblemShapeMNKL const& shape, BlockCoordMNKL const& blk) {
-    using cute::get;
-    return Tile{int(get<0>(shape)), int(get<1>(shape)), int(get<3>(blk)), int(get<0>(blk)) * kBlkM,
-                int(get<1>(blk)) * kBlkN};
-  }
-  // (row, column) within the tile of each accumulator thread_idx holds.
-  template <int kBlkM, int kBlkN, class TiledMma>
-  CUTLASS_DEVICE static auto accumulator_coords(TiledMma const& mma, int thread_idx) {
-    using namespace cute;
-    return mma.get_thread_slice(thread_idx).partition_C(make_identity_tensor(make_shape(Int<kBlkM>{}, Int<kBlkN>{})));
-  }
 };
 
 // A 4 x 4 transpose across a quad (the 4 lanes that share an accumulator row; q = lane & 3), in
