@@ -30,14 +30,9 @@
 #include <string>
 #include <type_traits>
 
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/detail.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+
+#include "../cutlass_sm90.cuh"  // CUTLASS's Hopper pieces, Sm90Launcher
 
 #include "epilogue_hook.cuh"
 #include "launch.hpp"
@@ -425,7 +420,7 @@ struct Sm90Gemm {
       cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       RotatedSchedulerTag>;
-  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Device = cutlass_sm90::Sm90Launcher<Kernel>;
   static_assert(std::is_same_v<typename Kernel::TileScheduler, RotatedScheduler>, "the tile order is tilewire's");
 };
 

@@ -64,15 +64,7 @@
 #include <string>
 #include <type_traits>
 
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/device_kernel.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/dispatch_policy.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
-#include <cutlass/gemm/kernel/tile_scheduler.hpp>
+#include "../cutlass_sm90.cuh"  // CUTLASS's Hopper pieces, Sm90Launcher
 
 #include "launch.hpp"
 #include "scratch.hpp"
@@ -180,7 +172,7 @@ struct CutlassGemm {
       typename Schedules<kPingpong>::Mainloop>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       typename Schedules<kPingpong>::Scheduler>;
-  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Device = cutlass_sm90::Sm90Launcher<Kernel>;
   using Scheduler = typename Kernel::TileScheduler;
   static_assert(kPingpong || std::is_same_v<Scheduler, ResettingStreamK<TileShape, ClusterShape>>,
                 "counters reset by the kernel");
@@ -271,13 +263,12 @@ void run_streamk(const GemmArgs& a, const GemmConfig& cfg, int num_sms, const St
                  std::string("gemm (stream-K): zeroing the scratch counters failed: ") + cutlassGetStatusString(st));
     }
   }
-  // update(): the kernel parameters (TMA descriptors, scheduler) without initialize()'s memset.
+  // update(): the kernel parameters (TMA descriptors, scheduler) and the shared memory opt-in,
+  // without initialize()'s memset.
   st = op.update(args, workspace);
   TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
              std::string("gemm (stream-K): kernel parameters: ") + cutlassGetStatusString(st));
-  TW_CUDA_CHECK(cudaFuncSetAttribute(cutlass::device_kernel<Kernel>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                     int(Kernel::SharedStorageSize)));
-  st = op.run(stream, /*cuda_adapter=*/nullptr, /*launch_with_pdl=*/plan.pdl);
+  st = op.run(stream, plan.pdl);
   TW_REQUIRE(st == cutlass::Status::kSuccess, kCuda,
              std::string("gemm (stream-K): launch failed: ") + cutlassGetStatusString(st) + " (" +
                  cudaGetErrorString(cudaGetLastError()) + ")");

@@ -33,15 +33,9 @@
 #include <cstdint>
 #include <string>
 
-#include <cute/tensor.hpp>
-#include <cutlass/cutlass.h>
-#include <cutlass/epilogue/collective/collective_builder.hpp>
-#include <cutlass/gemm/collective/collective_builder.hpp>
-#include <cutlass/gemm/device/gemm_universal_adapter.h>
-#include <cutlass/gemm/dispatch_policy.hpp>
 #include <cutlass/gemm/group_array_problem_shape.hpp>
-#include <cutlass/gemm/kernel/gemm_universal.hpp>
 
+#include "../cutlass_sm90.cuh"  // CUTLASS's Hopper pieces, Sm90Launcher
 #include "../gemm/scratch.hpp"
 #include "gate.hpp"
 #include "launch.hpp"
@@ -166,7 +160,7 @@ struct GroupedGemm {
           typename Schedules<kPingpong>::Mainloop>::CollectiveOp,
       kTileM>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, Mainloop, Epilogue>;
-  using Device = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Device = cutlass_sm90::Sm90Launcher<Kernel>;
 
   using StrideA = typename Kernel::InternalStrideA;
   using StrideB = typename Kernel::InternalStrideB;
