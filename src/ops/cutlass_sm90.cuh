@@ -4,12 +4,11 @@
 // Why not CUTLASS's umbrella headers: <cutlass/gemm/collective/collective_builder.hpp>,
 // <cutlass/gemm/kernel/gemm_universal.hpp> and <cutlass/gemm/device/gemm_universal_adapter.h>
 // (which includes the second) pull in every architecture's mainloops, builders and kernels,
-// SM70 to SM120. A translation unit that includes them spends about 50 s of a 2-core CI machine
-// parsing SM100/SM120 templates it never instantiates (an empty TU: 69 s with them, 21 s with
-// this header), and about 40 TUs include them: a third of the clean build. The kernels are the
-// same either way: every type they instantiate is declared by the headers below (a missing
-// CollectiveMma or GemmUniversal specialization is an incomplete type, a compile error, not a
-// silent fallback).
+// SM70 to SM120. A translation unit that includes them spends most of its front-end time parsing
+// SM100/SM120 templates it never instantiates, and about 40 units include them (the figures:
+// docs/gemm.md, "Compile time"). The kernels are the same either way: every type they
+// instantiate is declared by the headers below (a missing CollectiveMma or GemmUniversal
+// specialization is an incomplete type, a compile error, not a silent fallback).
 //
 // Sm90Launcher<Kernel> has the adapter's interface as far as the kernels use it (Arguments,
 // can_implement, get_workspace_size, initialize, update, run) and does what the adapter does for
