@@ -707,7 +707,10 @@ __global__ void __launch_bounds__(kThreads) slots_done(const __grid_constant__ S
 
 // out[t] = sum over slots j (ascending) with an expert on a rank that did not overflow of
 // w[t][j] x row(t, j), fmas in fp32, rounded once (expert_rows.cuh's fma and rounding). A thread
-// per 8 columns of a token.
+// per 8 columns of a token. The slots go in groups of kSlotGroup: a group's ids, then its ranks'
+// verdicts, then its weights and rows are each loaded together before the first fma, so a thread
+// waits on three loads' latency per group rather than on three per slot.
+constexpr int kSlotGroup = 8;
 __global__ void slots_reduce(const __grid_constant__ SlotParams p) {
   const Geometry& g = p.g;
   if (*reinterpret_cast<const volatile int*>(&p.status->code) != 0) return;  // the dispatch's routing was refused
@@ -717,11 +720,27 @@ __global__ void slots_reduce(const __grid_constant__ SlotParams p) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
     const size_t t = i / vecs, v = i % vecs;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    for (int j = 0; j < g.topk; ++j) {
-      const long long id = topk_at(p.topk_idx, p.idx64, t * g.topk + j);
-      if (id < 0 || id >= g.E || p.rank_over[id / g.L]) continue;
-      expert_rows_fma(acc, p.topk_weights[t * g.topk + j],
-                      ptx::ld_nc_v4(rows + (t * g.topk + j) * g.row_bytes + v * 16));
+    for (int j0 = 0; j0 < g.topk; j0 += kSlotGroup) {
+      int rank[kSlotGroup];  // the slot's expert's rank; -1: no expert, so no row
+#pragma unroll
+      for (int u = 0; u < kSlotGroup; ++u) {
+        const long long id = j0 + u < g.topk ? topk_at(p.topk_idx, p.idx64, t * g.topk + j0 + u) : -1;
+        rank[u] = id >= 0 && id < g.E ? int(id / g.L) : -1;
+      }
+#pragma unroll
+      for (int u = 0; u < kSlotGroup; ++u)
+        if (rank[u] >= 0 && p.rank_over[rank[u]]) rank[u] = -1;
+      float w[kSlotGroup];
+      uint4 row[kSlotGroup];
+#pragma unroll
+      for (int u = 0; u < kSlotGroup; ++u)
+        if (rank[u] >= 0) {
+          w[u] = p.topk_weights[t * g.topk + j0 + u];
+          row[u] = ptx::ld_nc_v4(rows + (t * g.topk + j0 + u) * g.row_bytes + v * 16);
+        }
+#pragma unroll
+      for (int u = 0; u < kSlotGroup; ++u)
+        if (rank[u] >= 0) expert_rows_fma(acc, w[u], row[u]);
     }
     *reinterpret_cast<uint4*>(p.out + t * g.hidden + v * 8) = pack_bf16x8(acc);
   }

@@ -26,7 +26,7 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
   }
 }
 
-// The placement, in three steps over chunks of kChunk entries (each step parallel over chunks;
+// The placement, in three steps over chunks of `chunk` entries (each step parallel over chunks;
 // the placement is the same on every run):
 //   chunk_count  chunk c's entries per local expert (shared-memory counters: exact integers)
 //   chunk_scan   one CTA: per expert, the entries in earlier chunks (chunk_base), its count and
@@ -34,11 +34,24 @@ __device__ __forceinline__ void unpack8(const uint4& v, float (&f)[8]) {
 //   chunk_place  chunk c: each entry's rank among the chunk's earlier entries of its expert (lanes
 //                of a warp with the same expert found by __match_any_sync, warps before it from
 //                per-warp counts in shared memory), plus chunk_base and the expert's offset
-constexpr int kChunk = 4096;
+// A chunk is kChunkSmall entries up to kSmallEntries (a sender's own few thousand entries: eight
+// CTAs in place of two, so the placement is not one CTA's serial walk) and kChunkLarge above
+// (a receive's up to half a million entries: chunk_scan walks the chunks one after another).
+constexpr int kChunkSmall = 1024;
+constexpr int kChunkLarge = 4096;
+constexpr long long kSmallEntries = 1 << 17;
 constexpr int kChunkThreads = 256;
 constexpr int kChunkWarps = kChunkThreads / 32;
+constexpr int kMaxSubs = kChunkLarge / kChunkThreads;  // sub-blocks of kChunkThreads entries per chunk
 constexpr int kScanThreads = 512;  // >= kEpMaxExperts: one thread per local expert
 static_assert(kScanThreads >= kEpMaxExperts, "chunk_scan gives each local expert a thread");
+static_assert(kChunkSmall % kChunkThreads == 0 && kChunkLarge % kChunkThreads == 0, "whole sub-blocks per chunk");
+
+int chunk_size(long long max_entries) { return max_entries <= kSmallEntries ? kChunkSmall : kChunkLarge; }
+int chunks_for(long long max_entries) {
+  const int c = chunk_size(max_entries);
+  return int(std::max<long long>(1, (max_entries + c - 1) / c));
+}
 
 // What the placement reads: ids (int32, or a sender's int64 ids) and the rows, from the device
 // (a receive's count) or the host (rows >= 0).
@@ -54,12 +67,13 @@ struct Entries {
   }
 };
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(Entries in, int topk, int L, int* chunk_counts) {
+__global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(Entries in, int topk, int L, int chunk,
+                                                                    int* chunk_counts) {
   extern __shared__ int cnt[];  // [L]
   for (int l = threadIdx.x; l < L; l += kChunkThreads) cnt[l] = 0;
   __syncthreads();
-  const long long n = in.n(topk), first = (long long)blockIdx.x * kChunk;
-  const long long last = min(n, first + kChunk);
+  const long long n = in.n(topk), first = (long long)blockIdx.x * chunk;
+  const long long last = min(n, first + chunk);
   for (long long e = first + threadIdx.x; e < last; e += kChunkThreads) {
     const int id = in.id(e, L);
     if (id >= 0) atomicAdd(&cnt[id], 1);
@@ -68,12 +82,12 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_count_kernel(Entries in, 
   for (int l = threadIdx.x; l < L; l += kChunkThreads) chunk_counts[(long long)blockIdx.x * L + l] = cnt[l];
 }
 
-__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(Entries in, int topk, int L, int max_rows,
+__global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(Entries in, int topk, int L, int chunk, int max_rows,
                                                                   const int* chunk_counts, int* chunk_base, int* counts,
                                                                   int* offsets, int* overflow) {
   const int l = threadIdx.x;
   const long long n = in.n(topk);
-  const int chunks = int((n + kChunk - 1) / kChunk);
+  const int chunks = int((n + chunk - 1) / chunk);
   int run = 0;
   if (l < L)
     for (int c = 0; c < chunks; ++c) {
@@ -92,31 +106,42 @@ __global__ void __launch_bounds__(kScanThreads) chunk_scan_kernel(Entries in, in
   if (l == 0 && overflow) *overflow = over ? all : 0;
 }
 
-__global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(Entries in, int topk, int L, const int* chunk_base,
-                                                                    const int* offsets, const int* overflow, int* perm,
-                                                                    int* pos_of) {
+// The ids, the experts' first places and the overflow verdict are read from global memory once,
+// before the sub-blocks; each sub-block then waits on shared memory only (three barriers).
+__global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(Entries in, int topk, int L, int chunk,
+                                                                    const int* chunk_base, const int* offsets,
+                                                                    const int* overflow, int* perm, int* pos_of) {
   extern __shared__ int sm[];
-  int* running = sm;      // [L]: entries of expert l in this chunk's earlier sub-blocks
+  int* next = sm;          // [L]: expert l's next place (offset + chunk_base + this chunk's earlier sub-blocks)
   int* per_warp = sm + L;  // [kChunkWarps][L]: this sub-block's entries of expert l per warp
-  const long long n = in.n(topk), first = (long long)blockIdx.x * kChunk;
+  const long long n = in.n(topk), first = (long long)blockIdx.x * chunk;
   if (first >= n) return;
-  const long long last = min(n, first + kChunk);
+  const long long last = min(n, first + chunk);
   const bool over = overflow && *overflow != 0;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int l = threadIdx.x; l < L; l += kChunkThreads) running[l] = 0;
-  for (long long sub = first; sub < last; sub += kChunkThreads) {
-    for (int i = threadIdx.x; i < kChunkWarps * L; i += kChunkThreads) per_warp[i] = 0;
-    __syncthreads();
+  int ids[kMaxSubs];  // this thread's entry of each sub-block; -1: none, or not placed
+#pragma unroll
+  for (int s = 0; s < kMaxSubs; ++s) {
+    const long long e = first + (long long)s * kChunkThreads + threadIdx.x;
+    ids[s] = !over && e < last ? in.id(e, L) : -1;
+  }
+  for (int l = threadIdx.x; l < L; l += kChunkThreads)
+    next[l] = over ? 0 : offsets[l] + chunk_base[(long long)blockIdx.x * L + l];
+  for (int i = threadIdx.x; i < kChunkWarps * L; i += kChunkThreads) per_warp[i] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int s = 0; s < kMaxSubs; ++s) {
+    const long long sub = first + (long long)s * kChunkThreads;
+    if (sub >= last) break;  // the same for the whole CTA
     const long long e = sub + threadIdx.x;
-    const int id = e < last ? in.id(e, L) : -1;
-    const bool placed = !over && id >= 0;
-    const unsigned same = __match_any_sync(0xffffffffu, placed ? id : -1);
+    const int id = ids[s];
+    const unsigned same = __match_any_sync(0xffffffffu, id);
     const int rank = __popc(same & ((1u << lane) - 1));
-    if (placed && rank == 0) per_warp[warp * L + id] = __popc(same);
+    if (id >= 0 && rank == 0) per_warp[warp * L + id] = __popc(same);
     __syncthreads();
     if (e < last) {
-      if (placed) {
-        int pos = offsets[id] + chunk_base[(long long)blockIdx.x * L + id] + running[id] + rank;
+      if (id >= 0) {
+        int pos = next[id] + rank;
         for (int w = 0; w < warp; ++w) pos += per_warp[w * L + id];
         if (perm) perm[pos] = int(e / topk);
         pos_of[e] = pos;
@@ -125,10 +150,13 @@ __global__ void __launch_bounds__(kChunkThreads) chunk_place_kernel(Entries in, 
       }
     }
     __syncthreads();
-    for (int l = threadIdx.x; l < L; l += kChunkThreads) {
-      int s = 0;
-      for (int w = 0; w < kChunkWarps; ++w) s += per_warp[w * L + l];
-      running[l] += s;
+    for (int l = threadIdx.x; l < L; l += kChunkThreads) {  // and per_warp back to 0 for the next sub-block
+      int sum = 0;
+      for (int w = 0; w < kChunkWarps; ++w) {
+        sum += per_warp[w * L + l];
+        per_warp[w * L + l] = 0;
+      }
+      next[l] += sum;
     }
     __syncthreads();
   }
@@ -209,19 +237,23 @@ int grid_for(long long work, int cap) {
 
 }  // namespace
 
-int place_chunks(long long max_entries) { return int(std::max<long long>(1, (max_entries + kChunk - 1) / kChunk)); }
+// The most chunks any count of entries up to max_entries is cut into (the chunk size grows at
+// kSmallEntries, so the count is not monotone in the entries).
+int place_chunks(long long max_entries) {
+  return std::max(chunks_for(std::min(max_entries, kSmallEntries)), chunks_for(max_entries));
+}
 
 namespace {
 void place(const Entries& in, int topk, int L, int max_rows, long long max_entries, const PlaceScratch& w, int* counts,
            int* offsets, int* perm, int* pos_of, int* overflow, cudaStream_t stream) {
-  const int chunks = place_chunks(max_entries);
-  chunk_count_kernel<<<chunks, kChunkThreads, size_t(L) * sizeof(int), stream>>>(in, topk, L, w.chunk_counts);
+  const int chunk = chunk_size(max_entries), chunks = chunks_for(max_entries);
+  chunk_count_kernel<<<chunks, kChunkThreads, size_t(L) * sizeof(int), stream>>>(in, topk, L, chunk, w.chunk_counts);
   TW_CUDA_CHECK(cudaGetLastError());
-  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(in, topk, L, max_rows, w.chunk_counts, w.chunk_base, counts, offsets,
-                                                    overflow);
+  chunk_scan_kernel<<<1, kScanThreads, 0, stream>>>(in, topk, L, chunk, max_rows, w.chunk_counts, w.chunk_base, counts,
+                                                    offsets, overflow);
   TW_CUDA_CHECK(cudaGetLastError());
   chunk_place_kernel<<<chunks, kChunkThreads, size_t(1 + kChunkWarps) * L * sizeof(int), stream>>>(
-      in, topk, L, w.chunk_base, offsets, overflow, perm, pos_of);
+      in, topk, L, chunk, w.chunk_base, offsets, overflow, perm, pos_of);
   TW_CUDA_CHECK(cudaGetLastError());
 }
 }  // namespace
