@@ -76,10 +76,9 @@ std::string first_diff(const char* what, const std::vector<int>& got, const std:
   return "";
 }
 
-// n ints at p (device) all still hold the poison.
-bool untouched(const void* p, size_t n, cudaStream_t s) {
-  const std::vector<int> v = tw_test::download<int>(p, n, s);
-  return std::all_of(v.begin(), v.end(), [](int x) { return x == 0x5A5A5A5A; });
+// "" when the n ints at p (device) all still hold the poison, else the first byte written (check_fill).
+std::string untouched(const int* p, size_t n, cudaStream_t s, const char* what) {
+  return tw_test::check_fill(tw_test::to_host(p, n * 4, s), 0, n * 4, kPoisonByte, what);
 }
 
 // Scratch for max_entries over L experts, place_chunks(max_entries) x L ints per array, each followed
@@ -95,8 +94,9 @@ struct Scratch {
     TW_CUDA_CHECK(cudaMemsetAsync(cb.p, kPoisonByte, cb.bytes, s));
   }
   moe::PlaceScratch w() const { return {static_cast<int*>(cc.p), static_cast<int*>(cb.p)}; }
-  bool guards_intact(cudaStream_t s) const {
-    return untouched(static_cast<int*>(cc.p) + ints, kGuard, s) && untouched(static_cast<int*>(cb.p) + ints, kGuard, s);
+  std::string guards(cudaStream_t s) const {  // "" when no call wrote past the scratch
+    const std::string c = untouched(static_cast<int*>(cc.p) + ints, kGuard, s, "past chunk_counts");
+    return c.empty() ? untouched(static_cast<int*>(cb.p) + ints, kGuard, s, "past chunk_base") : c;
   }
 };
 
@@ -128,8 +128,8 @@ TEST(MoePlace, OwnRowsMatchTheHost) {
       EXPECT_EQ(first_diff("counts", tw_test::download<int>(counts.p, E, s), want.counts), "");
       EXPECT_EQ(first_diff("offsets", tw_test::download<int>(offsets.p, E, s), want.offsets), "");
       EXPECT_EQ(first_diff("pos_of", tw_test::download<int>(pos.p, n, s), want.pos_of), "");
-      EXPECT_TRUE(untouched(static_cast<int*>(pos.p) + n, size_t(max_entries) - n, s)) << "pos_of past the entries";
-      EXPECT_TRUE(scratch.guards_intact(s)) << "written past the scratch";
+      EXPECT_EQ(untouched(static_cast<int*>(pos.p) + n, size_t(max_entries) - n, s, "pos_of past the entries"), "");
+      EXPECT_EQ(scratch.guards(s), "");
     }
 }
 
@@ -166,9 +166,11 @@ TEST(MoePlace, ReceiveMatchesTheHost) {
         EXPECT_EQ(first_diff("pos_of", tw_test::download<int>(pos.p, n, s), want.pos_of), "");
         EXPECT_EQ(first_diff("perm", tw_test::download<int>(perm.p, want.perm.size(), s), want.perm), "");
         // perm past the placed rows (all of it after an overflow) and pos_of past the entries: untouched.
-        EXPECT_TRUE(untouched(static_cast<int*>(perm.p) + want.perm.size(), size_t(max_entries) - want.perm.size(), s));
-        EXPECT_TRUE(untouched(static_cast<int*>(pos.p) + n, size_t(max_entries) - n, s)) << "pos_of past the entries";
-        EXPECT_TRUE(scratch.guards_intact(s)) << "written past the scratch";
+        EXPECT_EQ(untouched(static_cast<int*>(perm.p) + want.perm.size(), size_t(max_entries) - want.perm.size(), s,
+                            "perm past the placed rows"),
+                  "");
+        EXPECT_EQ(untouched(static_cast<int*>(pos.p) + n, size_t(max_entries) - n, s, "pos_of past the entries"), "");
+        EXPECT_EQ(scratch.guards(s), "");
       }
   }
 }
