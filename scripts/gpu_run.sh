@@ -26,6 +26,12 @@
 #   acceptance    (nvidia-h200-x2) the fused op's acceptance shapes in PROCS (default 6) processes
 #   trace         (nvidia-h200-x2) the traced headline shape: fused + sequential trace JSON, tracing cost
 #   scale         (nvidia-h200-x4 / -x8) info, all-reduce bench, fused scale sweep, GPU tests, memcheck
+#   nvlink        (nvidia-h100-x2 .. -x8, H200 kinds alike) the fused ops' acceptance sweeps on real
+#                 NVLink at each rank count of NVLINK_P the machine holds (default "2 4 8", the
+#                 first P GPUs): gemm-allreduce acceptance, grid and decode, gemm-rs and ag-gemm
+#                 Llama and decode, forced fused beside the sequential path (bench_nvlink.jsonl);
+#                 then accept_table.md and model_check.md (scripts/model_check.py: the cost model's
+#                 predictions and kAuto's picks against what the run measured)
 #   virtual       (nvidia-h200) the GPU tests at P = 1, 2, 3, 4, 8 virtual ranks on one GPU
 #   whole         (nvidia-h200) the whole GPU test binary at the real rank (the single-GPU suites in 4
 #                 shards) and at WHOLE_P virtual ranks (default "2 4 8"), one gtest JSON and log per
@@ -135,7 +141,7 @@
 set -uo pipefail
 MODE=${1:-full}
 case $MODE in
-  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | whole | virtualcheck | decode | hardening | house | moe | ep | ll | python | tp | engine | gin) ;;
+  full | quick | sanitize | gemm | gemmplans | gemmpick | fused | acceptance | trace | scale | virtual | whole | virtualcheck | decode | hardening | house | moe | ep | ll | python | tp | engine | gin | nvlink) ;;
   *) echo "gpu_run.sh: unknown mode '$MODE' (the modes are listed at the top of $0)" >&2; exit 2 ;;
 esac
 OUT=${OUT:-$PWD/gpu-out}
@@ -544,6 +550,39 @@ if [ "$MODE" = scale ]; then
     >"$OUT/sanitizer.log" 2>&1
   echo "memcheck rc=$?" | tee -a "$LOG"
   grep -E "ERROR SUMMARY" "$OUT/sanitizer.log" | tee -a "$LOG"
+fi
+
+if [ "$MODE" = nvlink ]; then
+  # The part of the fused ops' acceptance a virtual team cannot show (docs/fused_gemm.md, "What is
+  # left"): fused against the GEMM alone and the sequential path where the collective crosses
+  # NVLink, and whether kAuto's cost model picks the faster path.
+  header
+  J=$OUT/bench_nvlink.jsonl
+  : >"$J"
+  ngpu=$(nvidia-smi -L | wc -l)
+  nb() {  # nb <limit> <label> args...: one labelled JSON line per bench run
+    local lim=$1 label=$2; shift 2
+    step "$label: tilewire bench $*"
+    run "$lim" "$TW" bench "$@" --json "$OUT/one.json"
+    [ -s "$OUT/one.json" ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
+      "$OUT/one.json" "$label" >>"$J"
+    rm -f "$OUT/one.json"
+  }
+  for p in ${NVLINK_P:-2 4 8}; do
+    [ "$p" -le "$ngpu" ] || { step "P=$p skipped: $ngpu GPUs here"; continue; }
+    export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((p - 1)))
+    nb 200 "gemm-allreduce acceptance P=$p" gemm-allreduce --sweep acceptance --path fused -R 3 --iters 10 --warm-s 2
+    nb 200 "gemm-allreduce grid P=$p" gemm-allreduce --sweep grid --path fused -R 3 --iters 10 --warm-s 1
+    nb 150 "gemm-allreduce decode P=$p" gemm-allreduce --sweep decode --path fused -R 3 --iters 20 --warm-s 1
+    nb 200 "gemm-rs llama P=$p" gemm-rs --sweep llama -R 3 --iters 10 --warm-s 1
+    nb 200 "ag-gemm llama P=$p" ag-gemm --sweep llama -R 3 --iters 10 --warm-s 1
+    nb 120 "gemm-rs decode P=$p" gemm-rs -m 16,64,128,256 -n 8192 -k $((8192 / p)) -R 3 --iters 20 --warm-s 1
+    nb 120 "ag-gemm decode P=$p" ag-gemm -m 16,64,128,256 -n $((28672 / p)) -k 8192 -R 3 --iters 20 --warm-s 1
+  done
+  unset CUDA_VISIBLE_DEVICES
+  python3 "$(dirname "${BASH_SOURCE[0]}")/accept_table.py" "$J" >"$OUT/accept_table.md" 2>>"$LOG"
+  python3 "$(dirname "${BASH_SOURCE[0]}")/model_check.py" "$J" >"$OUT/model_check.md" 2>>"$LOG"
+  tail -3 "$OUT/model_check.md" | tee -a "$LOG"
 fi
 
 if [ "$MODE" = fused ]; then
