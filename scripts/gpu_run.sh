@@ -175,6 +175,15 @@ run() {  # run <limit_s> cmd...: log output, remember failures
   [ $rc -ne 0 ] && { echo "!!! rc=$rc: $*" | tee -a "$LOG"; FAIL=1; }
   return $rc
 }
+bench_json() {  # bench_json <jsonl> <limit_s> <label> args...: tilewire bench, its JSON one labelled line of <jsonl>
+  local j=$1 lim=$2 label=$3; shift 3
+  step "$label: tilewire bench $*"
+  # the JSON line even where the bench failed (a wrong result: its #wrong says so)
+  run "$lim" "$TW" bench "$@" --json "$OUT/one.json"
+  [ -s "$OUT/one.json" ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
+    "$OUT/one.json" "$label" >>"$j"
+  rm -f "$OUT/one.json"
+}
 
 if [ "$MODE" = virtual ]; then
   # The virtual team (nvidia-h200): the whole GPU test binary once per P virtual ranks on GPU 0
@@ -560,14 +569,7 @@ if [ "$MODE" = nvlink ]; then
   J=$OUT/bench_nvlink.jsonl
   : >"$J"
   ngpu=$(nvidia-smi -L | wc -l)
-  nb() {  # nb <limit> <label> args...: one labelled JSON line per bench run
-    local lim=$1 label=$2; shift 2
-    step "$label: tilewire bench $*"
-    run "$lim" "$TW" bench "$@" --json "$OUT/one.json"
-    [ -s "$OUT/one.json" ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
-      "$OUT/one.json" "$label" >>"$J"
-    rm -f "$OUT/one.json"
-  }
+  nb() { bench_json "$J" "$@"; }
   for p in ${NVLINK_P:-2 4 8}; do
     [ "$p" -le "$ngpu" ] || { step "P=$p skipped: $ngpu GPUs here"; continue; }
     export CUDA_VISIBLE_DEVICES=$(seq -s, 0 $((p - 1)))

@@ -1,20 +1,12 @@
 # scripts/gpu_run_engine.sh — the `engine` mode of scripts/gpu_run.sh (the fused ops against the
-# GEMM alone on a virtual team), sourced by it: its helpers (run, step, bench, header) and
+# GEMM alone on a virtual team), sourced by it: its helpers (run, step, bench_json, header) and
 # variables (OUT, LOG, DIST, TW, TESTS) are the caller's. Not run on its own.
   header
   STEPS=" ${ENGINE_STEPS:-owner relay relay4 gemmbudget ag tests memcheck accept} "
   has() { [[ $STEPS == *" $1 "* ]]; }
   J=$OUT/bench_engine.jsonl
   : >"$J"
-  bench() {  # bench <limit> <label> args...: one JSON line per run, labelled
-    local lim=$1 label=$2; shift 2
-    step "$label: tilewire bench $*"
-    # the JSON line even where the bench failed (a wrong result: its #wrong says so)
-    run "$lim" "$TW" bench "$@" --json "$OUT/one.json"
-    [ -s "$OUT/one.json" ] && python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["label"]=sys.argv[2]; print(json.dumps(d))' \
-        "$OUT/one.json" "$label" >>"$J"
-    rm -f "$OUT/one.json"
-  }
+  bench() { bench_json "$J" "$@"; }  # bench <limit> <label> args...: one JSON line per run, labelled
   if has owner; then
     for p in 2 3 4; do
       bench 120 "owner P=$p" gemm-allreduce --virtual $p --algo owner --path fused -m 8192 -n 8192 -k 4096 -R 3 --iters 5 \
