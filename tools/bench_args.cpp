@@ -159,6 +159,22 @@ int parse_virtual_ranks(const std::string& name, const std::string& value) {
   return (int)*p;
 }
 
+std::vector<int> parse_int_list(const std::string& s, const std::string& what) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string w;
+  while (std::getline(ss, w, ',')) {
+    char* end = nullptr;
+    const long x = std::strtol(w.c_str(), &end, 10);
+    TW_REQUIRE(!w.empty() && *end == 0 && x > 0 && x < (1L << 30), kInvalidArgument,
+               what + " takes positive integers, got '" + s + "'");
+    v.push_back((int)x);
+  }
+  // getline yields no empty word after a trailing comma: "3," would read as "3"
+  TW_REQUIRE(!v.empty() && s.back() != ',', kInvalidArgument, what + " takes positive integers, got '" + s + "'");
+  return v;
+}
+
 std::string bench_usage(const std::string& op) {
   std::ostringstream o;
   o << "usage: tilewire bench " << op << " [options]\n"

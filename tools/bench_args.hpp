@@ -47,6 +47,11 @@ BenchArgs parse_bench_args(int argc, const char* const* argv);
 // it: an integer P >= 1, else tw::Error(kInvalidArgument) saying so.
 int parse_virtual_ranks(const std::string& name, const std::string& value);
 
+// "a,b,c" as positive integers below 2^30, for options that take a list (-m 1024,2048). `what`
+// names the option as the message should ("bench: -m"); anything else throws
+// tw::Error(kInvalidArgument) "<what> takes positive integers, got '<s>'".
+std::vector<int> parse_int_list(const std::string& s, const std::string& what);
+
 // The option summary printed by `tilewire bench <op> --help`.
 std::string bench_usage(const std::string& op);
 

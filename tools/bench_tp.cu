@@ -100,19 +100,7 @@ const char* kUsage =
     "  --trace FILE        the first shape's fused call traced (per tile, per CTA), clocks aligned:\n"
     "                      Perfetto JSON and the overlap metrics\n";
 
-std::vector<int> int_list(const std::string& s, const char* what) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string w;
-  while (std::getline(ss, w, ',')) {
-    char* end = nullptr;
-    const long x = std::strtol(w.c_str(), &end, 10);
-    TW_REQUIRE(!w.empty() && *end == 0 && x > 0 && x < (1L << 30), kInvalidArgument,
-               std::string("bench: ") + what + " takes positive integers, got '" + s + "'");
-    v.push_back((int)x);
-  }
-  return v;
-}
+std::vector<int> int_list(const std::string& s, const char* what) { return parse_int_list(s, std::string("bench: ") + what); }
 
 TpOptions parse(TpOp op, const std::vector<std::string>& argv) {
   TpOptions o;

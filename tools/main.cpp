@@ -7,6 +7,7 @@
 //   tilewire bench ep [opts]           MoE dispatch / combine vs NCCL all-to-all-v (see --help)
 //   tilewire bench moe [opts]          the MoE FFN, with its GEMMs alone and its EP alone (see --help)
 //   tilewire bench gemm-rs | ag-gemm   GEMM + reduce-scatter / all-gather + GEMM vs cuBLASLt + NCCL
+//   tilewire model OP -m M -n N -k K   the fused ops' cost model: fused vs sequential on NVLink (no GPU)
 //   tilewire trace summarize FILE      overlap metrics of a trace file (see --help)
 //
 // Every tw::Error / std::exception ends here as ONE line on stderr, "tilewire: <message>", and
@@ -20,6 +21,7 @@
 
 #include "bench_args.hpp"
 #include "commands.hpp"
+#include "model_cmd.hpp"
 #include "tilewire/runtime/env.hpp"
 #include "tilewire/runtime/errors.hpp"
 #include "tilewire/runtime/topology.hpp"
@@ -50,6 +52,9 @@ constexpr const char* kUsage =
     "  bench gemm-rs | ag-gemm     time GEMM + reduce-scatter / all-gather + GEMM (sequence-parallel\n"
     "                              tensor parallelism) against cuBLASLt + NCCL in sequence and chunked,\n"
     "                              every element checked (--help; --sweep llama); --virtual P.\n"
+    "  model OP -m M -n N -k K     what kAuto's cost model predicts for a fused op (gemm-allreduce,\n"
+    "                              gemm-rs, ag-gemm) and its sequential path on NVLink at P = 2, 4, 8,\n"
+    "                              and which one kAuto runs; no GPU (tilewire model --help).\n"
     "  trace summarize FILE.json   metrics of a trace file: overlap %, time to first byte, exposed\n"
     "                              communication, tile latency; --plot OUT.png draws the timeline.\n"
     "  --help, -h                  this text\n"
@@ -152,6 +157,7 @@ int run(int argc, char** argv) {
   if (cmd == "info") return cmd_info(rest);
   if (cmd == "bench") return cmd_bench(rest);
   if (cmd == "trace") return tw::cli::trace_command(rest);
+  if (cmd == "model") return tw::cli::model_command(rest);
   usage_error("unknown command '" + cmd + "'");
 }
 
