@@ -81,11 +81,12 @@ ModelArgs parse_model_args(std::span<const std::string> argv) {
     const std::string& v = argv[++i];
     if (o == "-m")
       a.M = parse_int_list(v, "model: -m");
-    else if (o == "-n")
-      a.N = parse_int_list(v, "model: -n").at(0);
-    else if (o == "-k")
-      a.K = parse_int_list(v, "model: -k").at(0);
-    else if (o == "-P")
+    else if (o == "-n" || o == "-k") {
+      const std::vector<int> x = parse_int_list(v, "model: " + o);
+      TW_REQUIRE(x.size() == 1, kInvalidArgument,
+                 "model: " + o + " takes one value (-m may list several), got '" + v + "'");
+      (o == "-n" ? a.N : a.K) = x[0];
+    } else if (o == "-P")
       a.P = parse_int_list(v, "model: -P");
     else if (o == "--gemm-us")
       a.gemm_us = positive_number(o, v, 0.0, "a time in us, > 0");

@@ -90,6 +90,7 @@ TEST(ModelCommand, BadCommandLinesNameTheOption) {
   expect_rejected({"gemm-rs", "-n", "8192", "-k", "2048"}, "-m, -n and -k are required");
   expect_rejected({"gemm-rs", "-m", "1024", "-n", "0", "-k", "2048"}, "model: -n takes positive integers");
   expect_rejected({"gemm-rs", "-m", "1024,x", "-n", "8192", "-k", "2048"}, "model: -m takes positive integers");
+  expect_rejected({"gemm-rs", "-m", "1024", "-n", "8192,4096", "-k", "2048"}, "model: -n takes one value");
   expect_rejected({"gemm-rs", "-m", "1024", "-n", "8192", "-k", "2048", "-P", "16"}, "-P takes team sizes 2..8");
   expect_rejected({"gemm-rs", "-m", "1024", "-n", "8192", "-k", "2048", "-P", "1"}, "-P takes team sizes 2..8");
   expect_rejected({"gemm-rs", "-m", "1024,2048", "-n", "8192", "-k", "2048", "--gemm-us", "100"},
